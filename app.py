@@ -1,0 +1,255 @@
+"""Attention inspector: translate a sentence, step through greedy decoding, look at every layer and head.
+
+    python app.py            # http://127.0.0.1:7860
+
+Layout and event wiring only: model work is in `model/`, figures in `viz/`.
+Loaded checkpoints are read-only module globals; each user's trace lives in a `gr.State`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import torch
+
+from model.checkpoint import load_all
+from model.translator import InputError, TracedTranslation, Translator
+from viz.views import (ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, attention_figure, candidates_figure,
+                       overview_figure, step_title, translation_figure)
+
+CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
+MAX_INPUT_CHARS = 2000
+TOP_K = 5
+
+# Two cores serve every user: one thread per request lets requests run side by side.
+torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
+TRANSLATORS, LOAD_ERRORS = load_all(CHECKPOINT_ROOT)
+DEFAULT_MODEL = "en-de" if "en-de" in TRANSLATORS else next(iter(TRANSLATORS), None)
+
+
+def model_choices() -> list[tuple[str, str]]:
+    """Dropdown entries: every loaded checkpoint with its languages and test BLEU."""
+    choices = []
+    for name, translator in TRANSLATORS.items():
+        bleu = translator.metrics.get("scores", {}).get("test", {}).get("bleu")
+        languages = f"{translator.src_tokenizer.lang}→{translator.tgt_tokenizer.lang}"
+        choices.append((f"{name} ({languages}" + (f", test BLEU {bleu}" if bleu is not None else "") + ")", name))
+    return choices
+
+
+def load_status() -> str:
+    lines = [f"Checkpoint {name} could not be loaded: {error}" for name, error in LOAD_ERRORS.items()]
+    if not TRANSLATORS:
+        lines.insert(0, f"No usable checkpoint in {CHECKPOINT_ROOT}: translation is unavailable.")
+    return "\n".join(lines)
+
+
+def examples_for(model_name: str | None) -> list[str]:
+    translator = TRANSLATORS.get(model_name)
+    return list(translator.metrics.get("examples", [])) if translator else []
+
+
+def to_arrays(traced: TracedTranslation) -> TraceArrays:
+    """The per-user state: a trace reduced to numpy arrays and token strings."""
+    trace = traced.trace
+    return TraceArrays(
+        source_tokens=traced.source_tokens, decoder_tokens=traced.decoder_input_tokens,
+        target_tokens=traced.target_tokens, probabilities=trace.probabilities, top_tokens=traced.top_tokens,
+        top_probabilities=trace.top_probabilities, encoder=trace.encoder_attention,
+        decoder=trace.decoder_attention, cross=trace.cross_attention)
+
+
+def head_choices(trace: TraceArrays, kind: str) -> list[str]:
+    return [MEAN, ALL_HEADS] + [f"Head {h + 1}" for h in range(trace.heads(kind))]
+
+
+def layer_choices(trace: TraceArrays, kind: str) -> list[str]:
+    return [f"Layer {i + 1}" for i in range(trace.layers(kind))]
+
+
+def parse_head(head: str) -> int | str:
+    return int(head.split()[-1]) - 1 if head.startswith("Head ") else head
+
+
+def parse_layer(layer: str) -> int:
+    return int(layer.split()[-1]) - 1 if layer else 0
+
+
+def source_highlights(traced: TracedTranslation) -> list[tuple[str, str | None]]:
+    """Source tokens as the model read them, unknown ones marked."""
+    return [(token + " ", "unknown" if unknown else None)
+            for token, unknown in zip(traced.source_tokens, traced.unknown)]
+
+
+# ---- callbacks: thin wrappers around model/ and viz/ -------------------------------------------------
+
+def translate(model_name: str, text: str, kind: str, layer: str, head: str, model_view: bool = False):
+    """Trace a translation once; every later view of it reads the stored trace."""
+    translator: Translator | None = TRANSLATORS.get(model_name)
+    text = text or ""
+    if translator is None:
+        return error_outputs(f"Choose a model: {model_name!r} is not loaded. " + load_status())
+    if len(text) > MAX_INPUT_CHARS:
+        return error_outputs(f"The input has {len(text)} characters; the limit is {MAX_INPUT_CHARS}. "
+                             f"This model reads at most {translator.max_src_tokens} tokens.")
+    try:
+        traced = translator.trace(text, top_k=TOP_K)
+    except InputError as error:
+        return error_outputs(str(error))
+    trace = to_arrays(traced)
+    kinds = trace.available()
+    kind = kind if kind in kinds else kinds[-1]
+    layers, heads = layer_choices(trace, kind), head_choices(trace, kind)
+    layer = layer if layer in layers else layers[-1]
+    head = head if head in heads else heads[0]
+    step = 0
+    unknown = [t for t, u in zip(traced.source_tokens, traced.unknown) if u]
+    message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
+    if traced.target_tokens[-1] != "<eos>":
+        message += f" Stopped at the length limit of {len(traced.target_tokens)} tokens."
+    return (trace, traced.text, message, source_highlights(traced),
+            step_slider(trace.steps, step + 1),
+            gr.Radio(choices=list(kinds), value=kind), gr.Dropdown(choices=layers, value=layer),
+            gr.Dropdown(choices=heads, value=head),
+            *render(trace, kind, layer, head, step + 1, model_view))
+
+
+def error_outputs(message: str):
+    """Clear the views and say what went wrong; the app keeps serving."""
+    return (None, "", message, [], step_slider(1, 1),
+            gr.Radio(), gr.Dropdown(), gr.Dropdown(), *render(None, "", "", "", 1))
+
+
+def step_slider(steps: int, value: int) -> gr.Slider:
+    """A slider over steps 1..steps (Gradio needs minimum < maximum, so one step shows as 1..2, disabled)."""
+    return gr.Slider(minimum=1, maximum=max(steps, 2), value=value, step=1, interactive=steps > 1)
+
+
+def render(trace: TraceArrays | None, kind: str, layer: str, head: str, step: int, model_view: bool = False):
+    """Figures and text for one step (1-based, as the slider shows it); the model view only when asked."""
+    if trace is None:
+        return None, None, None, "", None
+    index = int(min(max(step, 1), trace.steps)) - 1
+    if kind not in trace.available():
+        kind = trace.available()[-1]
+    figure = attention_figure(trace, kind, parse_layer(layer), parse_head(head), index)
+    prefix = " ".join(trace.target_tokens[:index]) or "(empty)"
+    candidates = ", ".join(f"{t} {p:.2f}" for t, p in zip(trace.top_tokens[index], trace.top_probabilities[index]))
+    description = f"{step_title(trace, index)}\nprefix so far: {prefix}\ncandidates: {candidates}"
+    return (figure, candidates_figure(trace, index), translation_figure(trace, index), description,
+            overview_figure(trace, kind, index) if model_view else None)
+
+
+def change_kind(trace: TraceArrays | None, kind: str, layer: str, head: str, step: int, model_view: bool = False):
+    """Switching attention kind: the layer/head lists follow that kind's shape."""
+    if trace is None:
+        return gr.Dropdown(), gr.Dropdown(), *render(None, kind, layer, head, step)
+    layers, heads = layer_choices(trace, kind), head_choices(trace, kind)
+    layer = layer if layer in layers else layers[-1]
+    head = head if head in heads else heads[0]
+    return (gr.Dropdown(choices=layers, value=layer), gr.Dropdown(choices=heads, value=head),
+            *render(trace, kind, layer, head, step, model_view))
+
+
+def move(trace: TraceArrays | None, step: int, where: str, kind: str, layer: str, head: str,
+         model_view: bool = False):
+    """First / previous / next / last step, then the views of that step."""
+    if trace is None:
+        return 1, *render(None, kind, layer, head, step)
+    target = {"first": 1, "previous": step - 1, "next": step + 1, "last": trace.steps}[where]
+    target = int(min(max(target, 1), trace.steps))
+    return target, *render(trace, kind, layer, head, target, model_view)
+
+
+def trace_api(model: str, text: str) -> dict:
+    """Translate `text` with checkpoint `model`; returns tokens, probabilities and every attention map as lists."""
+    translator = TRANSLATORS.get(model)
+    if translator is None:
+        raise gr.Error(f"unknown model {model!r}; loaded: {', '.join(TRANSLATORS) or 'none'}")
+    if len(text or "") > MAX_INPUT_CHARS:
+        raise gr.Error(f"the input is longer than {MAX_INPUT_CHARS} characters")
+    try:
+        traced = translator.trace(text or "", top_k=TOP_K)
+    except InputError as error:
+        raise gr.Error(str(error)) from error
+    trace = traced.trace
+
+    def rounded(array: np.ndarray | None):
+        return None if array is None else np.round(array.astype(np.float64), 4).tolist()
+
+    return {"translation": traced.text, "source_tokens": traced.source_tokens, "unknown": traced.unknown,
+            "target_tokens": traced.target_tokens, "decoder_input_tokens": traced.decoder_input_tokens,
+            "probabilities": rounded(trace.probabilities), "top_tokens": traced.top_tokens,
+            "top_probabilities": rounded(trace.top_probabilities),
+            "encoder_attention": rounded(trace.encoder_attention),
+            "decoder_attention": rounded(trace.decoder_attention), "cross_attention": rounded(trace.cross_attention)}
+
+
+# ---- layout -----------------------------------------------------------------------------------------
+
+with gr.Blocks(title="Transformer attention inspector") as demo:
+    gr.Markdown("# Transformer attention inspector\n"
+                "Translate a sentence, then step through greedy decoding and inspect every layer and head of "
+                "encoder self-attention, decoder self-attention and cross-attention.")
+    trace_state = gr.State(None)
+    with gr.Row():
+        model_name = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", elem_id="model", scale=1)
+        example = gr.Dropdown(examples_for(DEFAULT_MODEL), value=None, label="Examples (Multi30k test)",
+                              elem_id="example", scale=2)
+    with gr.Row():
+        source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter",
+                            lines=1, max_lines=4, elem_id="source", scale=4)
+        translate_button = gr.Button("Translate", variant="primary", elem_id="translate", scale=1)
+    status = gr.Textbox(value=load_status(), label="Status", interactive=False, elem_id="status")
+    with gr.Row():
+        translation = gr.Textbox(label="Translation (greedy)", interactive=False, elem_id="translation", scale=3)
+        source_view = gr.HighlightedText(label="Source tokens as the model reads them",
+                                         color_map={"unknown": "red"}, elem_id="source-tokens", scale=2)
+    probabilities_plot = gr.Plot(label="Token probabilities", elem_id="probabilities")
+
+    gr.Markdown("## Step through decoding")
+    with gr.Row():
+        first = gr.Button("« First", elem_id="first")
+        previous = gr.Button("‹ Previous", elem_id="previous")
+        following = gr.Button("Next ›", elem_id="next")
+        last = gr.Button("Last »", elem_id="last")
+    step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step")
+    with gr.Row():
+        step_text = gr.Textbox(label="This step", lines=3, interactive=False, elem_id="step-text", scale=3)
+        candidates_plot = gr.Plot(label="Top candidates", elem_id="candidates", scale=2)
+
+    gr.Markdown("## Attention")
+    with gr.Row():
+        kind = gr.Radio(list(KINDS), value=CROSS, label="Attention", elem_id="kind")
+        layer = gr.Dropdown(["Layer 1"], value="Layer 1", label="Layer", elem_id="layer")
+        head = gr.Dropdown([MEAN, ALL_HEADS, "Head 1"], value=MEAN, label="Head", elem_id="head")
+    attention_plot = gr.Plot(label="Attention heatmap", elem_id="attention")
+    model_view = gr.Checkbox(False, label="Model view: every layer x head of this attention at this step",
+                             elem_id="model-view")
+    overview_plot = gr.Plot(label="All layers x heads", elem_id="overview")
+
+    views = [attention_plot, candidates_plot, probabilities_plot, step_text, overview_plot]
+    settings = [kind, layer, head, step, model_view]
+    translate_inputs = [model_name, source, kind, layer, head, model_view]
+    translate_outputs = [trace_state, translation, status, source_view, step, kind, layer, head, *views]
+    translate_button.click(translate, translate_inputs, translate_outputs, api_name="translate")
+    source.submit(translate, translate_inputs, translate_outputs, api_name="translate_enter")
+    model_name.change(lambda name: gr.Dropdown(choices=examples_for(name), value=None), model_name, example,
+                      api_name="model_examples")
+    example.input(lambda text: text or "", example, source, api_name="use_example")
+    for button, where in ((first, "first"), (previous, "previous"), (following, "next"), (last, "last")):
+        button.click(lambda trace, k, ly, h, n, mv, w=where: move(trace, n, w, k, ly, h, mv),
+                     [trace_state, *settings], [step, *views], api_name=f"step_{where}")
+    step.release(render, [trace_state, *settings], views, api_name="step")
+    kind.input(change_kind, [trace_state, *settings], [layer, head, *views], api_name="kind")
+    for control in (layer, head, model_view):
+        control.input(render, [trace_state, *settings], views, api_name=control.elem_id.replace("-", "_"))
+    gr.api(trace_api, api_name="trace")
+
+demo.queue(default_concurrency_limit=4, max_size=64)
+
+if __name__ == "__main__":
+    demo.launch()  # GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose the address (a Space sets them)

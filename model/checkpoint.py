@@ -1,0 +1,135 @@
+"""Checkpoint folders: model.safetensors, config.json, vocab.json, metrics.json. Loading never unpickles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_model
+
+from model.transformer import ModelConfig, Transformer
+from model.translator import Translator
+from model.vocab import Tokenizer, Truecaser, Vocab
+
+WEIGHTS, CONFIG, VOCAB, METRICS = "model.safetensors", "config.json", "vocab.json", "metrics.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder that cannot be loaded; the message names the file at fault."""
+
+
+def save_checkpoint(translator: Translator, folder: str | Path) -> None:
+    """Write `translator` as a self-describing checkpoint folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_model(translator.model, str(folder / WEIGHTS))
+    write_json(folder / CONFIG, translator.model.config.to_dict())
+    write_json(folder / VOCAB, {
+        "src": {"lang": translator.src_tokenizer.lang, "lowercase": translator.src_tokenizer.lowercase,
+                "itos": translator.src_vocab.itos},
+        "tgt": {"lang": translator.tgt_tokenizer.lang, "lowercase": translator.tgt_tokenizer.lowercase,
+                "itos": translator.tgt_vocab.itos, "truecase": translator.truecaser.forms},
+    })
+    write_json(folder / METRICS, translator.metrics)
+
+
+def write_json(path: Path, data) -> None:
+    """Pretty, UTF-8 JSON (vocabularies stay readable)."""
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from `path`, or a CheckpointError naming the file."""
+    if not path.is_file():
+        raise CheckpointError(f"missing file {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    return data
+
+
+def load_weights(model: torch.nn.Module, path: Path) -> None:
+    """Fill `model` from a safetensors file, or raise a CheckpointError naming the file and the mismatch."""
+    if not path.is_file():
+        raise CheckpointError(f"missing file {path}")
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path} is not a readable safetensors file: {error}") from error
+    expected = model.state_dict()
+    # Tied weights are stored once by safetensors; fill every alias of a stored tensor.
+    missing = [name for name in expected if name not in state and not _is_tied_alias(model, name, state)]
+    unexpected = [name for name in state if name not in expected]
+    wrong_shape = [f"{name} {tuple(state[name].shape)} vs {tuple(expected[name].shape)}"
+                   for name in state if name in expected and state[name].shape != expected[name].shape]
+    if missing or unexpected or wrong_shape:
+        problems = "; ".join(part for part in (
+            missing and f"missing {missing[:3]}", unexpected and f"unexpected {unexpected[:3]}",
+            wrong_shape and f"shape mismatch {wrong_shape[:3]}") if part)
+        raise CheckpointError(f"{path} does not match config.json: {problems}")
+    model.load_state_dict(state, strict=False)
+
+
+def _is_tied_alias(model: torch.nn.Module, name: str, state: dict) -> bool:
+    tensor = model.state_dict()[name]
+    return any(other in state and model.state_dict()[other].data_ptr() == tensor.data_ptr()
+               for other in model.state_dict() if other != name)
+
+
+def load_config(folder: Path) -> ModelConfig:
+    """The ModelConfig saved in `folder`/config.json."""
+    data = read_json(folder / CONFIG)
+    try:
+        return ModelConfig(**data)
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{folder / CONFIG} is not a valid model config: {error}") from error
+
+
+def load_checkpoint(folder: str | Path) -> Translator:
+    """Load a checkpoint folder into a Translator in eval mode."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    config = load_config(folder)
+    vocab_data = read_json(folder / VOCAB)
+    try:
+        src, tgt = vocab_data["src"], vocab_data["tgt"]
+        src_vocab, tgt_vocab = Vocab(src["itos"]), Vocab(tgt["itos"])
+        src_tokenizer = Tokenizer(src["lang"], src["lowercase"])
+        tgt_tokenizer = Tokenizer(tgt["lang"], tgt["lowercase"])
+        truecaser = Truecaser(tgt.get("truecase", {}))
+    except (KeyError, TypeError, ValueError, ImportError) as error:
+        raise CheckpointError(f"{folder / VOCAB} is not a valid vocabulary file: {error!r}") from error
+    for side, vocab, size in (("source", src_vocab, config.src_vocab_size),
+                              ("target", tgt_vocab, config.tgt_vocab_size)):
+        if len(vocab) != size:
+            raise CheckpointError(f"{folder / VOCAB}: the {side} vocabulary has {len(vocab)} tokens "
+                                  f"but {folder / CONFIG} says {size}")
+    model = Transformer(config)
+    load_weights(model, folder / WEIGHTS)
+    model.eval()
+    metrics = read_json(folder / METRICS) if (folder / METRICS).is_file() else {}
+    return Translator(model, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser, metrics)
+
+
+def load_all(root: str | Path) -> tuple[dict[str, Translator], dict[str, str]]:
+    """Load every checkpoint folder under `root` (any folder with a config.json).
+
+    Returns the loaded translators by folder name and, for each folder that failed, its error message,
+    so one broken checkpoint never stops the others from being served.
+    """
+    loaded, failed = {}, {}
+    root = Path(root)
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if not (folder / CONFIG).exists() and not (folder / WEIGHTS).exists():
+            continue
+        try:
+            loaded[folder.name] = load_checkpoint(folder)
+        except CheckpointError as error:
+            failed[folder.name] = str(error)
+    return loaded, failed

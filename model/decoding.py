@@ -1,0 +1,167 @@
+"""Decoding with a key/value cache: batched greedy and beam search for evaluation,
+and a single-sentence greedy trace that records every step's choice, alternatives and attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from model.vocab import EOS_ID, PAD_ID, SOS_ID
+
+
+def output_limit(model, src_length: int, max_len: int | None = None) -> int:
+    """How many target tokens a sentence of `src_length` may produce: `max_len` or 2*S+10, within the model's positions."""
+    limit = max_len if max_len is not None else 2 * src_length + 10
+    return max(1, min(limit, model.config.max_len - 1))
+
+
+def next_token_logits(logits: Tensor) -> Tensor:
+    """The last position's logits (B, V) with <pad> and <sos> ruled out: the model must never emit them."""
+    logits = logits[:, -1].float()
+    logits[:, [PAD_ID, SOS_ID]] = float("-inf")
+    return logits
+
+
+@torch.no_grad()
+def greedy_decode(model, src: Tensor, max_len: int | None = None) -> list[list[int]]:
+    """Greedy decoding of a padded batch `src` (B, S); returns each sentence's ids without <sos>/<eos>."""
+    memory, src_mask, _ = model.encode(src)
+    cache = model.new_cache()
+    batch = src.size(0)
+    previous = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=src.device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    chosen = []
+    for _ in range(output_limit(model, src.size(1), max_len)):
+        logits, _, _ = model.decode(previous, memory, src_mask, cache)
+        next_ids = next_token_logits(logits).argmax(-1).masked_fill(finished, PAD_ID)  # (B,)
+        chosen.append(next_ids)
+        finished |= next_ids == EOS_ID
+        if finished.all():
+            break
+        previous = next_ids[:, None]
+    rows = torch.stack(chosen, dim=1).tolist()
+    return [_strip(row) for row in rows]
+
+
+def _strip(ids: list[int]) -> list[int]:
+    """Ids up to the first <eos>, without padding."""
+    out = []
+    for i in ids:
+        if i == EOS_ID:
+            break
+        if i != PAD_ID:
+            out.append(i)
+    return out
+
+
+@torch.no_grad()
+def beam_search(model, src: Tensor, beam_size: int = 5, max_len: int | None = None,
+                length_penalty: float = 1.0) -> list[list[int]]:
+    """Batched beam search; hypotheses are ranked by log-probability / length**length_penalty.
+
+    A sentence is done once `beam_size` hypotheses have ended with <eos> (fairseq's rule).
+    """
+    if beam_size == 1:
+        return greedy_decode(model, src, max_len)
+    batch, k = src.size(0), beam_size
+    memory, src_mask, _ = model.encode(src)
+    memory = memory.repeat_interleave(k, dim=0)  # (B*K, S, d_model)
+    src_mask = src_mask.repeat_interleave(k, dim=0)
+    cache = model.new_cache()
+    scores = torch.zeros(batch, k, device=src.device)
+    scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive
+    sequences = torch.full((batch * k, 1), SOS_ID, dtype=torch.long, device=src.device)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+    limit = output_limit(model, src.size(1), max_len)
+    for step in range(limit):
+        logits, _, _ = model.decode(sequences[:, -1:], memory, src_mask, cache)
+        log_probs = next_token_logits(logits).log_softmax(-1)  # (B*K, V)
+        vocab = log_probs.size(-1)
+        candidates = (scores.view(-1, 1) + log_probs).view(batch, k * vocab)
+        top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (B, 2K)
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        ends = (top_token == EOS_ID) | (step == limit - 1)
+        # Hypotheses that end among the best K are finished; the rest of the beam continues without them.
+        for b, rank in (ends[:, :k] & torch.isfinite(top_scores[:, :k])).nonzero().tolist():
+            if len(finished[b]) < k:
+                beam_row = b * k + top_beam[b, rank].item()
+                ids = sequences[beam_row, 1:].tolist() + ([] if top_token[b, rank] == EOS_ID
+                                                          else [top_token[b, rank].item()])
+                length = len(ids) + 1
+                finished[b].append((top_scores[b, rank].item() / length ** length_penalty, ids))
+        if all(len(f) >= k for f in finished):
+            break
+        alive_scores = top_scores.masked_fill(ends, float("-inf"))
+        alive_scores, alive_rank = alive_scores.topk(k, dim=-1)  # (B, K)
+        rows = (torch.arange(batch, device=src.device)[:, None] * k
+                + top_beam.gather(1, alive_rank)).view(-1)  # (B*K,)
+        scores = alive_scores
+        sequences = torch.cat([sequences[rows], top_token.gather(1, alive_rank).view(-1, 1)], dim=1)
+        cache = [layer.select(rows) for layer in cache]
+    return [max(f, key=lambda item: item[0])[1] if f else [] for f in finished]
+
+
+@dataclass
+class Trace:
+    """One sentence decoded greedily, step by step: every choice, its alternatives and every attention map.
+
+    Step t reads decoder input `decoder_input_ids[t]` (<sos> at t = 0, then the previous choice) and
+    chooses `token_ids[t]`. Attention arrays are float32:
+    encoder (L_enc, H, S, S); decoder (L_dec, H, T, T), lower-triangular; cross (L_dec, H, T, S).
+    """
+
+    src_ids: list[int]
+    token_ids: list[int]
+    probabilities: np.ndarray  # (T,) probability of each chosen token
+    top_ids: np.ndarray  # (T, k) the k most probable tokens at each step, best first
+    top_probabilities: np.ndarray  # (T, k)
+    encoder_attention: np.ndarray
+    decoder_attention: np.ndarray
+    cross_attention: np.ndarray
+
+    @property
+    def decoder_input_ids(self) -> list[int]:
+        return [SOS_ID] + self.token_ids[:-1]
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+@torch.no_grad()
+def greedy_trace(model, src_ids: list[int], max_len: int | None = None, top_k: int = 5) -> Trace:
+    """Greedy decoding of one sentence with a key/value cache, recording a `Trace`; stops after <eos>."""
+    src = torch.tensor([src_ids], dtype=torch.long)
+    memory, src_mask, encoder_attention = model.encode(src, need_weights=True)
+    cache = model.new_cache()
+    previous = torch.tensor([[SOS_ID]])
+    token_ids, probabilities, top_ids, top_probabilities, self_rows, cross_rows = [], [], [], [], [], []
+    for _ in range(output_limit(model, len(src_ids), max_len)):
+        logits, self_attention, cross_attention = model.decode(previous, memory, src_mask, cache, need_weights=True)
+        distribution = next_token_logits(logits)[0].softmax(-1)  # (V,)
+        best = distribution.topk(min(top_k, distribution.numel()))
+        token = int(best.indices[0])
+        token_ids.append(token)
+        probabilities.append(float(best.values[0]))
+        top_ids.append(best.indices.tolist())
+        top_probabilities.append(best.values.tolist())
+        self_rows.append(self_attention[:, 0, :, -1])  # (L, H, t + 1)
+        cross_rows.append(cross_attention[:, 0, :, -1])  # (L, H, S)
+        if token == EOS_ID:
+            break
+        previous = torch.tensor([[token]])
+    steps = len(token_ids)
+    decoder_attention = torch.zeros(*self_rows[0].shape[:2], steps, steps)
+    for t, row in enumerate(self_rows):
+        decoder_attention[:, :, t, :t + 1] = row
+    return Trace(
+        src_ids=list(src_ids), token_ids=token_ids,
+        probabilities=np.array(probabilities, dtype=np.float32),
+        top_ids=np.array(top_ids), top_probabilities=np.array(top_probabilities, dtype=np.float32),
+        encoder_attention=encoder_attention[:, 0].float().numpy(),
+        decoder_attention=decoder_attention.float().numpy(),
+        cross_attention=torch.stack(cross_rows, dim=2).float().numpy(),
+    )

@@ -1,0 +1,93 @@
+"""Evaluation CLI: sacreBLEU (cased, detokenized) and chrF, plus tokenized lower-cased BLEU for papers.
+
+    python -m model.evaluate --checkpoint checkpoints/en-de --split test --beam 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from model.checkpoint import METRICS, load_checkpoint, write_json
+from model.data import load_pairs
+from model.translator import Translator
+
+DEFAULT_DATA = "../shared/data/multi30k"
+
+
+def score(translator: Translator, hypotheses: list[list[str]], references: list[str]) -> dict:
+    """BLEU/chrF of lower-cased hypothesis tokens against raw reference sentences.
+
+    `bleu` and `chrf`: truecased, detokenized output against the raw references (sacreBLEU defaults).
+    `bleu_tok_lc`: lower-cased spaCy tokens on both sides, `--tokenize none`, as Multi30k papers report.
+    """
+    detokenized = [translator.to_text(h) for h in hypotheses]
+    bleu = sacrebleu.BLEU()
+    chrf = sacrebleu.CHRF()
+    bleu_score = bleu.corpus_score(detokenized, [references])
+    chrf_score = chrf.corpus_score(detokenized, [references])
+    reference_tokens = [" ".join(t.lower() for t in tokens)
+                        for tokens in translator.tgt_tokenizer.tokenize_all(references)]
+    tok_lc = sacrebleu.BLEU(tokenize="none", lowercase=True)
+    tok_lc_score = tok_lc.corpus_score([" ".join(h).lower() for h in hypotheses], [reference_tokens])
+    return {
+        "bleu": round(bleu_score.score, 2), "bleu_signature": str(bleu.get_signature()),
+        "chrf": round(chrf_score.score, 2), "chrf_signature": str(chrf.get_signature()),
+        "bleu_tok_lc": round(tok_lc_score.score, 2),
+        "bleu_tok_lc_signature": str(tok_lc.get_signature()) + " (spaCy tokens, lower-cased)",
+    }
+
+
+def evaluate(translator: Translator, data: str, split: str, beam_size: int,
+             length_penalty: float = 1.0) -> tuple[dict, list[str]]:
+    """Translate a split and score it; returns (metrics, detokenized hypotheses)."""
+    pairs = load_pairs(data, split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+    start = time.perf_counter()
+    hypotheses = translator.translate_tokens(translator.src_tokenizer.tokenize_all(pairs["src"]), beam_size,
+                                             length_penalty=length_penalty)
+    seconds = time.perf_counter() - start
+    metrics = score(translator, hypotheses, pairs["tgt"])
+    metrics.update(split=split, sentences=len(pairs), beam_size=beam_size, length_penalty=length_penalty,
+                   decode_seconds=round(seconds, 1))
+    return metrics, [translator.to_text(h) for h in hypotheses]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="checkpoint folder, e.g. checkpoints/en-de")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="folder of raw Multi30k files or a hub id")
+    parser.add_argument("--split", default="test", choices=["val", "test"])
+    parser.add_argument("--beam", type=int, default=None, help="beam size (default: the checkpoint's shipped setting)")
+    parser.add_argument("--length-penalty", type=float, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    parser.add_argument("--output", help="write the detokenized translations here")
+    parser.add_argument("--save-metrics", action="store_true",
+                        help="record the scores in the checkpoint's metrics.json under the split's name")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    translator = load_checkpoint(args.checkpoint)
+    decoding = translator.metrics.get("decoding", {})
+    beam = args.beam if args.beam is not None else decoding.get("beam_size", 5)
+    length_penalty = args.length_penalty if args.length_penalty is not None else decoding.get("length_penalty", 1.0)
+    metrics, translations = evaluate(translator, args.data, args.split, beam, length_penalty)
+    print(json.dumps(metrics, indent=1, ensure_ascii=False))
+    print(f"BLEU {metrics['bleu']} ({metrics['bleu_signature']})")
+    print(f"chrF {metrics['chrf']} ({metrics['chrf_signature']})")
+    print(f"tokenized lower-cased BLEU {metrics['bleu_tok_lc']}")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.writelines(t + "\n" for t in translations)
+    if args.save_metrics:
+        translator.metrics.setdefault("scores", {})[args.split] = metrics
+        translator.metrics["decoding"] = {"beam_size": beam, "length_penalty": length_penalty}
+        write_json(Path(args.checkpoint) / METRICS, translator.metrics)
+
+
+if __name__ == "__main__":
+    main()

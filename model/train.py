@@ -1,0 +1,313 @@
+"""Training CLI for the Transformer on Multi30k.
+
+    python -m model.train --src en --tgt de --out checkpoints/en-de
+
+Token-bucketed batches, label smoothing, Adam with the paper's warm-up then inverse-square-root
+schedule, gradient clipping, dropout, validation (loss and greedy BLEU) after every epoch,
+best/last checkpoints, averaging of the last epochs, resume after interruption (--resume),
+seeded and deterministic for a given machine. Uses every CPU core, or CUDA when present.
+Work files (last state for resume, per-epoch weights) go to --work; the shipped folder to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from model.checkpoint import load_weights, read_json, save_checkpoint, write_json
+from model.data import make_batch, load_pairs, token_batches
+from model.evaluate import DEFAULT_DATA, score
+from model.transformer import ModelConfig, Transformer
+from model.translator import Translator
+from model.vocab import EOS_ID, PAD_ID, Tokenizer, Truecaser, Vocab
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=DEFAULT_DATA, help="folder of raw Multi30k files, or a hub id (bentrevett/multi30k)")
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="de")
+    p.add_argument("--out", required=True, help="checkpoint folder to ship, e.g. checkpoints/en-de")
+    p.add_argument("--work", help="folder for resumable state and per-epoch weights (default: runs/<out name>)")
+    p.add_argument("--resume", action="store_true", help="continue from <work>/last")
+    p.add_argument("--min-freq", type=int, default=2)
+    p.add_argument("--cased", action="store_true", help="keep case (default: lower-case, restored by a truecaser)")
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--encoder-layers", type=int, default=3)
+    p.add_argument("--decoder-layers", type=int, default=3)
+    p.add_argument("--d-ff", type=int, default=512)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--positional", default="sinusoidal", choices=["sinusoidal", "learned"])
+    p.add_argument("--norm", default="post", choices=["post", "pre"])
+    p.add_argument("--no-tie", action="store_true", help="do not share target embedding and output projection")
+    p.add_argument("--max-len", type=int, default=128, help="longest sequence the model can take (positions)")
+    p.add_argument("--max-tokens", type=int, default=4000, help="padded tokens per batch and side")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--max-minutes", type=float, default=None, help="start no epoch that would end past this")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=1000, help="linear warm-up steps, then inverse-sqrt decay")
+    p.add_argument("--constant-lr", action="store_true", help="keep the peak rate after warm-up (no decay)")
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip")
+    p.add_argument("--average", type=int, default=5, help="average the weights of the last N epochs")
+    p.add_argument("--beam", type=int, default=5, help="beam size recorded as the shipped decoding setting")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    return p.parse_args(argv)
+
+
+def learning_rate(step: int, peak: float, warmup: int, constant: bool) -> float:
+    """Linear warm-up to `peak`, then peak * sqrt(warmup / step) (or constant)."""
+    if step < warmup:
+        return peak * step / warmup
+    return peak if constant else peak * math.sqrt(warmup / step)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def prepare_data(args) -> tuple[dict, Translator]:
+    """Tokenize train/val, build vocabularies and the truecaser; returns id lists and an untrained Translator."""
+    lowercase = not args.cased
+    src_tokenizer, tgt_tokenizer = Tokenizer(args.src, lowercase), Tokenizer(args.tgt, lowercase)
+    cased_target = Tokenizer(args.tgt, lowercase=False)
+    splits = {}
+    for split in ("train", "val"):
+        pairs = load_pairs(args.data, split, args.src, args.tgt)
+        tgt_cased = cased_target.tokenize_all(pairs["tgt"])
+        splits[split] = {"src": src_tokenizer.tokenize_all(pairs["src"]),
+                         "tgt": [[t.lower() for t in s] for s in tgt_cased] if lowercase else tgt_cased,
+                         "tgt_cased": tgt_cased, "references": pairs["tgt"]}
+    train = splits["train"]
+    src_vocab, tgt_vocab = Vocab.build(train["src"], args.min_freq), Vocab.build(train["tgt"], args.min_freq)
+    truecaser = Truecaser.build(train["tgt_cased"]) if lowercase else Truecaser({})
+    config = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=args.d_model,
+                         n_heads=args.heads, n_encoder_layers=args.encoder_layers,
+                         n_decoder_layers=args.decoder_layers, d_ff=args.d_ff, dropout=args.dropout,
+                         max_len=args.max_len, positional=args.positional, norm=args.norm,
+                         tie_embeddings=not args.no_tie, pad_id=PAD_ID)
+    translator = Translator(Transformer(config), src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser)
+    limit = args.max_len - 1
+    data = {}
+    for split, d in splits.items():
+        src_ids = [src_vocab.encode(s) + [EOS_ID] for s in d["src"]]
+        tgt_ids = [tgt_vocab.encode(t) for t in d["tgt"]]
+        keep = [i for i in range(len(src_ids)) if len(src_ids[i]) <= limit and len(tgt_ids[i]) + 1 <= limit]
+        data[split] = {"src": [src_ids[i] for i in keep], "tgt": [tgt_ids[i] for i in keep],
+                       "src_tokens": d["src"], "references": d["references"]}
+    return data, translator
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """Adam's moment estimates as flat named tensors, so resume state is safetensors, not pickle."""
+    flat = {}
+    for index, state in optimizer.state_dict()["state"].items():
+        for key, value in state.items():
+            flat[f"{index}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+    return flat
+
+
+def load_optimizer_tensors(optimizer: torch.optim.Optimizer, flat: dict[str, torch.Tensor]) -> None:
+    state: dict[int, dict] = {}
+    for name, value in flat.items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = value
+    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
+
+
+def save_state(folder: Path, model, optimizer, trainer_state: dict) -> None:
+    """Everything needed to resume: weights, optimizer moments, RNG, counters (written atomically)."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file({name: t.contiguous() for name, t in _unique_state(model).items()}, str(tmp / "model.safetensors"))
+    save_file({**optimizer_tensors(optimizer), "rng.torch_rng": torch.get_rng_state()},
+              str(tmp / "optimizer.safetensors"))
+    write_json(tmp / "trainer_state.json", trainer_state)
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+
+
+def _unique_state(model) -> dict[str, torch.Tensor]:
+    """State dict without tied aliases (safetensors stores each tensor once)."""
+    seen, out = set(), {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            out[name] = tensor
+    return out
+
+
+def load_state(folder: Path, model, optimizer) -> dict:
+    load_weights(model, folder / "model.safetensors")
+    flat = load_file(str(folder / "optimizer.safetensors"))
+    torch.set_rng_state(flat.pop("rng.torch_rng"))
+    load_optimizer_tensors(optimizer, flat)
+    return read_json(folder / "trainer_state.json")
+
+
+def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of several safetensors weight files (checkpoint averaging)."""
+    total = None
+    for path in paths:
+        weights = load_file(str(path))
+        total = weights if total is None else {k: total[k] + weights[k] for k in total}
+    return {k: v / len(paths) for k, v in total.items()}
+
+
+@torch.no_grad()
+def validate(translator: Translator, val: dict, device, label_smoothing: float) -> dict:
+    """Teacher-forced validation loss and greedy BLEU on the validation split."""
+    model = translator.model
+    model.eval()
+    total_loss, total_tokens = 0.0, 0
+    for indices in token_batches([len(s) for s in val["src"]], [len(t) + 1 for t in val["tgt"]], 6000):
+        batch = make_batch([val["src"][i] for i in indices], [val["tgt"][i] for i in indices])
+        logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True)
+        total_loss += F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.to(device).flatten(),
+                                      ignore_index=PAD_ID, reduction="sum").item()
+        total_tokens += batch.n_target_tokens
+    hypotheses = translator.translate_tokens(val["src_tokens"], beam_size=1)
+    metrics = score(translator, hypotheses, val["references"])
+    return {"loss": round(total_loss / total_tokens, 4), "bleu_tok_lc": metrics["bleu_tok_lc"],
+            "bleu": metrics["bleu"]}
+
+
+def pick_examples(sentences: list[str], count: int = 6) -> list[str]:
+    """A few real sentences from short to long (evenly spaced by length), for the app's example list."""
+    by_length = sorted(sentences, key=lambda s: (len(s.split()), s))
+    return [by_length[round(i * (len(by_length) - 1) / max(count - 1, 1))] for i in range(count)]
+
+
+def hardware(device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+
+
+def train(args) -> Translator:
+    torch.set_num_threads(args.threads or os.cpu_count())
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    seed_everything(args.seed)
+    data, translator = prepare_data(args)
+    model = translator.model.to(device)
+    work = Path(args.work or Path("runs") / Path(args.out).name)
+    (work / "epochs").mkdir(parents=True, exist_ok=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
+    state = {"epoch": 0, "step": 0, "seconds": 0.0, "best_bleu": -1.0, "history": []}
+    if args.resume and (work / "last").is_dir():
+        state = load_state(work / "last", model, optimizer)
+        print(f"resumed from {work / 'last'} after epoch {state['epoch']}, step {state['step']}")
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{n_params / 1e6:.2f}M parameters; vocab {len(translator.src_vocab)} {args.src} / "
+          f"{len(translator.tgt_vocab)} {args.tgt}; {len(data['train']['src'])} training pairs; {hardware(device)}")
+    train_data = data["train"]
+    src_lengths = [len(s) for s in train_data["src"]]
+    tgt_lengths = [len(t) + 1 for t in train_data["tgt"]]
+    while state["epoch"] < args.epochs:
+        epoch = state["epoch"] + 1
+        epoch_seconds = state["history"][-1]["seconds"] if state["history"] else 0.0
+        if args.max_minutes and state["seconds"] + epoch_seconds > args.max_minutes * 60:
+            print(f"stopping before epoch {epoch}: the time budget of {args.max_minutes} min would be exceeded")
+            break
+        model.train()
+        start = time.perf_counter()
+        batches = token_batches(src_lengths, tgt_lengths, args.max_tokens, seed=args.seed + epoch)
+        progress = tqdm(batches, desc=f"epoch {epoch}", file=sys.stdout, mininterval=10, dynamic_ncols=True)
+        total_loss, total_tokens = 0.0, 0
+        for indices in progress:
+            batch = make_batch([train_data["src"][i] for i in indices], [train_data["tgt"][i] for i in indices])
+            state["step"] += 1
+            lr = learning_rate(state["step"], args.lr, args.warmup, args.constant_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True)
+            loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.to(device).flatten(),
+                                   ignore_index=PAD_ID, label_smoothing=args.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+            optimizer.step()
+            tokens = batch.n_target_tokens
+            total_loss += loss.item() * tokens
+            total_tokens += tokens
+            elapsed = time.perf_counter() - start
+            progress.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{total_tokens / elapsed:.0f}", lr=f"{lr:.2e}",
+                                 refresh=False)
+        seconds = time.perf_counter() - start
+        val = validate(translator, data["val"], device, args.label_smoothing)
+        state["seconds"] += seconds
+        state["epoch"] = epoch
+        record = {"epoch": epoch, "step": state["step"], "train_loss": round(total_loss / total_tokens, 4),
+                  "seconds": round(seconds, 1), "target_tokens_per_s": round(total_tokens / seconds),
+                  "val_loss": val["loss"], "val_bleu_tok_lc": val["bleu_tok_lc"], "val_bleu": val["bleu"]}
+        state["history"].append(record)
+        print(" ".join(f"{k}={v}" for k, v in record.items()), flush=True)
+        epoch_file = work / "epochs" / f"epoch{epoch:03d}.safetensors"
+        save_file({k: v.contiguous() for k, v in _unique_state(model).items()}, str(epoch_file))
+        for old in sorted((work / "epochs").glob("epoch*.safetensors"))[:-args.average]:
+            old.unlink()
+        if val["bleu_tok_lc"] > state["best_bleu"]:
+            state["best_bleu"] = val["bleu_tok_lc"]
+            shutil.copy(epoch_file, work / "best.safetensors")
+        save_state(work / "last", model, optimizer, state)
+    return finish(args, translator, data, state, work, device)
+
+
+def finish(args, translator: Translator, data: dict, state: dict, work: Path, device) -> Translator:
+    """Pick the best of {best epoch, average of the last epochs} on validation BLEU and ship it to --out."""
+    model = translator.model
+    candidates = {"best_epoch": load_file(str(work / "best.safetensors"))}
+    epoch_files = sorted((work / "epochs").glob("epoch*.safetensors"))[-args.average:]
+    if len(epoch_files) > 1:
+        candidates[f"average_last_{len(epoch_files)}"] = average_weights(epoch_files)
+    results = {}
+    for name, weights in candidates.items():
+        model.load_state_dict(weights, strict=False)
+        results[name] = validate(translator, data["val"], device, args.label_smoothing)
+        print(f"{name}: {results[name]}")
+    chosen = max(results, key=lambda name: results[name]["bleu_tok_lc"])
+    model.load_state_dict(candidates[chosen], strict=False)
+    model.to("cpu").eval()
+    translator.metrics = {
+        "model": f"Transformer {args.src}->{args.tgt}",
+        "weights": chosen,
+        "decoding": {"beam_size": args.beam, "length_penalty": 1.0},
+        "validation_greedy": results[chosen],
+        "examples": pick_examples(load_pairs(args.data, "test", args.src, args.tgt)["src"][:200]),
+        "training": {
+            "data": f"{args.data} train ({len(data['train']['src'])} pairs)",
+            "command": "python -m model.train " + " ".join(sys.argv[1:]),
+            "epochs": state["epoch"], "steps": state["step"], "wall_seconds": round(state["seconds"]),
+            "hardware": hardware(device), "torch": torch.__version__,
+            "parameters": sum(p.numel() for p in model.parameters()), "history": state["history"],
+            "args": vars(args),
+        },
+    }
+    save_checkpoint(translator, args.out)
+    print(f"saved {args.out} ({chosen})")
+    return translator
+
+
+def main(argv: list[str] | None = None) -> None:
+    train(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+Post-LN residual blocks as in the paper, pre-LN ("On Layer Normalization in the
+Transformer Architecture", Xiong et al., 2020) as an option; sinusoidal positions
+as in the paper, learned positions (as in Gehring et al., 2017 and the PyTorch
+seq2seq tutorial) as an option.
+
+Every attention map can be returned: `attention()` is a pure function that gives
+`(output, weights)`, and the weights travel up the call chain into `Attention`.
+Nothing is stored on a module, so one loaded model can serve many users at once.
+Training may use the fused `scaled_dot_product_attention` kernel (`fused=True`);
+the inspection path computes the same numbers and a test proves they agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters that rebuild a `Transformer`; saved as config.json beside the weights."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 256
+    positional: str = "sinusoidal"  # or "learned"
+    norm: str = "post"  # or "pre"
+    tie_embeddings: bool = True  # target embedding shared with the output projection
+    pad_id: int = 0
+    architecture: str = "transformer"
+
+    def __post_init__(self):
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+        if self.norm not in ("post", "pre"):
+            raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
+
+    def to_dict(self) -> dict:
+        """The config as a JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass
+class Attention:
+    """Every attention map of one forward pass, stacked over layers.
+
+    encoder: (L_enc, B, H, S, S); decoder: (L_dec, B, H, T, T); cross: (L_dec, B, H, T, S).
+    """
+
+    encoder: Tensor | None
+    decoder: Tensor
+    cross: Tensor
+
+
+@dataclass
+class LayerCache:
+    """Keys and values one decoder layer has already computed, so a step never recomputes the prefix."""
+
+    self_keys: Tensor | None = None  # (B, H, t, d_head)
+    self_values: Tensor | None = None
+    cross_keys: Tensor | None = None  # (B, H, S, d_head), computed once from memory
+    cross_values: Tensor | None = None
+
+    def select(self, index: Tensor) -> LayerCache:
+        """The cache of the batch rows `index` (beam search reorders hypotheses with it)."""
+        return LayerCache(*(None if t is None else t.index_select(0, index) for t in
+                            (self.self_keys, self.self_values, self.cross_keys, self.cross_values)))
+
+
+def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+              dropout: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Scaled dot-product attention (eq. 1 of the paper); `mask` is True where attending is allowed."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (B, H, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    output = F.dropout(weights, dropout, training=dropout > 0) @ value
+    return output, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: h parallel heads of scaled dot-product attention, concatenated and projected."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, T, d_model) -> (B, H, T, d_head)."""
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.d_head).transpose(1, 2)
+
+    def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+                fused: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Attend from `query` (B, T, d_model) to already split `keys`/`values` (B, H, S, d_head)."""
+        q = self.split_heads(self.w_q(query))
+        dropout = self.dropout if self.training else 0.0
+        if fused:
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout)
+            weights = None
+        else:
+            out, weights = attention(q, keys, values, mask, dropout)
+        batch, _, length, _ = out.shape
+        out = out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T, d_model)
+        return self.w_o(out), weights
+
+    def project_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of `x`, split into heads: two tensors (B, H, S, d_head)."""
+        return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: Linear, ReLU, Linear (eq. 2)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.linear_in = nn.Linear(d_model, d_ff)
+        self.linear_out = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear_out(self.dropout(F.relu(self.linear_in(x))))
+
+
+class Residual(nn.Module):
+    """A sub-layer wrapped in dropout, a residual connection and LayerNorm (post-LN or pre-LN)."""
+
+    def __init__(self, d_model: int, dropout: float, norm: str):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = norm == "pre"
+
+    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
+        """Apply `sublayer`, which returns (output, attention weights or None)."""
+        out, weights = sublayer(self.norm(x) if self.pre_norm else x)
+        x = x + self.dropout(out)
+        return (x if self.pre_norm else self.norm(x)), weights
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.dropout)
+        self.attention_block = Residual(config.d_model, config.dropout, config.norm)
+        self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
+
+    def forward(self, x: Tensor, src_mask: Tensor, fused: bool) -> tuple[Tensor, Tensor | None]:
+        def self_attend(h):
+            return self.self_attention(h, *self.self_attention.project_keys_values(h), src_mask, fused)
+
+        x, weights = self.attention_block(x, self_attend)
+        x, _ = self.feed_forward_block(x, lambda h: (self.feed_forward(h), None))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, attention over the encoder output (cross-attention), then feed-forward."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
+        self.cross_attention = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.dropout)
+        self.self_attention_block = Residual(config.d_model, config.dropout, config.norm)
+        self.cross_attention_block = Residual(config.d_model, config.dropout, config.norm)
+        self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
+
+    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None, src_mask: Tensor,
+                cache: LayerCache | None, fused: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """With a `cache`, `x` holds only the new positions and the cache is extended in place."""
+
+        def self_attend(h):
+            keys, values = self.self_attention.project_keys_values(h)
+            if cache is not None:
+                if cache.self_keys is not None:
+                    keys = torch.cat([cache.self_keys, keys], dim=2)  # (B, H, t, d_head)
+                    values = torch.cat([cache.self_values, values], dim=2)
+                cache.self_keys, cache.self_values = keys, values
+            return self.self_attention(h, keys, values, tgt_mask, fused)
+
+        def cross_attend(h):
+            if cache is not None and cache.cross_keys is not None:
+                keys, values = cache.cross_keys, cache.cross_values
+            else:
+                keys, values = self.cross_attention.project_keys_values(memory)
+                if cache is not None:
+                    cache.cross_keys, cache.cross_values = keys, values
+            return self.cross_attention(h, keys, values, src_mask, fused)
+
+        x, self_weights = self.self_attention_block(x, self_attend)
+        x, cross_weights = self.cross_attention_block(x, cross_attend)
+        x, _ = self.feed_forward_block(x, lambda h: (self.feed_forward(h), None))
+        return x, self_weights, cross_weights
+
+
+class Embedding(nn.Module):
+    """Token embedding scaled by sqrt(d_model), plus sinusoidal or learned positions, then dropout."""
+
+    def __init__(self, vocab_size: int, config: ModelConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=config.pad_id)
+        self.scale = math.sqrt(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        if config.positional == "learned":
+            self.positions = nn.Embedding(config.max_len, config.d_model)
+        else:
+            self.positions = None
+            self.register_buffer("sinusoid", sinusoidal_positions(config.max_len, config.d_model),
+                                 persistent=False)
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+        """Embed ids (B, T) whose first position is `offset` (non-zero in cached decoding)."""
+        positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
+        position_vectors = self.positions(positions) if self.positions is not None else self.sinusoid[positions]
+        return self.dropout(self.tokens(ids) * self.scale + position_vectors)
+
+
+def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): a (max_len, d_model) table."""
+    position = torch.arange(max_len).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table
+
+
+def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """(B, 1, 1, S) mask, True at real tokens: every query may attend to every non-pad key."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer whose forward pass can return every attention map."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.src_embedding = Embedding(config.src_vocab_size, config)
+        self.tgt_embedding = Embedding(config.tgt_vocab_size, config)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
+        # Pre-LN leaves the residual stream un-normalised, so each stack ends with a LayerNorm.
+        pre = config.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(config.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(config.d_model) if pre else nn.Identity()
+        self.generator = nn.Linear(config.d_model, config.tgt_vocab_size)
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        if config.tie_embeddings:
+            self.generator.weight = self.tgt_embedding.tokens.weight
+
+    def encode(self, src: Tensor, need_weights: bool = False,
+               fused: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+        """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S), encoder attention (L, B, H, S, S)."""
+        src_mask = padding_mask(src, self.config.pad_id)
+        x = self.src_embedding(src)
+        maps = []
+        for layer in self.encoder_layers:
+            x, weights = layer(x, src_mask, fused and not need_weights)
+            maps.append(weights)
+        encoder_attention = torch.stack(maps) if need_weights else None
+        return self.encoder_norm(x), src_mask, encoder_attention
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[LayerCache] | None = None,
+               need_weights: bool = False, fused: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Target ids (B, T) -> logits (B, T, V), decoder self-attention (L, B, H, T, t), cross (L, B, H, T, S).
+
+        With `cache`, `tgt` holds only the new positions, which follow those already in the cache.
+        """
+        offset = 0 if cache is None or cache[0].self_keys is None else cache[0].self_keys.size(2)
+        length = tgt.size(1)
+        # A new position may attend to every cached one and causally among the new ones.
+        tgt_mask = torch.ones(length, offset + length, dtype=torch.bool, device=tgt.device).tril(offset)[None, None]
+        if cache is None:
+            tgt_mask = tgt_mask & padding_mask(tgt, self.config.pad_id)  # (B, 1, T, T)
+        x = self.tgt_embedding(tgt, offset)
+        self_maps, cross_maps = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, self_weights, cross_weights = layer(x, memory, tgt_mask, src_mask,
+                                                   None if cache is None else cache[i], fused and not need_weights)
+            self_maps.append(self_weights)
+            cross_maps.append(cross_weights)
+        logits = self.generator(self.decoder_norm(x))
+        if not need_weights:
+            return logits, None, None
+        return logits, torch.stack(self_maps), torch.stack(cross_maps)
+
+    def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False,
+                fused: bool = False) -> tuple[Tensor, Attention | None]:
+        """Teacher-forced pass: logits (B, T, V) for next-token prediction and, if asked, every attention map."""
+        memory, src_mask, encoder_attention = self.encode(src, need_weights, fused)
+        logits, decoder_attention, cross_attention = self.decode(tgt, memory, src_mask,
+                                                                 need_weights=need_weights, fused=fused)
+        if not need_weights:
+            return logits, None
+        return logits, Attention(encoder_attention, decoder_attention, cross_attention)
+
+    def new_cache(self) -> list[LayerCache]:
+        """An empty key/value cache, one entry per decoder layer."""
+        return [LayerCache() for _ in self.decoder_layers]

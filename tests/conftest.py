@@ -1,0 +1,89 @@
+"""Shared fixtures: tiny models and tiny Multi30k-like data that the tests make themselves."""
+
+import gzip
+import random
+
+import pytest
+import torch
+
+from model.transformer import ModelConfig, Transformer
+
+torch.set_num_threads(1)
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    """A model small enough to build and run in milliseconds."""
+    settings = dict(src_vocab_size=23, tgt_vocab_size=29, d_model=32, n_heads=4, n_encoder_layers=2,
+                    n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=64)
+    settings.update(overrides)
+    return ModelConfig(**settings)
+
+
+@pytest.fixture
+def tiny_model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(tiny_config()).eval()
+
+
+WORDS = {"a": "ein", "man": "Mann", "dog": "Hund", "runs": "läuft", "in": "im", "park": "Park",
+         "woman": "Frau", "red": "roter", "ball": "Ball", "plays": "spielt", "with": "mit", "child": "Kind"}
+
+
+def sentence_case(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
+
+
+def write_parallel(folder, sizes=(("train", 300), ("val", 30), ("test_2016_flickr", 30)), gz=True):
+    """Write a word-for-word toy 'Multi30k' (en/de) in the raw file layout."""
+    rng = random.Random(0)
+    for split, n in sizes:
+        english, german = [], []
+        for _ in range(n):
+            words = [rng.choice(list(WORDS)) for _ in range(rng.randint(3, 7))]
+            english.append(sentence_case(" ".join(words)))
+            german.append(sentence_case(" ".join(WORDS[w] for w in words)))
+        for lang, lines in (("en", english), ("de", german)):
+            text = "\n".join(lines) + "\n"
+            if gz:
+                with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                    f.write(text)
+            else:
+                (folder / f"{split}.{lang}").write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def toy_data(tmp_path):
+    folder = tmp_path / "multi30k"
+    folder.mkdir()
+    return write_parallel(folder)
+
+
+@pytest.fixture(scope="session")
+def app_module(tmp_path_factory):
+    """The app module, serving a toy en->de checkpoint trained here plus one broken checkpoint folder."""
+    import importlib
+    import os
+
+    from model import train
+
+    root = tmp_path_factory.mktemp("checkpoints")
+    data = write_parallel(tmp_path_factory.mktemp("multi30k"))
+    train.main(["--data", str(data), "--out", str(root / "toy-en-de"), "--work", str(tmp_path_factory.mktemp("work")),
+                "--epochs", "12", "--d-model", "64", "--heads", "4", "--d-ff", "128", "--encoder-layers", "2",
+                "--decoder-layers", "2", "--max-tokens", "600", "--warmup", "20", "--lr", "3e-3", "--min-freq", "1",
+                "--threads", "1", "--dropout", "0"])
+    (root / "broken").mkdir()
+    (root / "broken" / "config.json").write_text("{ not json", encoding="utf-8")
+    os.environ["CHECKPOINTS"] = str(root)
+    import app
+
+    return importlib.reload(app)
+
+
+@pytest.fixture(scope="session")
+def server(app_module):
+    """The app launched on a free loopback port; yields its URL."""
+    app_module.demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True)
+    yield app_module.demo.local_url
+    app_module.demo.close()

@@ -1,0 +1,88 @@
+"""Checkpoint folders round-trip, and every broken one gives an error that names the file."""
+
+import json
+
+import pytest
+import torch
+
+from model.checkpoint import CONFIG, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from model.transformer import Transformer
+from model.translator import InputError, Translator
+from model.vocab import SPECIALS, Tokenizer, Truecaser, Vocab
+
+from tests.conftest import tiny_config
+
+
+@pytest.fixture
+def saved(tmp_path):
+    torch.manual_seed(0)
+    src_vocab = Vocab(list(SPECIALS) + [f"en{i}" for i in range(19)] + ["dog"])
+    tgt_vocab = Vocab(list(SPECIALS) + [f"de{i}" for i in range(24)] + ["hund"])
+    model = Transformer(tiny_config(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab))).eval()
+    translator = Translator(model, Tokenizer("en"), Tokenizer("de"), src_vocab, tgt_vocab,
+                            Truecaser({"hund": "Hund"}), {"note": "tiny"})
+    folder = tmp_path / "tiny-en-de"
+    save_checkpoint(translator, folder)
+    return translator, folder
+
+
+def test_save_load_round_trip(saved):
+    translator, folder = saved
+    assert sorted(p.name for p in folder.iterdir()) == sorted([WEIGHTS, CONFIG, VOCAB, METRICS])
+    loaded = load_checkpoint(folder)
+    assert loaded.model.config == translator.model.config
+    assert loaded.src_vocab.itos == translator.src_vocab.itos and loaded.tgt_vocab.itos == translator.tgt_vocab.itos
+    assert loaded.truecaser.forms == {"hund": "Hund"} and loaded.metrics == {"note": "tiny"}
+    assert loaded.model.generator.weight is loaded.model.tgt_embedding.tokens.weight  # still tied
+    src, tgt = torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7, 8]])
+    torch.testing.assert_close(loaded.model(src, tgt)[0], translator.model(src, tgt)[0])
+    assert loaded.trace("dog en1 cat").source_tokens == ["dog", "en1", "cat", "<eos>"]
+    assert loaded.trace("dog en1 cat").unknown == [False, False, True, False]
+
+
+def test_trace_rejects_empty_and_too_long_input(saved):
+    translator, _ = saved
+    with pytest.raises(InputError, match="empty"):
+        translator.trace("   ")
+    with pytest.raises(InputError, match="at most 63"):
+        translator.trace("dog " * 100)
+
+
+def corrupt(folder, name, content):
+    path = folder / name
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+
+
+def add_target_token(vocab_json: str, token: str) -> str:
+    data = json.loads(vocab_json)
+    data["tgt"]["itos"].append(token)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda f: (f / WEIGHTS).unlink(), "missing file .*model.safetensors"),
+    (lambda f: (f / CONFIG).unlink(), "missing file .*config.json"),
+    (lambda f: (f / VOCAB).unlink(), "missing file .*vocab.json"),
+    (lambda f: corrupt(f, WEIGHTS, (f / WEIGHTS).read_bytes()[:200]), "model.safetensors is not a readable"),
+    (lambda f: corrupt(f, WEIGHTS, b"\x00" * 64), "model.safetensors is not a readable"),
+    (lambda f: corrupt(f, CONFIG, "{not json"), "config.json is not valid JSON"),
+    (lambda f: corrupt(f, CONFIG, json.dumps({**json.loads((f / CONFIG).read_text()), "d_model": 48})),
+     "model.safetensors does not match config.json: .*shape mismatch"),
+    (lambda f: corrupt(f, CONFIG, json.dumps({**json.loads((f / CONFIG).read_text()), "n_encoder_layers": 3})),
+     "model.safetensors does not match config.json: missing"),
+    (lambda f: corrupt(f, CONFIG, json.dumps({**json.loads((f / CONFIG).read_text()), "colour": "red"})),
+     "config.json is not a valid model config"),
+    (lambda f: corrupt(f, VOCAB, json.dumps({"src": {"itos": ["x"]}})), "vocab.json is not a valid vocabulary"),
+    (lambda f: corrupt(f, VOCAB, add_target_token((f / VOCAB).read_text(), "katze")),
+     "vocab.json: the target vocabulary has 30 tokens but .*config.json says 29"),
+])
+def test_broken_checkpoints_name_the_file(saved, damage, message):
+    _, folder = saved
+    damage(folder)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(folder)
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "nothing")

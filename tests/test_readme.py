@@ -1,0 +1,44 @@
+"""The README tells the truth: its commands are the ones CI runs, its Space header matches the pins."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+CI = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+REQUIREMENTS = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().split())
+
+
+def readme_commands() -> list[str]:
+    """Every command in the README's bash blocks, without comments."""
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    return [line.split("#")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_setup_is_install_then_run_the_app():
+    commands = readme_commands()
+    assert commands[:2] == ["pip install -r requirements.txt", "python app.py"]
+
+
+def test_ci_installs_and_runs_the_readme_test_command():
+    assert "pip install -q -r requirements.txt" in CI
+    assert "python -m pytest -q" in readme_commands()
+    assert CI.strip().splitlines()[-1] == "python -m pytest -q"
+
+
+def test_every_requirement_is_pinned_and_torch_is_the_cpu_build_on_disk():
+    assert REQUIREMENTS["torch"] == "2.13.0"
+    assert all(re.fullmatch(r"\d+(\.\d+)*", version) for version in REQUIREMENTS.values())
+
+
+def test_space_header_matches_requirements():
+    header = README.split("---")[1]
+    fields = dict(line.split(": ", 1) for line in header.strip().splitlines())
+    assert fields["sdk"] == "gradio" and fields["app_file"] == "app.py"
+    assert fields["sdk_version"] == REQUIREMENTS["gradio"]
+    assert (ROOT / fields["app_file"]).is_file()
+
+
+def test_readme_image_exists():
+    for path in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README):
+        assert (ROOT / path).is_file(), path

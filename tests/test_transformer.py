@@ -1,0 +1,117 @@
+"""The network: attention maps are distributions, masks hold, fused and inspection paths agree."""
+
+import pytest
+import torch
+
+from model.decoding import greedy_decode, greedy_trace
+from model.transformer import ModelConfig, Transformer, attention
+from model.vocab import EOS_ID, PAD_ID, SOS_ID
+
+from tests.conftest import tiny_config
+
+
+def padded_batch():
+    """Two sources and targets, the second of each padded."""
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
+    tgt = torch.tensor([[SOS_ID, 11, 12, 13], [SOS_ID, 14, PAD_ID, PAD_ID]])
+    return src, tgt
+
+
+def test_attention_function_returns_normalised_weights():
+    q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8)
+    out, weights = attention(q, k, v)
+    assert out.shape == (2, 3, 4, 8) and weights.shape == (2, 3, 4, 5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4))
+    torch.testing.assert_close(out, weights @ v)
+
+
+def test_every_attention_row_sums_to_one(tiny_model):
+    src, tgt = padded_batch()
+    _, maps = tiny_model(src, tgt, need_weights=True)
+    assert maps.encoder.shape == (2, 2, 4, 5, 5)  # (L, B, H, S, S)
+    assert maps.decoder.shape == (2, 2, 4, 4, 4)
+    assert maps.cross.shape == (2, 2, 4, 4, 5)
+    for weights in (maps.encoder, maps.decoder, maps.cross):
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+def test_decoder_self_attention_is_causal(tiny_model):
+    src, tgt = padded_batch()
+    _, maps = tiny_model(src, tgt, need_weights=True)
+    future = torch.ones(4, 4, dtype=torch.bool).triu(1)
+    assert maps.decoder[..., future].abs().max() == 0
+    assert maps.decoder[:, 0][..., ~future].min() > 0  # the unpadded sentence: every allowed key is used
+    # Changing a later target token leaves earlier positions' outputs untouched.
+    changed = tgt.clone()
+    changed[0, 3] = 20
+    logits, _ = tiny_model(src, tgt)
+    logits_changed, _ = tiny_model(src, changed)
+    torch.testing.assert_close(logits[0, :3], logits_changed[0, :3])
+
+
+def test_padded_positions_get_zero_weight(tiny_model):
+    src, tgt = padded_batch()
+    _, maps = tiny_model(src, tgt, need_weights=True)
+    assert maps.encoder[:, 1, :, :, 3:].abs().max() == 0  # source pads as keys
+    assert maps.cross[:, 1, :, :, 3:].abs().max() == 0
+    assert maps.decoder[:, 1, :, :, 2:].abs().max() == 0  # target pads as keys
+    # Padding does not change the real tokens' results: the short sentence alone gives the same.
+    logits_alone, _ = tiny_model(src[1:, :3], tgt[1:, :2])
+    logits_batch, _ = tiny_model(src, tgt)
+    torch.testing.assert_close(logits_batch[1, :2], logits_alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm,positional", [("post", "sinusoidal"), ("pre", "learned")])
+def test_fused_sdpa_path_matches_inspection_path(norm, positional):
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(norm=norm, positional=positional)).eval()
+    src, tgt = padded_batch()
+    fused, _ = model(src, tgt, fused=True)
+    inspected, maps = model(src, tgt, need_weights=True)
+    torch.testing.assert_close(fused, inspected, atol=1e-5, rtol=1e-5)
+    assert maps is not None
+
+
+def test_cached_greedy_trace_equals_full_recomputation(tiny_model):
+    src_ids = [5, 6, 7, 8, 9, EOS_ID]
+    trace = greedy_trace(tiny_model, src_ids, max_len=8)
+    assert len(trace) == 8 or trace.token_ids[-1] == EOS_ID
+    # Recompute every step at once, teacher-forced on the trace's own choices.
+    src = torch.tensor([src_ids])
+    tgt = torch.tensor([trace.decoder_input_ids])
+    logits, maps = tiny_model(src, tgt, need_weights=True)
+    logits[..., [PAD_ID, SOS_ID]] = float("-inf")  # decoding never emits these
+    assert logits[0].argmax(-1).tolist() == trace.token_ids
+    torch.testing.assert_close(torch.from_numpy(trace.encoder_attention), maps.encoder[:, 0])
+    torch.testing.assert_close(torch.from_numpy(trace.decoder_attention), maps.decoder[:, 0], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(trace.cross_attention), maps.cross[:, 0], atol=1e-6, rtol=1e-5)
+    probabilities = logits[0].softmax(-1)
+    torch.testing.assert_close(torch.from_numpy(trace.probabilities),
+                               probabilities.max(-1).values, atol=1e-6, rtol=1e-5)
+    assert (trace.top_ids[:, 0] == trace.token_ids).all()
+    assert (trace.top_probabilities[:, :-1] >= trace.top_probabilities[:, 1:]).all()
+    # The batched greedy decoder agrees with the trace.
+    expected = [t for t in trace.token_ids if t != EOS_ID]
+    assert greedy_decode(tiny_model, src, max_len=8) == [expected]
+
+
+def test_paper_base_configuration_is_constructible():
+    config = ModelConfig(src_vocab_size=1000, tgt_vocab_size=1000)
+    assert (config.d_model, config.n_heads, config.n_encoder_layers, config.n_decoder_layers, config.d_ff) == \
+        (512, 8, 6, 6, 2048)
+    model = Transformer(config)
+    per_layer = sum(p.numel() for p in model.encoder_layers[0].parameters())
+    assert per_layer == 4 * (512 * 512 + 512) + 512 * 2048 + 2048 + 2048 * 512 + 512 + 2 * 2 * 512
+
+
+def test_tied_embeddings_share_one_tensor():
+    model = Transformer(tiny_config(src_vocab_size=29))
+    assert model.generator.weight is model.tgt_embedding.tokens.weight
+    untied = Transformer(tiny_config(tie_embeddings=False))
+    assert untied.generator.weight is not untied.tgt_embedding.tokens.weight
+
+
+@pytest.mark.parametrize("bad", [dict(d_model=30, n_heads=4), dict(norm="sandwich"), dict(positional="rotary")])
+def test_config_rejects_impossible_settings(bad):
+    with pytest.raises(ValueError):
+        tiny_config(**bad)

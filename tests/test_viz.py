@@ -1,0 +1,112 @@
+"""Figure builders: the heatmap shows exactly the requested slice, labels are inert text, duplicates stay apart."""
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from viz.attention import attention_heatmap, escape, probability_bars
+from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure,
+                       candidates_figure, overview_figure, translation_figure)
+
+HOSTILE = '<img src=x onerror="alert(1)">'
+
+
+def random_maps(rng, *shape):
+    weights = rng.random(shape)
+    return weights / weights.sum(-1, keepdims=True)
+
+
+@pytest.fixture
+def trace():
+    rng = np.random.default_rng(0)
+    source = ["a", "dog", "and", "a", HOSTILE, "<eos>"]
+    target = ["ein", "hund", "und", "ein", "<script>", "<eos>"]
+    decoder = random_maps(rng, 2, 4, 6, 6) * np.tril(np.ones((6, 6)))
+    return TraceArrays(
+        source_tokens=source, decoder_tokens=["<sos>"] + target[:-1], target_tokens=target,
+        probabilities=rng.random(6), top_tokens=[[t, "x", "y"] for t in target],
+        top_probabilities=np.sort(rng.random((6, 3)))[:, ::-1],
+        encoder=random_maps(rng, 3, 4, 6, 6), decoder=decoder / decoder.sum(-1, keepdims=True),
+        cross=random_maps(rng, 2, 4, 6, 6))
+
+
+@pytest.mark.parametrize("kind,rows,cols", [(ENCODER, 6, 6), (DECODER, 3, 3), (CROSS, 3, 6)])
+def test_heatmap_data_is_the_selected_layer_head_and_step(trace, kind, rows, cols):
+    figure = attention_figure(trace, kind, layer=1, head=2, step=2)
+    z = np.array(figure.data[0].z)
+    assert z.shape == (rows, cols)
+    np.testing.assert_allclose(z, trace.maps(kind)[1, 2, :rows, :cols])
+    assert figure.data[0].zmin == 0 and figure.data[0].zmax == 1  # fixed scale across heads
+
+
+def test_mean_of_heads_and_all_heads(trace):
+    mean = attention_figure(trace, CROSS, layer=0, head=MEAN, step=5)
+    np.testing.assert_allclose(np.array(mean.data[0].z), trace.cross[0].mean(axis=0))
+    every = attention_figure(trace, CROSS, layer=0, head=ALL_HEADS, step=5)
+    assert len(every.data) == 4
+    for h, heatmap in enumerate(every.data):
+        np.testing.assert_allclose(np.array(heatmap.z), trace.cross[0, h])
+    assert every.layout.coloraxis.cmin == 0 and every.layout.coloraxis.cmax == 1
+
+
+def test_overview_has_every_layer_and_head(trace):
+    figure = overview_figure(trace, ENCODER, step=0)
+    assert len(figure.data) == 3 * 4
+    np.testing.assert_allclose(np.array(figure.data[4 + 3].z), trace.encoder[1, 3])
+
+
+def test_current_step_row_is_highlighted(trace):
+    figure = attention_figure(trace, CROSS, layer=0, head=0, step=3)
+    (shape,) = figure.layout.shapes
+    assert (shape.y0, shape.y1) == (2.5, 3.5)
+    assert attention_figure(trace, ENCODER, layer=0, head=0, step=3).layout.shapes == ()
+
+
+def test_duplicate_tokens_stay_separate_rows_and_columns(trace):
+    figure = attention_figure(trace, ENCODER, layer=0, head=0, step=0)
+    x, y = list(figure.data[0].x), list(figure.data[0].y)
+    assert x[0] == "0: a" and x[3] == "3: a" and len(set(x)) == len(set(y)) == 6
+    assert list(figure.layout.xaxis.categoryarray) == x and list(figure.layout.xaxis.tickvals) == x
+    assert list(figure.layout.xaxis.ticktext).count("a") == 2
+
+
+def test_user_text_is_escaped_everywhere(trace):
+    figures = [attention_figure(trace, kind, 0, head, 5) for kind in (ENCODER, DECODER, CROSS)
+               for head in (0, MEAN, ALL_HEADS)]
+    figures += [overview_figure(trace, CROSS, 5), translation_figure(trace, 4), candidates_figure(trace, 4)]
+    for figure in figures:
+        text = figure.to_json()
+        assert "<img" not in text and "<script" not in text
+        assert "&lt;" in text
+    ticks = attention_figure(trace, ENCODER, 0, 0, 0).layout.xaxis.ticktext
+    assert ticks[4] == '&lt;img src=x onerror="alert(1)"&gt;'
+    assert attention_figure(trace, ENCODER, 0, 0, 0).data[0].x[4] == "4: " + ticks[4]  # what the hover shows
+
+
+def test_step_title_escapes_and_describes_the_step(trace):
+    title = attention_figure(trace, CROSS, 0, 0, 4).layout.title.text
+    assert "step 5 of 6" in title and "&lt;script&gt;" in title
+
+
+def test_figures_pass_plotly_full_validation(trace):
+    """Figures are built without per-property validation for speed; here they get the full check."""
+    figures = [attention_figure(trace, CROSS, 1, head, 3) for head in (0, MEAN, ALL_HEADS)]
+    figures += [overview_figure(trace, DECODER, 4), translation_figure(trace, 2), candidates_figure(trace, 2)]
+    for figure in figures:
+        go.Figure(figure.to_dict())  # raises on any invalid property or value
+
+
+def test_heatmap_rejects_mismatched_labels():
+    with pytest.raises(ValueError, match="do not match"):
+        attention_heatmap(np.zeros((2, 3)), ["a", "b"], ["x", "y"], "t")
+
+
+def test_probability_bars_highlight_and_values():
+    figure = probability_bars(["ein", "ein", "<b>"], np.array([0.9, 0.5, 0.1]), "p", highlight=1)
+    assert list(figure.data[0].y) == [0.9, 0.5, 0.1]
+    assert figure.data[0].marker.color[1] != figure.data[0].marker.color[0]
+    assert list(figure.layout.xaxis.ticktext) == ["ein", "ein", "&lt;b&gt;"]
+
+
+def test_escape_is_plain_html_escaping():
+    assert escape(["a&b", "\"'", "<i>"]) == ["a&amp;b", "\"'", "&lt;i&gt;"]

@@ -1,0 +1,132 @@
+"""Plotly figures of attention maps and token probabilities: numpy arrays + tokens in, `go.Figure` out.
+
+Pure functions (no gradio, no torch). Every label is HTML-escaped, because Plotly renders a subset of
+HTML in tick labels, titles and hover text, and tokens come from whatever a user typed. Each axis is
+a category axis whose values are "position: token" (unique, so two identical tokens stay two separate
+rows or columns, and the hover names both the position and the token) and whose tick labels show the
+bare token. The colour scale is fixed to 0-1 so heads and layers can be compared by eye.
+
+Figures are assembled from plain dicts without Plotly's per-property validation: that validation
+costs ~10x the rest on a step change. A test checks every figure kind against the full validator.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+
+COLORSCALE = "Blues"
+HIGHLIGHT = "#d62728"
+HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{meta}</extra>"
+
+
+def escape_text(text: str) -> str:
+    """Text shown literally by Plotly, which renders a subset of HTML in labels and titles.
+
+    Escaping <, > and & is enough: without "<" no tag can start (and Plotly does not decode &quot;).
+    """
+    return html.escape(text, quote=False)
+
+
+def escape(tokens: list[str]) -> list[str]:
+    """Tokens as literal text for Plotly labels."""
+    return [escape_text(t) for t in tokens]
+
+
+def positions(tokens: list[str]) -> list[str]:
+    """Unique category values "i: token" (escaped), one per position."""
+    return [f"{i}: {t}" for i, t in enumerate(escape(tokens))]
+
+
+def _figure(data: list[dict], layout: dict) -> go.Figure:
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+def _token_axis(tokens: list[str], **extra) -> dict:
+    return dict(type="category", categoryorder="array", categoryarray=positions(tokens),
+                tickmode="array", tickvals=positions(tokens), ticktext=escape(tokens), **extra)
+
+
+def _row_outline(row: int, n_keys: int, xref: str = "x", yref: str = "y", width: float = 3) -> dict:
+    """A rectangle around one query row (the current decoding step)."""
+    return dict(type="rect", xref=xref, yref=yref, x0=-0.5, x1=n_keys - 0.5, y0=row - 0.5, y1=row + 0.5,
+                line=dict(color=HIGHLIGHT, width=width), fillcolor="rgba(0,0,0,0)")
+
+
+def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], label: str, **extra) -> dict:
+    return dict(type="heatmap", z=np.asarray(weights, dtype=float), x=positions(key_tokens),
+                y=positions(query_tokens), zmin=0.0, zmax=1.0, hovertemplate=HOVER, meta=escape_text(label),
+                **extra)
+
+
+def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str,
+                      highlight_row: int | None = None, query_label: str = "query",
+                      key_label: str = "key") -> go.Figure:
+    """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row."""
+    weights = np.asarray(weights)
+    if weights.shape != (len(query_tokens), len(key_tokens)):
+        raise ValueError(f"weights {weights.shape} do not match {len(query_tokens)} queries x {len(key_tokens)} keys")
+    heatmap = _heatmap(weights, query_tokens, key_tokens, "", colorscale=COLORSCALE,
+                       colorbar=dict(title=dict(text="weight")))
+    return _figure([heatmap], dict(
+        title=dict(text=escape_text(title)), margin=dict(l=10, r=10, t=90, b=10),
+        height=max(340, 150 + 26 * len(query_tokens)), plot_bgcolor="white",
+        xaxis=_token_axis(key_tokens, title=dict(text=key_label), side="top", tickangle=-45),
+        yaxis=_token_axis(query_tokens, title=dict(text=query_label), autorange="reversed"),
+        shapes=[] if highlight_row is None else [_row_outline(highlight_row, len(key_tokens))],
+    ))
+
+
+def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str,
+              row_labels: list[str], col_labels: list[str], highlight_row: int | None = None) -> go.Figure:
+    """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads."""
+    weights = np.asarray(weights)
+    rows, cols = weights.shape[:2]
+    gap_x, gap_y = 0.012, 0.25 / max(rows, 1) if rows > 1 else 0.0
+    width, height = (1 - gap_x * (cols - 1)) / cols, (1 - gap_y * (rows - 1)) / rows
+    data, layout, annotations, shapes = [], {}, [], []
+    show_x_labels = rows == 1 and len(key_tokens) * cols <= 80
+    for r in range(rows):
+        for c in range(cols):
+            n = r * cols + c + 1
+            suffix = "" if n == 1 else str(n)
+            name = f"{row_labels[r]} {col_labels[c]}".strip()
+            data.append(_heatmap(weights[r, c], query_tokens, key_tokens, name, coloraxis="coloraxis",
+                                 xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+            x0, y1 = c * (width + gap_x), 1 - r * (height + gap_y)
+            layout[f"xaxis{suffix}"] = _token_axis(key_tokens, domain=[x0, x0 + width], anchor=f"y{suffix}",
+                                                   showticklabels=show_x_labels, tickangle=-45,
+                                                   tickfont=dict(size=9))
+            layout[f"yaxis{suffix}"] = _token_axis(query_tokens, domain=[y1 - height, y1], anchor=f"x{suffix}",
+                                                   autorange="reversed", showticklabels=c == 0,
+                                                   tickfont=dict(size=9))
+            annotations.append(dict(text=escape_text(name), x=x0 + width / 2, y=y1, xref="paper", yref="paper",
+                                    xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=10)))
+            if highlight_row is not None:
+                shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
+    panel = max(150, 14 * len(query_tokens))
+    layout.update(
+        title=dict(text=escape_text(title)), coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0),
+        height=int(130 + rows * panel * (1 + gap_y)), margin=dict(l=10, r=10, t=90, b=10),
+        plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
+    )
+    return _figure(data, layout)
+
+
+def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str,
+                     highlight: int | None = None) -> go.Figure:
+    """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates)."""
+    probabilities = np.asarray(probabilities, dtype=float)
+    colors = ["#1f77b4"] * len(tokens)
+    if highlight is not None and 0 <= highlight < len(tokens):
+        colors[highlight] = HIGHLIGHT
+    bars = dict(type="bar", x=positions(tokens), y=probabilities, marker=dict(color=colors),
+                hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>",
+                text=[f"{p:.2f}" for p in probabilities], textposition="outside")
+    return _figure([bars], dict(
+        title=dict(text=escape_text(title)), height=260, margin=dict(l=10, r=10, t=40, b=10),
+        xaxis=_token_axis(tokens, tickangle=-45), yaxis=dict(range=[0, 1.15], title=dict(text="probability")),
+        plot_bgcolor="white",
+    ))
