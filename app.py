@@ -41,6 +41,7 @@ def model_choices() -> list[tuple[str, str]]:
 
 
 def load_status() -> str:
+    """What went wrong while loading checkpoints, for the status box (empty when all loaded)."""
     lines = [f"Checkpoint {name} could not be loaded: {error}" for name, error in LOAD_ERRORS.items()]
     if not TRANSLATORS:
         lines.insert(0, f"No usable checkpoint in {CHECKPOINT_ROOT}: translation is unavailable.")
@@ -48,6 +49,7 @@ def load_status() -> str:
 
 
 def examples_for(model_name: str | None) -> list[str]:
+    """The example sentences a checkpoint ships in its metrics.json (real Multi30k test sentences)."""
     translator = TRANSLATORS.get(model_name)
     return list(translator.metrics.get("examples", [])) if translator else []
 
@@ -63,18 +65,22 @@ def to_arrays(traced: TracedTranslation) -> TraceArrays:
 
 
 def head_choices(trace: TraceArrays, kind: str) -> list[str]:
+    """Head dropdown entries for one attention kind."""
     return [MEAN, ALL_HEADS] + [f"Head {h + 1}" for h in range(trace.heads(kind))]
 
 
 def layer_choices(trace: TraceArrays, kind: str) -> list[str]:
+    """Layer dropdown entries for one attention kind (encoder and decoder may differ in depth)."""
     return [f"Layer {i + 1}" for i in range(trace.layers(kind))]
 
 
 def parse_head(head: str) -> int | str:
+    """"Head 3" -> 2 (an index); "Mean of heads" and "All heads" pass through."""
     return int(head.split()[-1]) - 1 if head.startswith("Head ") else head
 
 
 def parse_layer(layer: str) -> int:
+    """"Layer 2" -> 1 (an index)."""
     return int(layer.split()[-1]) - 1 if layer else 0
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_model
+from safetensors.torch import load_file, save_file
 
 from model.transformer import ModelConfig, Transformer
 from model.translator import Translator
@@ -20,11 +20,27 @@ class CheckpointError(RuntimeError):
     """A checkpoint folder that cannot be loaded; the message names the file at fault."""
 
 
-def save_checkpoint(translator: Translator, folder: str | Path) -> None:
-    """Write `translator` as a self-describing checkpoint folder."""
+def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict with each tensor once: tied weights (embedding = output projection) under one name."""
+    seen, out = set(), {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            out[name] = tensor
+    return out
+
+
+def save_weights(model: torch.nn.Module, path: Path, dtype: torch.dtype | None = None) -> None:
+    """Write the model's weights as safetensors, optionally cast (float16 halves a shipped checkpoint)."""
+    save_file({name: (t if dtype is None else t.to(dtype)).contiguous()
+               for name, t in unique_state_dict(model).items()}, str(path))
+
+
+def save_checkpoint(translator: Translator, folder: str | Path, dtype: torch.dtype = torch.float16) -> None:
+    """Write `translator` as a self-describing checkpoint folder (weights stored as `dtype`, loaded as float32)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_model(translator.model, str(folder / WEIGHTS))
+    save_weights(translator.model, folder / WEIGHTS, dtype)
     write_json(folder / CONFIG, translator.model.config.to_dict())
     write_json(folder / VOCAB, {
         "src": {"lang": translator.src_tokenizer.lang, "lowercase": translator.src_tokenizer.lowercase,
@@ -72,7 +88,7 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
             missing and f"missing {missing[:3]}", unexpected and f"unexpected {unexpected[:3]}",
             wrong_shape and f"shape mismatch {wrong_shape[:3]}") if part)
         raise CheckpointError(f"{path} does not match config.json: {problems}")
-    model.load_state_dict(state, strict=False)
+    model.load_state_dict({name: t.to(expected[name].dtype) for name, t in state.items()}, strict=False)
 
 
 def _is_tied_alias(model: torch.nn.Module, name: str, state: dict) -> bool:

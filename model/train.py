@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.checkpoint import load_weights, read_json, save_checkpoint, write_json
+from model.checkpoint import load_weights, read_json, save_checkpoint, save_weights, write_json
 from model.data import make_batch, load_pairs, token_batches
 from model.evaluate import DEFAULT_DATA, score
 from model.transformer import ModelConfig, Transformer
@@ -135,23 +135,13 @@ def save_state(folder: Path, model, optimizer, trainer_state: dict) -> None:
     """Everything needed to resume: weights, optimizer moments, RNG, counters (written atomically)."""
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
-    save_file({name: t.contiguous() for name, t in _unique_state(model).items()}, str(tmp / "model.safetensors"))
+    save_weights(model, tmp / "model.safetensors")
     save_file({**optimizer_tensors(optimizer), "rng.torch_rng": torch.get_rng_state()},
               str(tmp / "optimizer.safetensors"))
     write_json(tmp / "trainer_state.json", trainer_state)
     if folder.exists():
         shutil.rmtree(folder)
     tmp.rename(folder)
-
-
-def _unique_state(model) -> dict[str, torch.Tensor]:
-    """State dict without tied aliases (safetensors stores each tensor once)."""
-    seen, out = set(), {}
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            out[name] = tensor
-    return out
 
 
 def load_state(folder: Path, model, optimizer) -> dict:
@@ -260,7 +250,7 @@ def train(args) -> Translator:
         state["history"].append(record)
         print(" ".join(f"{k}={v}" for k, v in record.items()), flush=True)
         epoch_file = work / "epochs" / f"epoch{epoch:03d}.safetensors"
-        save_file({k: v.contiguous() for k, v in _unique_state(model).items()}, str(epoch_file))
+        save_weights(model, epoch_file)
         for old in sorted((work / "epochs").glob("epoch*.safetensors"))[:-args.average]:
             old.unlink()
         if val["bleu_tok_lc"] > state["best_bleu"]:

@@ -24,6 +24,7 @@ def test_train_then_evaluate(toy_data, tmp_path, capsys):
     assert metrics["training"]["epochs"] == 3 and metrics["decoding"]["beam_size"] == 2
     assert [h["epoch"] for h in metrics["training"]["history"]] == [1, 2, 3]
     assert metrics["weights"] in ("best_epoch", "average_last_2")
+    assert len(metrics["examples"]) == 6 and all(isinstance(e, str) for e in metrics["examples"])
     translator = load_checkpoint(out)
     assert translator.truecaser.forms.get("hund") == "Hund"  # learned from the cased German side
 
