@@ -114,6 +114,8 @@ def translate(model_name: str, text: str, kind: str, layer: str, head: str, mode
     step = 0
     unknown = [t for t, u in zip(traced.source_tokens, traced.unknown) if u]
     message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
+    if len(kinds) < len(KINDS):
+        message += " This model has no self-attention: only its cross-attention exists to show."
     if traced.target_tokens[-1] != "<eos>":
         message += f" Stopped at the length limit of {len(traced.target_tokens)} tokens."
     return (trace, traced.text, message, source_highlights(traced),

@@ -9,11 +9,14 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from model.rnn import RNNConfig, RNNSeq2Seq
 from model.transformer import ModelConfig, Transformer
 from model.translator import Translator
 from model.vocab import Tokenizer, Truecaser, Vocab
 
 WEIGHTS, CONFIG, VOCAB, METRICS = "model.safetensors", "config.json", "vocab.json", "metrics.json"
+# config.json's "architecture" names the config class and the network it rebuilds.
+ARCHITECTURES = {"transformer": (ModelConfig, Transformer), "rnn": (RNNConfig, RNNSeq2Seq)}
 
 
 class CheckpointError(RuntimeError):
@@ -46,7 +49,8 @@ def save_checkpoint(translator: Translator, folder: str | Path, dtype: torch.dty
         "src": {"lang": translator.src_tokenizer.lang, "lowercase": translator.src_tokenizer.lowercase,
                 "itos": translator.src_vocab.itos},
         "tgt": {"lang": translator.tgt_tokenizer.lang, "lowercase": translator.tgt_tokenizer.lowercase,
-                "itos": translator.tgt_vocab.itos, "truecase": translator.truecaser.forms},
+                "itos": translator.tgt_vocab.itos, "truecase": translator.truecaser.forms,
+                "capitalize_first": translator.truecaser.capitalize_first},
     })
     write_json(folder / METRICS, translator.metrics)
 
@@ -97,11 +101,20 @@ def _is_tied_alias(model: torch.nn.Module, name: str, state: dict) -> bool:
                for other in model.state_dict() if other != name)
 
 
-def load_config(folder: Path) -> ModelConfig:
-    """The ModelConfig saved in `folder`/config.json."""
+def build_model(config: ModelConfig | RNNConfig) -> torch.nn.Module:
+    """The untrained network that `config` describes."""
+    return ARCHITECTURES[config.architecture][1](config)
+
+
+def load_config(folder: Path) -> ModelConfig | RNNConfig:
+    """The config saved in `folder`/config.json, of the class its "architecture" names."""
     data = read_json(folder / CONFIG)
+    architecture = data.get("architecture", "transformer")
+    if architecture not in ARCHITECTURES:
+        raise CheckpointError(f"{folder / CONFIG}: unknown architecture {architecture!r} "
+                              f"(known: {', '.join(ARCHITECTURES)})")
     try:
-        return ModelConfig(**data)
+        return ARCHITECTURES[architecture][0](**data)
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{folder / CONFIG} is not a valid model config: {error}") from error
 
@@ -118,7 +131,7 @@ def load_checkpoint(folder: str | Path) -> Translator:
         src_vocab, tgt_vocab = Vocab(src["itos"]), Vocab(tgt["itos"])
         src_tokenizer = Tokenizer(src["lang"], src["lowercase"])
         tgt_tokenizer = Tokenizer(tgt["lang"], tgt["lowercase"])
-        truecaser = Truecaser(tgt.get("truecase", {}))
+        truecaser = Truecaser(tgt.get("truecase", {}), tgt.get("capitalize_first", True))
     except (KeyError, TypeError, ValueError, ImportError) as error:
         raise CheckpointError(f"{folder / VOCAB} is not a valid vocabulary file: {error!r}") from error
     for side, vocab, size in (("source", src_vocab, config.src_vocab_size),
@@ -126,7 +139,7 @@ def load_checkpoint(folder: str | Path) -> Translator:
         if len(vocab) != size:
             raise CheckpointError(f"{folder / VOCAB}: the {side} vocabulary has {len(vocab)} tokens "
                                   f"but {folder / CONFIG} says {size}")
-    model = Transformer(config)
+    model = build_model(config)
     load_weights(model, folder / WEIGHTS)
     model.eval()
     metrics = read_json(folder / METRICS) if (folder / METRICS).is_file() else {}

@@ -4,6 +4,7 @@ Two sources: the Hugging Face hub id `bentrevett/multi30k` (en/de, for users onl
 or a local folder of raw Multi30k task-1 files laid out as
 `train.en.gz`, `val.de.gz`, `test_2016_flickr.fr.gz`, ... (gzipped or plain text,
 one sentence per line, line-aligned across languages).
+A third, synthetic source, `reverse`, pairs random strings with their reversal (language "chars").
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from pathlib import Path
 import datasets
 import torch
 
-from model.vocab import EOS_ID, PAD_ID, SOS_ID
+from model.vocab import CHARS, EOS_ID, PAD_ID, SOS_ID
 
 HUB_ID = "bentrevett/multi30k"
+REVERSE = "reverse"
+REVERSE_SIZES = {"train": 20000, "val": 500, "test": 500}
+REVERSE_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 LANGUAGES = ("en", "de", "fr", "cs")
 SPLITS = ("train", "val", "test")
 LOCAL_FILE_STEMS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
@@ -30,7 +34,12 @@ class DataError(ValueError):
 
 
 def load_pairs(source: str, split: str, src_lang: str, tgt_lang: str) -> datasets.Dataset:
-    """A `datasets.Dataset` with columns `src` and `tgt`, from a local raw folder or a hub id."""
+    """A `datasets.Dataset` with columns `src` and `tgt`, from a local raw folder, a hub id, or `reverse`."""
+    if source == REVERSE:
+        if (src_lang, tgt_lang) != (CHARS, CHARS) or split not in SPLITS:
+            raise DataError(f"the {REVERSE} task is character level: use --src {CHARS} --tgt {CHARS}")
+        sources = reversal_strings()[split]
+        return datasets.Dataset.from_dict({"src": sources, "tgt": [s[::-1] for s in sources]})
     for lang in (src_lang, tgt_lang):
         if lang not in LANGUAGES:
             raise DataError(f"unknown language {lang!r}; Multi30k has {', '.join(LANGUAGES)}")
@@ -43,6 +52,24 @@ def load_pairs(source: str, split: str, src_lang: str, tgt_lang: str) -> dataset
     if Path(source).exists() or source.startswith((".", "/")):
         raise DataError(f"{source} is not a folder of Multi30k files")
     return _load_hub(source, split, src_lang, tgt_lang)
+
+
+def reversal_strings(seed: int = 0) -> dict[str, list[str]]:
+    """Random lower-case strings of one to three words (2-16 characters), disjoint across splits."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    splits = {}
+    for split, size in REVERSE_SIZES.items():
+        strings = []
+        while len(strings) < size:
+            words = ["".join(rng.choice(REVERSE_ALPHABET) for _ in range(rng.randint(1, 6)))
+                     for _ in range(rng.randint(1, 3))]
+            text = " ".join(words)
+            if 2 <= len(text) <= 16 and text not in seen:
+                seen.add(text)
+                strings.append(text)
+        splits[split] = strings
+    return splits
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -112,6 +112,7 @@ class Trace:
     Step t reads decoder input `decoder_input_ids[t]` (<sos> at t = 0, then the previous choice) and
     chooses `token_ids[t]`. Attention arrays are float32:
     encoder (L_enc, H, S, S); decoder (L_dec, H, T, T), lower-triangular; cross (L_dec, H, T, S).
+    A model without self-attention (an RNN) leaves encoder and decoder attention None.
     """
 
     src_ids: list[int]
@@ -119,8 +120,8 @@ class Trace:
     probabilities: np.ndarray  # (T,) probability of each chosen token
     top_ids: np.ndarray  # (T, k) the k most probable tokens at each step, best first
     top_probabilities: np.ndarray  # (T, k)
-    encoder_attention: np.ndarray
-    decoder_attention: np.ndarray
+    encoder_attention: np.ndarray | None
+    decoder_attention: np.ndarray | None
     cross_attention: np.ndarray
 
     @property
@@ -148,20 +149,26 @@ def greedy_trace(model, src_ids: list[int], max_len: int | None = None, top_k: i
         probabilities.append(float(best.values[0]))
         top_ids.append(best.indices.tolist())
         top_probabilities.append(best.values.tolist())
-        self_rows.append(self_attention[:, 0, :, -1])  # (L, H, t + 1)
+        if self_attention is not None:  # an RNN decoder has no self-attention
+            self_rows.append(self_attention[:, 0, :, -1])  # (L, H, t + 1)
         cross_rows.append(cross_attention[:, 0, :, -1])  # (L, H, S)
         if token == EOS_ID:
             break
         previous = torch.tensor([[token]])
-    steps = len(token_ids)
-    decoder_attention = torch.zeros(*self_rows[0].shape[:2], steps, steps)
-    for t, row in enumerate(self_rows):
-        decoder_attention[:, :, t, :t + 1] = row
     return Trace(
         src_ids=list(src_ids), token_ids=token_ids,
         probabilities=np.array(probabilities, dtype=np.float32),
         top_ids=np.array(top_ids), top_probabilities=np.array(top_probabilities, dtype=np.float32),
-        encoder_attention=encoder_attention[:, 0].float().numpy(),
-        decoder_attention=decoder_attention.float().numpy(),
+        encoder_attention=None if encoder_attention is None else encoder_attention[:, 0].float().numpy(),
+        decoder_attention=_lower_triangular(self_rows) if self_rows else None,
         cross_attention=torch.stack(cross_rows, dim=2).float().numpy(),
     )
+
+
+def _lower_triangular(rows: list[Tensor]) -> np.ndarray:
+    """Stack per-step self-attention rows (L, H, t + 1) into (L, H, T, T), zero above the diagonal."""
+    steps = len(rows)
+    full = torch.zeros(*rows[0].shape[:2], steps, steps)
+    for t, row in enumerate(rows):
+        full[:, :, t, :t + 1] = row
+    return full.float().numpy()

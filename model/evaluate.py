@@ -25,6 +25,7 @@ def score(translator: Translator, hypotheses: list[list[str]], references: list[
 
     `bleu` and `chrf`: truecased, detokenized output against the raw references (sacreBLEU defaults).
     `bleu_tok_lc`: lower-cased spaCy tokens on both sides, `--tokenize none`, as Multi30k papers report.
+    `exact_match`: percent of outputs identical to their reference (the measure for string reversal).
     """
     detokenized = [translator.to_text(h) for h in hypotheses]
     bleu = sacrebleu.BLEU()
@@ -35,7 +36,9 @@ def score(translator: Translator, hypotheses: list[list[str]], references: list[
                         for tokens in translator.tgt_tokenizer.tokenize_all(references)]
     tok_lc = sacrebleu.BLEU(tokenize="none", lowercase=True)
     tok_lc_score = tok_lc.corpus_score([" ".join(h).lower() for h in hypotheses], [reference_tokens])
+    exact = sum(h == r.strip() for h, r in zip(detokenized, references)) / max(len(references), 1)
     return {
+        "exact_match": round(100 * exact, 2),
         "bleu": round(bleu_score.score, 2), "bleu_signature": str(bleu.get_signature()),
         "chrf": round(chrf_score.score, 2), "chrf_signature": str(chrf.get_signature()),
         "bleu_tok_lc": round(tok_lc_score.score, 2),
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"BLEU {metrics['bleu']} ({metrics['bleu_signature']})")
     print(f"chrF {metrics['chrf']} ({metrics['chrf_signature']})")
     print(f"tokenized lower-cased BLEU {metrics['bleu_tok_lc']}")
+    print(f"exact match {metrics['exact_match']}%")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.writelines(t + "\n" for t in translations)

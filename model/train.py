@@ -1,4 +1,4 @@
-"""Training CLI for the Transformer on Multi30k.
+"""Training CLI for the Transformer (or the RNN with attention, --architecture rnn) on Multi30k.
 
     python -m model.train --src en --tgt de --out checkpoints/en-de
 
@@ -26,12 +26,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.checkpoint import load_weights, read_json, save_checkpoint, save_weights, write_json
+from model.checkpoint import build_model, load_weights, read_json, save_checkpoint, save_weights, write_json
 from model.data import make_batch, load_pairs, token_batches
 from model.evaluate import DEFAULT_DATA, score
-from model.transformer import ModelConfig, Transformer
+from model.rnn import RNNConfig
+from model.transformer import ModelConfig
 from model.translator import Translator
-from model.vocab import EOS_ID, PAD_ID, Tokenizer, Truecaser, Vocab
+from model.vocab import CHARS, EOS_ID, PAD_ID, Tokenizer, Truecaser, Vocab
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from <work>/last")
     p.add_argument("--min-freq", type=int, default=2)
     p.add_argument("--cased", action="store_true", help="keep case (default: lower-case, restored by a truecaser)")
+    p.add_argument("--architecture", default="transformer", choices=["transformer", "rnn"])
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--encoder-layers", type=int, default=3)
@@ -53,6 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--positional", default="sinusoidal", choices=["sinusoidal", "learned"])
     p.add_argument("--norm", default="post", choices=["post", "pre"])
     p.add_argument("--no-tie", action="store_true", help="do not share target embedding and output projection")
+    p.add_argument("--hidden-size", type=int, default=512, help="RNN: decoder state size (encoder: half per direction)")
+    p.add_argument("--embedding-dim", type=int, default=256, help="RNN: word embedding size")
+    p.add_argument("--teacher-forcing", type=float, default=1.0,
+                   help="RNN: probability of feeding the gold previous token while training (else the model's guess)")
     p.add_argument("--max-len", type=int, default=128, help="longest sequence the model can take (positions)")
     p.add_argument("--max-tokens", type=int, default=4000, help="padded tokens per batch and side")
     p.add_argument("--epochs", type=int, default=20)
@@ -82,6 +88,19 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def model_config(args, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig | RNNConfig:
+    """The config of the architecture chosen on the command line."""
+    if args.architecture == "rnn":
+        return RNNConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+                         embedding_dim=args.embedding_dim, hidden_size=args.hidden_size, n_heads=args.heads,
+                         dropout=args.dropout, max_len=args.max_len, pad_id=PAD_ID)
+    return ModelConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=args.d_model,
+                       n_heads=args.heads, n_encoder_layers=args.encoder_layers,
+                       n_decoder_layers=args.decoder_layers, d_ff=args.d_ff, dropout=args.dropout,
+                       max_len=args.max_len, positional=args.positional, norm=args.norm,
+                       tie_embeddings=not args.no_tie, pad_id=PAD_ID)
+
+
 def prepare_data(args) -> tuple[dict, Translator]:
     """Tokenize train/val, build vocabularies and the truecaser; returns id lists and an untrained Translator."""
     lowercase = not args.cased
@@ -96,13 +115,12 @@ def prepare_data(args) -> tuple[dict, Translator]:
                          "tgt_cased": tgt_cased, "references": pairs["tgt"]}
     train = splits["train"]
     src_vocab, tgt_vocab = Vocab.build(train["src"], args.min_freq), Vocab.build(train["tgt"], args.min_freq)
-    truecaser = Truecaser.build(train["tgt_cased"]) if lowercase else Truecaser({})
-    config = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=args.d_model,
-                         n_heads=args.heads, n_encoder_layers=args.encoder_layers,
-                         n_decoder_layers=args.decoder_layers, d_ff=args.d_ff, dropout=args.dropout,
-                         max_len=args.max_len, positional=args.positional, norm=args.norm,
-                         tie_embeddings=not args.no_tie, pad_id=PAD_ID)
-    translator = Translator(Transformer(config), src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser)
+    if args.tgt == CHARS:  # characters keep their case as written: nothing to restore
+        truecaser = Truecaser({}, capitalize_first=False)
+    else:
+        truecaser = Truecaser.build(train["tgt_cased"]) if lowercase else Truecaser({})
+    translator = Translator(build_model(model_config(args, len(src_vocab), len(tgt_vocab))),
+                            src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser)
     limit = args.max_len - 1
     data = {}
     for split, d in splits.items():
@@ -208,6 +226,7 @@ def train(args) -> Translator:
     print(f"{n_params / 1e6:.2f}M parameters; vocab {len(translator.src_vocab)} {args.src} / "
           f"{len(translator.tgt_vocab)} {args.tgt}; {len(data['train']['src'])} training pairs; {hardware(device)}")
     train_data = data["train"]
+    forcing = {"teacher_forcing": args.teacher_forcing} if args.architecture == "rnn" else {}
     src_lengths = [len(s) for s in train_data["src"]]
     tgt_lengths = [len(t) + 1 for t in train_data["tgt"]]
     while state["epoch"] < args.epochs:
@@ -227,7 +246,7 @@ def train(args) -> Translator:
             lr = learning_rate(state["step"], args.lr, args.warmup, args.constant_lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True)
+            logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True, **forcing)
             loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.to(device).flatten(),
                                    ignore_index=PAD_ID, label_smoothing=args.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
@@ -276,7 +295,7 @@ def finish(args, translator: Translator, data: dict, state: dict, work: Path, de
     model.load_state_dict(candidates[chosen], strict=False)
     model.to("cpu").eval()
     translator.metrics = {
-        "model": f"Transformer {args.src}->{args.tgt}",
+        "model": f"{'RNN with attention' if args.architecture == 'rnn' else 'Transformer'} {args.src}->{args.tgt}",
         "weights": chosen,
         "decoding": {"beam_size": args.beam, "length_penalty": 1.0},
         "validation_greedy": results[chosen],

@@ -56,13 +56,13 @@ class ModelConfig:
 
 @dataclass
 class Attention:
-    """Every attention map of one forward pass, stacked over layers.
+    """Every attention map of one forward pass, stacked over layers (None where a model has no such map).
 
     encoder: (L_enc, B, H, S, S); decoder: (L_dec, B, H, T, T); cross: (L_dec, B, H, T, S).
     """
 
     encoder: Tensor | None
-    decoder: Tensor
+    decoder: Tensor | None
     cross: Tensor
 
 

@@ -8,8 +8,7 @@ import torch
 
 from model.data import pad, token_batches
 from model.decoding import Trace, beam_search, greedy_trace
-from model.transformer import Transformer
-from model.vocab import EOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab, detokenize
+from model.vocab import EOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 
 
 class InputError(ValueError):
@@ -37,7 +36,7 @@ class TracedTranslation:
 class Translator:
     """Everything needed to translate with one checkpoint; read-only once built, so users can share it."""
 
-    model: Transformer
+    model: torch.nn.Module  # a Transformer or an RNNSeq2Seq: both encode / decode / new_cache
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     src_vocab: Vocab
@@ -75,7 +74,7 @@ class Translator:
 
     def to_text(self, tokens: list[str]) -> str:
         """Display text of target tokens: truecased and detokenized."""
-        return detokenize(self.truecaser(tokens))
+        return self.tgt_tokenizer.detokenize(self.truecaser(tokens))
 
     def trace(self, text: str, top_k: int = 5) -> TracedTranslation:
         """Greedy translation of one sentence, recording every step; raises InputError for unusable text."""

@@ -1,4 +1,4 @@
-"""Word-level tokenization with spaCy's rule-based tokenizers, vocabularies, truecasing and detokenization."""
+"""Tokenization (spaCy's rule-based word tokenizers, or characters), vocabularies, truecasing, detokenization."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import spacy
 
 SPECIALS = ("<pad>", "<unk>", "<sos>", "<eos>")
 PAD_ID, UNK_ID, SOS_ID, EOS_ID = range(4)
+CHARS = "chars"  # the "language" of character-level models (the string-reversal toy task)
+SPACE = "▁"  # a space as a character token, visible on a heatmap axis (SentencePiece's convention)
 
 
 @lru_cache(maxsize=None)
@@ -20,19 +22,30 @@ def _blank_pipeline(lang: str):
 
 
 class Tokenizer:
-    """spaCy rule-based word tokenizer for one language, optionally lower-casing."""
+    """spaCy rule-based word tokenizer for one language (or characters, lang "chars"), optionally lower-casing."""
 
     def __init__(self, lang: str, lowercase: bool = True):
         self.lang = lang
         self.lowercase = lowercase
-        self.nlp = _blank_pipeline(lang)
+        self.nlp = None if lang == CHARS else _blank_pipeline(lang)
 
     def __call__(self, text: str) -> list[str]:
+        if self.nlp is None:
+            text = " ".join(text.split())  # runs of white space count as one space
+            return [SPACE if c == " " else c for c in (text.lower() if self.lowercase else text)]
         return self._tokens(self.nlp.tokenizer(text))
 
     def tokenize_all(self, texts: Iterable[str]) -> list[list[str]]:
         """Tokenize many texts at once (faster than one call each)."""
+        if self.nlp is None:
+            return [self(text) for text in texts]
         return [self._tokens(doc) for doc in self.nlp.tokenizer.pipe(texts, batch_size=1000)]
+
+    def detokenize(self, tokens: list[str]) -> str:
+        """Text from tokens: characters are joined, words spaced by `detokenize`'s rules."""
+        if self.nlp is None:
+            return "".join(" " if t == SPACE else t for t in tokens)
+        return detokenize(tokens)
 
     def _tokens(self, doc) -> list[str]:
         words = [t.text for t in doc if not t.is_space]
@@ -82,8 +95,9 @@ class Vocab:
 class Truecaser:
     """Restores case to lower-cased tokens: each word's most frequent written form in the training data."""
 
-    def __init__(self, forms: dict[str, str]):
+    def __init__(self, forms: dict[str, str], capitalize_first: bool = True):
         self.forms = forms
+        self.capitalize_first = capitalize_first
 
     @classmethod
     def build(cls, cased_sentences: Iterable[list[str]]) -> Truecaser:
@@ -101,7 +115,7 @@ class Truecaser:
 
     def __call__(self, tokens: list[str]) -> list[str]:
         cased = [self.forms.get(t, t) for t in tokens]
-        if cased:
+        if cased and self.capitalize_first:
             cased[0] = cased[0][:1].upper() + cased[0][1:]
         return cased
 

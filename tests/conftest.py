@@ -61,7 +61,7 @@ def toy_data(tmp_path):
 
 @pytest.fixture(scope="session")
 def app_module(tmp_path_factory):
-    """The app module, serving a toy en->de checkpoint trained here plus one broken checkpoint folder."""
+    """The app module, serving toy en->de Transformer and RNN checkpoints trained here, and one broken folder."""
     import importlib
     import os
 
@@ -73,6 +73,10 @@ def app_module(tmp_path_factory):
                 "--epochs", "12", "--d-model", "64", "--heads", "4", "--d-ff", "128", "--encoder-layers", "2",
                 "--decoder-layers", "2", "--max-tokens", "600", "--warmup", "20", "--lr", "3e-3", "--min-freq", "1",
                 "--threads", "1", "--dropout", "0"])
+    train.main(["--data", str(data), "--out", str(root / "toy-rnn"), "--work", str(tmp_path_factory.mktemp("rnn")),
+                "--architecture", "rnn", "--epochs", "2", "--hidden-size", "32", "--embedding-dim", "16",
+                "--heads", "2", "--min-freq", "1", "--threads", "1", "--max-tokens", "600", "--constant-lr",
+                "--warmup", "5", "--lr", "3e-3"])
     (root / "broken").mkdir()
     (root / "broken" / "config.json").write_text("{ not json", encoding="utf-8")
     os.environ["CHECKPOINTS"] = str(root)

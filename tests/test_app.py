@@ -10,7 +10,7 @@ MODEL = "toy-en-de"
 
 
 def test_app_lists_good_checkpoints_and_reports_broken_ones(app_module):
-    assert [value for _, value in app_module.model_choices()] == [MODEL]
+    assert [value for _, value in app_module.model_choices()] == [MODEL, "toy-rnn"]
     assert "broken" in app_module.load_status() and "config.json" in app_module.load_status()
     assert app_module.DEFAULT_MODEL == MODEL
 
@@ -72,6 +72,17 @@ def test_any_script_or_markup_translates_with_unknown_words_marked(app_module, t
     assert out["trace"] is not None and "Unknown words" in out["status"]
     assert "<script" not in out["attention"].to_json()
     assert any(label == "unknown" for _, label in out["source"])
+
+
+def test_an_rnn_offers_only_cross_attention(app_module):
+    out = dict(zip(["trace", "translation", "status", "source", "step", "kind", "layer", "head", "attention"],
+                   app_module.translate("toy-rnn", "A dog runs.", ENCODER, "Layer 3", "Head 4")))
+    assert out["kind"].choices == [(CROSS, CROSS)] and out["kind"].value == CROSS
+    assert "no self-attention" in out["status"]
+    assert out["layer"].value == "Layer 1" and out["head"].value == MEAN
+    np.testing.assert_allclose(np.array(out["attention"].data[0].z), out["trace"].cross[0].mean(0)[:1])
+    figure = app_module.render(out["trace"], DECODER, "Layer 1", "Head 2", 1)[0]  # a stale choice falls back
+    np.testing.assert_allclose(np.array(figure.data[0].z), out["trace"].cross[0, 1, :1])
 
 
 def test_views_without_a_trace_do_nothing(app_module):

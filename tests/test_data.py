@@ -102,3 +102,14 @@ def test_hub_failure_suggests_the_offline_folder(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(DataError, match="no internet.*folder of raw Multi30k files"):
         load_pairs("bentrevett/multi30k", "train", "en", "de")
+
+
+def test_reverse_task_pairs_strings_with_their_reversal_in_disjoint_splits():
+    splits = {split: load_pairs("reverse", split, "chars", "chars") for split in ("train", "val", "test")}
+    assert [len(d) for d in splits.values()] == [20000, 500, 500]
+    assert all(pair["tgt"] == pair["src"][::-1] for pair in splits["val"])
+    train = set(splits["train"]["src"])
+    assert not train & set(splits["val"]["src"]) and not train & set(splits["test"]["src"])
+    assert splits["test"]["src"] == load_pairs("reverse", "test", "chars", "chars")["src"]  # deterministic
+    with pytest.raises(DataError, match="character level"):
+        load_pairs("reverse", "train", "en", "de")

@@ -40,3 +40,11 @@ def test_truecaser_restores_the_usual_form():
 ])
 def test_detokenize(tokens, text):
     assert detokenize(tokens) == text
+
+
+def test_character_tokenizer_shows_spaces_and_round_trips():
+    chars = Tokenizer("chars")
+    assert chars("Ab  c") == ["a", "b", "▁", "c"]
+    assert chars.detokenize(chars("hello world")) == "hello world"
+    assert chars.tokenize_all(["ab", ""]) == [["a", "b"], []]
+    assert Truecaser({}, capitalize_first=False)(["a", "b"]) == ["a", "b"]

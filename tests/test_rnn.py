@@ -1,0 +1,64 @@
+"""The RNN encoder-decoder with attention shares decoding, traces and checkpoints with the Transformer."""
+
+import numpy as np
+import pytest
+import torch
+
+from model import train
+from model.checkpoint import load_checkpoint
+from model.decoding import beam_search, greedy_decode, greedy_trace
+from model.rnn import RNNConfig, RNNSeq2Seq
+from model.vocab import EOS_ID, PAD_ID, SOS_ID
+
+
+@pytest.fixture(params=[1, 4], ids=["dot-product", "multi-head"])
+def rnn(request):
+    torch.manual_seed(0)
+    return RNNSeq2Seq(RNNConfig(src_vocab_size=23, tgt_vocab_size=29, embedding_dim=16, hidden_size=32,
+                                n_heads=request.param, dropout=0.0)).eval()
+
+
+def test_cross_attention_is_a_distribution_that_ignores_padding(rnn):
+    src = torch.tensor([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID]])
+    tgt = torch.tensor([[SOS_ID, 9, 10], [SOS_ID, 11, PAD_ID]])
+    logits, maps = rnn(src, tgt, need_weights=True)
+    assert logits.shape == (2, 3, 29)
+    assert maps.encoder is None and maps.decoder is None
+    assert maps.cross.shape == (1, 2, rnn.config.n_heads, 3, 4)
+    torch.testing.assert_close(maps.cross.sum(-1), torch.ones(maps.cross.shape[:-1]))
+    assert maps.cross[:, 1, :, :, 2:].abs().max() == 0
+    alone, _ = rnn(src[1:, :2], tgt[1:, :2])
+    torch.testing.assert_close(logits[1, :2], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_cached_trace_equals_full_recomputation(rnn):
+    src_ids = [5, 6, 7, 8, EOS_ID]
+    trace = greedy_trace(rnn, src_ids, max_len=7)
+    assert trace.encoder_attention is None and trace.decoder_attention is None
+    logits, maps = rnn(torch.tensor([src_ids]), torch.tensor([trace.decoder_input_ids]), need_weights=True)
+    logits[..., [PAD_ID, SOS_ID]] = float("-inf")
+    assert logits[0].argmax(-1).tolist() == trace.token_ids
+    np.testing.assert_allclose(trace.cross_attention, maps.cross[:, 0].detach().numpy(), atol=1e-6)
+    src = torch.tensor([src_ids])
+    assert beam_search(rnn, src, beam_size=1, max_len=7) == greedy_decode(rnn, src, max_len=7)
+    assert len(beam_search(rnn, src, beam_size=3, max_len=7)) == 1
+
+
+def test_teacher_forcing_below_one_feeds_the_models_guesses(rnn):
+    src, tgt = torch.tensor([[5, 6, EOS_ID]]), torch.tensor([[SOS_ID, 9, 10, 11]])
+    free, _ = rnn(src, tgt, teacher_forcing=0.0)
+    guesses = torch.tensor([[SOS_ID] + free[0, :-1].argmax(-1).tolist()])
+    assert guesses.tolist() != tgt.tolist()
+    torch.testing.assert_close(free, rnn(src, guesses)[0])  # free-running = teacher-forced on its own guesses
+
+
+def test_rnn_trains_saves_and_loads_through_the_shared_cli(toy_data, tmp_path):
+    out = tmp_path / "rnn"
+    train.main(["--data", str(toy_data), "--out", str(out), "--work", str(tmp_path / "work"), "--epochs", "2",
+                "--architecture", "rnn", "--hidden-size", "32", "--embedding-dim", "16", "--heads", "2",
+                "--teacher-forcing", "0.8", "--min-freq", "1", "--threads", "1", "--max-tokens", "500",
+                "--warmup", "5", "--constant-lr", "--lr", "3e-3", "--average", "2"])
+    translator = load_checkpoint(out)
+    assert isinstance(translator.model, RNNSeq2Seq) and translator.model.config.n_heads == 2
+    traced = translator.trace("A dog runs.")
+    assert traced.trace.cross_attention.shape == (1, 2, len(traced.target_tokens), len(traced.source_tokens))
