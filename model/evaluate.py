@@ -34,7 +34,8 @@ def score(translator: Translator, hypotheses: list[list[str]], references: list[
     chrf_score = chrf.corpus_score(detokenized, [references])
     reference_tokens = [" ".join(t.lower() for t in tokens)
                         for tokens in translator.tgt_tokenizer.tokenize_all(references)]
-    tok_lc = sacrebleu.BLEU(tokenize="none", lowercase=True)
+    # force: these hypotheses are tokenized on purpose (sacreBLEU would warn about it).
+    tok_lc = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)
     tok_lc_score = tok_lc.corpus_score([" ".join(h).lower() for h in hypotheses], [reference_tokens])
     exact = sum(h == r.strip() for h, r in zip(detokenized, references)) / max(len(references), 1)
     return {

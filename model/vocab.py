@@ -81,13 +81,14 @@ class Vocab:
         """Ids of `tokens`, <unk> for unknown ones (no <sos>/<eos> added)."""
         return [self.stoi.get(t, UNK_ID) for t in tokens]
 
-    def decode(self, ids: Iterable[int]) -> list[str]:
-        """Tokens of `ids`, stopping at <eos> and dropping <pad>/<sos>."""
+    def decode(self, ids: Iterable[int], drop_unknown: bool = False) -> list[str]:
+        """Tokens of `ids`, stopping at <eos> and dropping <pad>/<sos> (and <unk> if asked)."""
+        skipped = (PAD_ID, SOS_ID, UNK_ID) if drop_unknown else (PAD_ID, SOS_ID)
         tokens = []
         for i in ids:
             if i == EOS_ID:
                 break
-            if i not in (PAD_ID, SOS_ID):
+            if i not in skipped:
                 tokens.append(self.itos[i])
         return tokens
 

@@ -16,6 +16,8 @@ def test_vocab_keeps_frequent_tokens_and_maps_the_rest_to_unk():
     assert vocab.itos == list(SPECIALS) + ["a", "dog"]
     assert vocab.encode(["a", "cat"]) == [4, UNK_ID]
     assert vocab.decode([4, 5, 3, 4]) == ["a", "dog"]  # stops at <eos>
+    assert vocab.decode([4, UNK_ID, 5]) == ["a", "<unk>", "dog"]
+    assert vocab.decode([4, UNK_ID, 5], drop_unknown=True) == ["a", "dog"]
     assert Vocab(vocab.itos).stoi == vocab.stoi
 
 
