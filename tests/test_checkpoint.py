@@ -98,3 +98,14 @@ def test_broken_checkpoints_name_the_file(saved, damage, message):
 def test_missing_folder(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "nothing")
+
+
+def test_shipped_en_de_checkpoint_loads_and_translates():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "checkpoints" / "en-de"
+    translator = load_checkpoint(folder)
+    assert translator.metrics["scores"]["test"]["bleu_tok_lc"] >= 36.0  # the bar, as measured
+    traced = translator.trace("A black dog is running on the grass.")
+    assert "Hund" in traced.text and traced.target_tokens[-1] == "<eos>"
+    assert translator.translate(["Two men are playing soccer."], beam_size=5)[0].startswith("Zwei Männer")

@@ -1,5 +1,6 @@
 """The README tells the truth: its commands are the ones CI runs, its Space header matches the pins."""
 
+import json
 import re
 from pathlib import Path
 
@@ -42,3 +43,19 @@ def test_space_header_matches_requirements():
 def test_readme_image_exists():
     for path in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README):
         assert (ROOT / path).is_file(), path
+
+
+def test_results_table_matches_the_checkpoints_metrics():
+    """Every beam-search row of the README's results table is what `model.evaluate --save-metrics` recorded."""
+    rows = re.findall(r"^\| (\S+) \| (test2016|val) \| beam (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", README, re.M)
+    assert rows
+    for name, split, beam, bleu, chrf, tok_lc in rows:
+        metrics = json.loads((ROOT / "checkpoints" / name / "metrics.json").read_text())
+        scores = metrics["scores"]["test" if split == "test2016" else "val"]
+        assert (scores["beam_size"], scores["bleu"], scores["chrf"], scores["bleu_tok_lc"]) == \
+            (int(beam), float(bleu), float(chrf), float(tok_lc))
+
+
+def test_shipped_checkpoints_are_small():
+    for weights in (ROOT / "checkpoints").glob("*/model.safetensors"):
+        assert sum(f.stat().st_size for f in weights.parent.iterdir()) < 25 * 2**20

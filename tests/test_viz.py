@@ -37,6 +37,9 @@ def test_heatmap_data_is_the_selected_layer_head_and_step(trace, kind, rows, col
     assert z.shape == (rows, cols)
     np.testing.assert_allclose(z, trace.maps(kind)[1, 2, :rows, :cols])
     assert figure.data[0].zmin == 0 and figure.data[0].zmax == 1  # fixed scale across heads
+    scale = figure.data[0].colorscale
+    brightness = [sum(int(v) for v in colour[4:-1].split(",")) for _, colour in scale]
+    assert scale[0][0] == 0 and scale[-1][0] == 1 and brightness == sorted(brightness, reverse=True)
 
 
 def test_mean_of_heads_and_all_heads(trace):

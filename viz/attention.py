@@ -16,8 +16,11 @@ import html
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sequential
 
-COLORSCALE = "Blues"
+# White for 0, dark blue for 1, as explicit [position, colour] pairs: unvalidated figures reach plotly.js
+# as they are, and plotly.js's own "Blues" runs the other way.
+COLORSCALE = [[i / (len(sequential.Blues) - 1), colour] for i, colour in enumerate(sequential.Blues)]
 HIGHLIGHT = "#d62728"
 HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{meta}</extra>"
 
