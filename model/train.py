@@ -83,6 +83,7 @@ def learning_rate(step: int, peak: float, warmup: int, constant: bool) -> float:
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python (teacher forcing) and torch (init, dropout); ask torch for deterministic kernels."""
     random.seed(seed)
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -142,6 +143,7 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tenso
 
 
 def load_optimizer_tensors(optimizer: torch.optim.Optimizer, flat: dict[str, torch.Tensor]) -> None:
+    """The inverse of `optimizer_tensors`."""
     state: dict[int, dict] = {}
     for name, value in flat.items():
         index, key = name.split(".", 1)
@@ -156,18 +158,22 @@ def save_state(folder: Path, model, optimizer, trainer_state: dict) -> None:
     save_weights(model, tmp / "model.safetensors")
     save_file({**optimizer_tensors(optimizer), "rng.torch_rng": torch.get_rng_state()},
               str(tmp / "optimizer.safetensors"))
-    write_json(tmp / "trainer_state.json", trainer_state)
+    write_json(tmp / "trainer_state.json", {**trainer_state, "python_rng": random.getstate()})
     if folder.exists():
         shutil.rmtree(folder)
     tmp.rename(folder)
 
 
 def load_state(folder: Path, model, optimizer) -> dict:
+    """Restore what `save_state` wrote; returns the trainer's counters and history."""
     load_weights(model, folder / "model.safetensors")
     flat = load_file(str(folder / "optimizer.safetensors"))
     torch.set_rng_state(flat.pop("rng.torch_rng"))
     load_optimizer_tensors(optimizer, flat)
-    return read_json(folder / "trainer_state.json")
+    state = read_json(folder / "trainer_state.json")
+    version, internal, gauss = state.pop("python_rng")
+    random.setstate((version, tuple(internal), gauss))
+    return state
 
 
 def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -180,7 +186,7 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def validate(translator: Translator, val: dict, device, label_smoothing: float) -> dict:
+def validate(translator: Translator, val: dict, device) -> dict:
     """Teacher-forced validation loss and greedy BLEU on the validation split."""
     model = translator.model
     model.eval()
@@ -204,12 +210,14 @@ def pick_examples(sentences: list[str], count: int = 6) -> list[str]:
 
 
 def hardware(device) -> str:
+    """What trained the model, for metrics.json."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
 
 
 def train(args) -> Translator:
+    """Train as `args` say, epoch by epoch, then ship the better of best/averaged weights to --out."""
     torch.set_num_threads(args.threads or os.cpu_count())
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     seed_everything(args.seed)
@@ -260,7 +268,7 @@ def train(args) -> Translator:
             progress.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{total_tokens / elapsed:.0f}", lr=f"{lr:.2e}",
                                  refresh=False)
         seconds = time.perf_counter() - start
-        val = validate(translator, data["val"], device, args.label_smoothing)
+        val = validate(translator, data["val"], device)
         state["seconds"] += seconds
         state["epoch"] = epoch
         record = {"epoch": epoch, "step": state["step"], "train_loss": round(total_loss / total_tokens, 4),
@@ -289,7 +297,7 @@ def finish(args, translator: Translator, data: dict, state: dict, work: Path, de
     results = {}
     for name, weights in candidates.items():
         model.load_state_dict(weights, strict=False)
-        results[name] = validate(translator, data["val"], device, args.label_smoothing)
+        results[name] = validate(translator, data["val"], device)
         print(f"{name}: {results[name]}")
     chosen = max(results, key=lambda name: results[name]["bleu_tok_lc"])
     model.load_state_dict(candidates[chosen], strict=False)

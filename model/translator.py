@@ -65,7 +65,7 @@ class Translator:
         outputs: list[list[str]] = [[] for _ in ids]
         lengths = [len(i) for i in ids]
         for batch in token_batches(lengths, lengths, max_tokens // max(beam_size, 1)):
-            src = pad([ids[i] for i in batch])
+            src = pad([ids[i] for i in batch]).to(next(self.model.parameters()).device)
             for i, hypothesis in zip(batch, beam_search(self.model, src, beam_size,
                                                          length_penalty=length_penalty)):
                 outputs[i] = self.tgt_vocab.decode(hypothesis, drop_unknown=True)

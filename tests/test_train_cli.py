@@ -36,10 +36,14 @@ def test_train_then_evaluate(toy_data, tmp_path, capsys):
     assert 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100
 
 
-def test_resume_continues_exactly_where_training_stopped(toy_data, tmp_path):
-    run_training(toy_data, tmp_path / "straight", tmp_path / "w1", 2)
-    run_training(toy_data, tmp_path / "interrupted", tmp_path / "w2", 1)
-    run_training(toy_data, tmp_path / "resumed", tmp_path / "w2", 2, "--resume")
+RNN = ["--architecture", "rnn", "--hidden-size", "32", "--embedding-dim", "16", "--teacher-forcing", "0.5"]
+
+
+@pytest.mark.parametrize("extra", [[], RNN], ids=["transformer", "rnn-teacher-forcing"])
+def test_resume_continues_exactly_where_training_stopped(toy_data, tmp_path, extra):
+    run_training(toy_data, tmp_path / "straight", tmp_path / "w1", 2, *extra)
+    run_training(toy_data, tmp_path / "interrupted", tmp_path / "w2", 1, *extra)
+    run_training(toy_data, tmp_path / "resumed", tmp_path / "w2", 2, "--resume", *extra)
     straight = load_file(str(tmp_path / "w1" / "last" / "model.safetensors"))
     resumed = load_file(str(tmp_path / "w2" / "last" / "model.safetensors"))
     assert straight.keys() == resumed.keys()
