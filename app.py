@@ -21,7 +21,6 @@ from viz.views import (ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, attention_fig
                        overview_figure, step_title, translation_figure)
 
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
-MAX_INPUT_CHARS = 2000
 TOP_K = 5
 
 # Two cores serve every user: one thread per request lets requests run side by side.
@@ -98,9 +97,6 @@ def translate(model_name: str, text: str, kind: str, layer: str, head: str, mode
     text = text or ""
     if translator is None:
         return error_outputs(f"Choose a model: {model_name!r} is not loaded. " + load_status())
-    if len(text) > MAX_INPUT_CHARS:
-        return error_outputs(f"The input has {len(text)} characters; the limit is {MAX_INPUT_CHARS}. "
-                             f"This model reads at most {translator.max_src_tokens} tokens.")
     try:
         traced = translator.trace(text, top_k=TOP_K)
     except InputError as error:
@@ -177,8 +173,6 @@ def trace_api(model: str, text: str) -> dict:
     translator = TRANSLATORS.get(model)
     if translator is None:
         raise gr.Error(f"unknown model {model!r}; loaded: {', '.join(TRANSLATORS) or 'none'}")
-    if len(text or "") > MAX_INPUT_CHARS:
-        raise gr.Error(f"the input is longer than {MAX_INPUT_CHARS} characters")
     try:
         traced = translator.trace(text or "", top_k=TOP_K)
     except InputError as error:

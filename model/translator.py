@@ -11,6 +11,9 @@ from model.decoding import Trace, beam_search, greedy_trace
 from model.vocab import EOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 
 
+MAX_INPUT_CHARS = 2000
+
+
 class InputError(ValueError):
     """Text the model cannot translate (empty, or longer than its positions); the message says why."""
 
@@ -82,6 +85,9 @@ class Translator:
 
     def trace(self, text: str, top_k: int = 5) -> TracedTranslation:
         """Greedy translation of one sentence, recording every step; raises InputError for unusable text."""
+        if len(text) > MAX_INPUT_CHARS:  # checked before tokenizing, so a huge paste costs nothing
+            raise InputError(f"The input has {len(text)} characters; the limit is {MAX_INPUT_CHARS}. "
+                             f"This model reads at most {self.max_src_tokens} tokens.")
         tokens = self.src_tokenizer(text)
         if not tokens:
             raise InputError("Type a sentence to translate: the input is empty.")
