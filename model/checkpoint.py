@@ -83,7 +83,8 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
         raise CheckpointError(f"{path} is not a readable safetensors file: {error}") from error
     expected = model.state_dict()
     # Tied weights are stored once by safetensors; fill every alias of a stored tensor.
-    missing = [name for name in expected if name not in state and not _is_tied_alias(model, name, state)]
+    stored_pointers = {expected[name].data_ptr() for name in state if name in expected}
+    missing = [name for name in expected if name not in state and expected[name].data_ptr() not in stored_pointers]
     unexpected = [name for name in state if name not in expected]
     wrong_shape = [f"{name} {tuple(state[name].shape)} vs {tuple(expected[name].shape)}"
                    for name in state if name in expected and state[name].shape != expected[name].shape]
@@ -93,12 +94,6 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
             wrong_shape and f"shape mismatch {wrong_shape[:3]}") if part)
         raise CheckpointError(f"{path} does not match config.json: {problems}")
     model.load_state_dict({name: t.to(expected[name].dtype) for name, t in state.items()}, strict=False)
-
-
-def _is_tied_alias(model: torch.nn.Module, name: str, state: dict) -> bool:
-    tensor = model.state_dict()[name]
-    return any(other in state and model.state_dict()[other].data_ptr() == tensor.data_ptr()
-               for other in model.state_dict() if other != name)
 
 
 def build_model(config: ModelConfig | RNNConfig) -> torch.nn.Module:
