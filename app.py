@@ -199,7 +199,7 @@ with gr.Blocks(title="Transformer attention inspector") as demo:
     trace_state = gr.State(None)
     with gr.Row():
         model_name = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", elem_id="model", scale=1)
-        example = gr.Dropdown(examples_for(DEFAULT_MODEL), value=None, label="Examples (Multi30k test)",
+        example = gr.Dropdown(examples_for(DEFAULT_MODEL), value=None, label="Examples (from the test set)",
                               elem_id="example", scale=2)
     with gr.Row():
         source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter",

@@ -21,7 +21,7 @@ from model.vocab import CHARS, EOS_ID, PAD_ID, SOS_ID
 
 HUB_ID = "bentrevett/multi30k"
 REVERSE = "reverse"
-REVERSE_SIZES = {"train": 20000, "val": 500, "test": 500}
+REVERSE_SIZES = {"train": 40000, "val": 500, "test": 500}
 REVERSE_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 LANGUAGES = ("en", "de", "fr", "cs")
 SPLITS = ("train", "val", "test")
@@ -55,17 +55,22 @@ def load_pairs(source: str, split: str, src_lang: str, tgt_lang: str) -> dataset
 
 
 def reversal_strings(seed: int = 0) -> dict[str, list[str]]:
-    """Random lower-case strings of one to three words (2-16 characters), disjoint across splits."""
+    """Random lower-case "words" of 2-16 characters (length uniform), disjoint across splits.
+
+    About one character in six is a single space between letters, so a string looks like a few words.
+    """
     rng = random.Random(seed)
     seen: set[str] = set()
     splits = {}
     for split, size in REVERSE_SIZES.items():
         strings = []
         while len(strings) < size:
-            words = ["".join(rng.choice(REVERSE_ALPHABET) for _ in range(rng.randint(1, 6)))
-                     for _ in range(rng.randint(1, 3))]
-            text = " ".join(words)
-            if 2 <= len(text) <= 16 and text not in seen:
+            chars = [rng.choice(REVERSE_ALPHABET)]
+            for _ in range(rng.randint(2, 16) - 1):
+                space = chars[-1] != " " and rng.random() < 1 / 6
+                chars.append(" " if space else rng.choice(REVERSE_ALPHABET))
+            text = "".join(chars).rstrip()
+            if len(text) >= 2 and text not in seen:
                 seen.add(text)
                 strings.append(text)
         splits[split] = strings

@@ -64,8 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--max-minutes", type=float, default=None, help="start no epoch that would end past this")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    p.add_argument("--warmup", type=int, default=1000, help="linear warm-up steps, then inverse-sqrt decay")
-    p.add_argument("--constant-lr", action="store_true", help="keep the peak rate after warm-up (no decay)")
+    p.add_argument("--warmup", type=int, default=1000, help="linear warm-up steps, then --decay")
+    p.add_argument("--decay", default="inverse-sqrt", choices=["inverse-sqrt", "constant", "linear"],
+                   help="after warm-up: peak * sqrt(warmup / step), the peak, or a straight line down to "
+                        "a tenth of the peak at the last planned step (--epochs)")
+    p.add_argument("--constant-lr", dest="decay", action="store_const", const="constant",
+                   help="the same as --decay constant")
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip")
     p.add_argument("--average", type=int, default=5, help="average the weights of the last N epochs")
@@ -75,11 +79,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def learning_rate(step: int, peak: float, warmup: int, constant: bool) -> float:
-    """Linear warm-up to `peak`, then peak * sqrt(warmup / step) (or constant)."""
+def learning_rate(step: int, peak: float, warmup: int, decay: str, total_steps: int) -> float:
+    """Linear warm-up to `peak`, then inverse-sqrt, constant, or linear decay to peak / 10 at `total_steps`."""
     if step < warmup:
         return peak * step / warmup
-    return peak if constant else peak * math.sqrt(warmup / step)
+    if decay == "constant":
+        return peak
+    if decay == "linear":
+        return peak * (1 - 0.9 * min(1.0, (step - warmup) / max(total_steps - warmup, 1)))
+    return peak * math.sqrt(warmup / step)
 
 
 def seed_everything(seed: int) -> None:
@@ -237,6 +245,7 @@ def train(args) -> Translator:
     forcing = {"teacher_forcing": args.teacher_forcing} if args.architecture == "rnn" else {}
     src_lengths = [len(s) for s in train_data["src"]]
     tgt_lengths = [len(t) + 1 for t in train_data["tgt"]]
+    total_steps = args.epochs * len(token_batches(src_lengths, tgt_lengths, args.max_tokens, seed=args.seed))
     while state["epoch"] < args.epochs:
         epoch = state["epoch"] + 1
         epoch_seconds = state["history"][-1]["seconds"] if state["history"] else 0.0
@@ -251,7 +260,7 @@ def train(args) -> Translator:
         for indices in progress:
             batch = make_batch([train_data["src"][i] for i in indices], [train_data["tgt"][i] for i in indices])
             state["step"] += 1
-            lr = learning_rate(state["step"], args.lr, args.warmup, args.constant_lr)
+            lr = learning_rate(state["step"], args.lr, args.warmup, args.decay, total_steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True, **forcing)

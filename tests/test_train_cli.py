@@ -62,3 +62,17 @@ def test_training_is_seeded(toy_data, tmp_path):
 def test_missing_data_is_a_clear_error(tmp_path):
     with pytest.raises(Exception, match="not a folder"):
         run_training(tmp_path / "absent", tmp_path / "ck", tmp_path / "w", 1)
+
+
+@pytest.mark.parametrize("decay, at_end", [("inverse-sqrt", 1e-3 * (100 / 1000) ** 0.5), ("constant", 1e-3),
+                                           ("linear", 1e-4)])
+def test_learning_rate_warms_up_then_decays(decay, at_end):
+    rates = [train.learning_rate(step, 1e-3, 100, decay, total_steps=1000) for step in range(1, 1001)]
+    assert rates[49] == pytest.approx(5e-4) and rates[99] == pytest.approx(1e-3)  # linear warm-up to the peak
+    assert rates[-1] == pytest.approx(at_end)
+    assert all(later <= earlier for earlier, later in zip(rates[99:], rates[100:]))
+
+
+def test_constant_lr_flag_is_an_alias_of_decay_constant():
+    assert train.parse_args(["--out", "x", "--constant-lr"]).decay == "constant"
+    assert train.parse_args(["--out", "x"]).decay == "inverse-sqrt"
