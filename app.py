@@ -17,11 +17,16 @@ import torch
 
 from model.checkpoint import load_all
 from model.translator import InputError, TracedTranslation, Translator
+from viz.attention import label, visible
 from viz.views import (ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, attention_figure, candidates_figure,
                        overview_figure, step_title, translation_figure)
 
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
 TOP_K = 5
+# Memory bounds for a public server: Gradio keeps per-session data for at most this many sessions
+# (the least recently used are dropped first), and a trace is freed an hour after its last update.
+SESSION_CAPACITY = int(os.environ.get("SESSION_CAPACITY", "1000"))
+TRACE_TTL_S = 3600
 
 # Two cores serve every user: one thread per request lets requests run side by side.
 torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
@@ -85,7 +90,7 @@ def parse_layer(layer: str) -> int:
 
 def source_highlights(traced: TracedTranslation) -> list[tuple[str, str | None]]:
     """Source tokens as the model read them, unknown ones marked."""
-    return [(token + " ", "unknown" if unknown else None)
+    return [(visible(token) + " ", "unknown" if unknown else None)
             for token, unknown in zip(traced.source_tokens, traced.unknown)]
 
 
@@ -108,7 +113,7 @@ def translate(model_name: str, text: str, kind: str, layer: str, head: str, mode
     layer = layer if layer in layers else layers[-1]
     head = head if head in heads else heads[0]
     step = 0
-    unknown = [t for t, u in zip(traced.source_tokens, traced.unknown) if u]
+    unknown = [label(t) for t, u in zip(traced.source_tokens, traced.unknown) if u]
     message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
     if len(kinds) < len(KINDS):
         message += " This model has no self-attention: only its cross-attention exists to show."
@@ -196,7 +201,7 @@ with gr.Blocks(title="Transformer attention inspector") as demo:
     gr.Markdown("# Transformer attention inspector\n"
                 "Translate a sentence, then step through greedy decoding and inspect every layer and head of "
                 "encoder self-attention, decoder self-attention and cross-attention.")
-    trace_state = gr.State(None)
+    trace_state = gr.State(None, time_to_live=TRACE_TTL_S)
     with gr.Row():
         model_name = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", elem_id="model", scale=1)
         example = gr.Dropdown(examples_for(DEFAULT_MODEL), value=None, label="Examples (from the test set)",
@@ -254,4 +259,5 @@ with gr.Blocks(title="Transformer attention inspector") as demo:
 demo.queue(default_concurrency_limit=4, max_size=64)
 
 if __name__ == "__main__":
-    demo.launch()  # GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose the address (a Space sets them)
+    # GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose the address (a Space sets them).
+    demo.launch(state_session_capacity=SESSION_CAPACITY)

@@ -1,7 +1,9 @@
 """Shared fixtures: tiny models and tiny Multi30k-like data that the tests make themselves."""
 
 import gzip
+import os
 import random
+import shutil
 
 import pytest
 import torch
@@ -60,11 +62,9 @@ def toy_data(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def app_module(tmp_path_factory):
-    """The app module, serving toy en->de Transformer and RNN checkpoints trained here, and one broken folder."""
-    import importlib
-    import os
-
+def toy_checkpoints(tmp_path_factory):
+    """A checkpoint folder with toy en->de Transformer and RNN checkpoints trained here and one broken
+    folder; returns (checkpoint folder, the toy data they were trained on)."""
     from model import train
 
     root = tmp_path_factory.mktemp("checkpoints")
@@ -79,7 +79,16 @@ def app_module(tmp_path_factory):
                 "--warmup", "5", "--lr", "3e-3"])
     (root / "broken").mkdir()
     (root / "broken" / "config.json").write_text("{ not json", encoding="utf-8")
-    os.environ["CHECKPOINTS"] = str(root)
+    return root, data
+
+
+@pytest.fixture(scope="session")
+def app_module(toy_checkpoints):
+    """The app module, serving the toy checkpoints."""
+    import importlib
+    import os
+
+    os.environ["CHECKPOINTS"] = str(toy_checkpoints[0])
     import app
 
     return importlib.reload(app)
@@ -91,3 +100,23 @@ def server(app_module):
     app_module.demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True)
     yield app_module.demo.local_url
     app_module.demo.close()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-quic", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    """A headless Debian chromium page (driven by Playwright) on the launched app."""
+    if not shutil.which(CHROMIUM) and not os.environ.get("CI"):
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 2200})
+        page.goto(server)
+        yield page
+        browser.close()

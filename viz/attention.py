@@ -13,6 +13,7 @@ costs ~10x the rest on a step change. A test checks every figure kind against th
 from __future__ import annotations
 
 import html
+import unicodedata
 
 import numpy as np
 import plotly.graph_objects as go
@@ -22,6 +23,10 @@ from plotly.colors import sequential
 # as they are, and plotly.js's own "Blues" runs the other way.
 COLORSCALE = [[i / (len(sequential.Blues) - 1), colour] for i, colour in enumerate(sequential.Blues)]
 HIGHLIGHT = "#d62728"
+# Control, format (zero-width, bidirectional overrides), private-use, surrogate, unassigned and line/paragraph
+# separator characters: invisible or able to reorder and break the text around them.
+INVISIBLE_CATEGORIES = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}
+MAX_LABEL_CHARS = 24
 HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{meta}</extra>"
 
 
@@ -33,9 +38,20 @@ def escape_text(text: str) -> str:
     return html.escape(text, quote=False)
 
 
+def visible(text: str) -> str:
+    """Invisible characters spelled as code points (⟨U+200B⟩), so a label shows everything the model read."""
+    return "".join(f"⟨U+{ord(c):04X}⟩" if unicodedata.category(c) in INVISIBLE_CATEGORIES else c for c in text)
+
+
+def label(token: str) -> str:
+    """A token as an axis label: invisible characters spelled out, cut to MAX_LABEL_CHARS."""
+    shown = visible(token)
+    return shown if len(shown) <= MAX_LABEL_CHARS else shown[:MAX_LABEL_CHARS - 1] + "…"
+
+
 def escape(tokens: list[str]) -> list[str]:
-    """Tokens as literal text for Plotly labels."""
-    return [escape_text(t) for t in tokens]
+    """Tokens as literal text for Plotly labels (see `label`)."""
+    return [escape_text(label(t)) for t in tokens]
 
 
 def positions(tokens: list[str]) -> list[str]:

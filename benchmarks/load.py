@@ -1,0 +1,197 @@
+"""Load test: the app on 127.0.0.1, driven by concurrent gradio_client users, each in its own session.
+
+    python benchmarks/load.py [--clients 16] [--requests 8] [--waves 4] [--tokens 20]
+
+Starts `python app.py` on a free loopback port (nothing leaves this machine). In each wave, `--clients`
+new users connect at once; each translates `--requests` distinct sentences of about `--tokens` tokens
+(from the Multi30k val and test splits) and after each one jumps to the last decoding step, which reads
+that user's stored trace (`gr.State`). A response counts as cross-talk unless its translation and its
+last step's prefix equal the greedy translation of its own sentence, computed here in-process.
+The server's resident memory is sampled throughout; its session store is capped (`--session-capacity`,
+below the number of sessions the run opens) so the memory of sessions that come and go must level off.
+
+Prints throughput, latency percentiles, errors, cross-talk, peak RSS and RSS after each wave;
+exits with status 1 if any request failed or crossed over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+from gradio_client import Client
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from model.checkpoint import load_checkpoint  # noqa: E402  (after the path set-up above)
+from model.data import load_pairs  # noqa: E402
+from model.evaluate import DEFAULT_DATA  # noqa: E402
+from viz.views import CROSS, MEAN  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+class MemorySampler(threading.Thread):
+    """Samples a process's RSS every 100 ms; keeps the peak."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.stopped = pid, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.1):
+            self.peak = max(self.peak, rss_mib(self.pid))
+
+
+def pick_sentences(translator, data: str, count: int, tokens: int) -> list[str]:
+    """`count` distinct source sentences whose token count is closest to `tokens`."""
+    src, tgt = translator.src_tokenizer.lang, translator.tgt_tokenizer.lang
+    pool = sorted({s for split in ("val", "test") for s in load_pairs(data, split, src, tgt)["src"]})
+    pool.sort(key=lambda s: abs(len(translator.src_tokenizer(s)) - tokens))
+    if len(pool) < count:
+        raise SystemExit(f"only {len(pool)} distinct sentences in {data}; ask for fewer clients x requests")
+    return pool[:count]
+
+
+def start_server(checkpoints: Path, port: int, session_capacity: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "CHECKPOINTS": str(checkpoints), "GRADIO_SERVER_NAME": "127.0.0.1",
+           "GRADIO_SERVER_PORT": str(port), "SESSION_CAPACITY": str(session_capacity),
+           "GRADIO_ANALYTICS_ENABLED": "False"}
+    with open(log, "w") as out:
+        server = subprocess.Popen([sys.executable, str(ROOT / "app.py")], env=env, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the app exited with status {server.returncode}; see {log}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=2)
+            return server
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    raise SystemExit(f"the app did not answer within 180 s; see {log}")
+
+
+def user(url: str, model: str, sentences: list[str], expected: dict, results: list, start: threading.Barrier):
+    """One user: a fresh session translating its sentences one after another, checking every answer."""
+    client = Client(url, verbose=False)
+    start.wait()
+    try:
+        for text in sentences:
+            record = {"text": text, "error": None, "crossed": False}
+            try:
+                began = time.perf_counter()
+                outputs = client.predict(model, text, CROSS, "Layer 1", MEAN, False, api_name="/translate")
+                record["translate_s"] = time.perf_counter() - began
+                began = time.perf_counter()
+                step_outputs = client.predict(CROSS, "Layer 1", MEAN, 1, False, api_name="/step_last")
+                record["step_s"] = time.perf_counter() - began
+                translation, status, step_text = outputs[0], outputs[1], step_outputs[4]
+                want_text, want_prefix = expected[text]
+                if not status.startswith("Translated"):
+                    record["error"] = status
+                record["crossed"] = translation != want_text or f"prefix so far: {want_prefix}\n" not in step_text
+            except Exception as error:  # a failed request is counted, not fatal
+                record["error"] = f"{type(error).__name__}: {error}"
+            results.append(record)
+    finally:
+        client.close()
+
+
+def percentiles(values: list[float]) -> str:
+    p50, p95, p99 = np.percentile(values, [50, 95, 99]) * 1000
+    return f"p50 {p50:.0f} ms, p95 {p95:.0f} ms, p99 {p99:.0f} ms, max {max(values) * 1000:.0f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoints", default=str(ROOT / "checkpoints"), help="folder the app serves")
+    parser.add_argument("--model", default="en-de", help="checkpoint the users translate with")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k folder the sentences come from")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent users per wave")
+    parser.add_argument("--requests", type=int, default=8, help="sentences per user")
+    parser.add_argument("--waves", type=int, default=4, help="rounds of new users (new sessions)")
+    parser.add_argument("--tokens", type=int, default=20, help="source sentence length to pick")
+    parser.add_argument("--session-capacity", type=int, default=32, help="the server's SESSION_CAPACITY")
+    args = parser.parse_args()
+
+    translator = load_checkpoint(Path(args.checkpoints) / args.model)
+    sentences = pick_sentences(translator, args.data, args.clients * args.requests, args.tokens)
+    expected = {}
+    for text in sentences:
+        traced = translator.trace(text)
+        expected[text] = (traced.text, " ".join(traced.target_tokens[:-1]) or "(empty)")
+    lengths = [len(translator.src_tokenizer(s)) for s in sentences]
+    print(f"{len(sentences)} distinct sentences, {min(lengths)}-{max(lengths)} tokens (mean {np.mean(lengths):.1f}); "
+          f"{args.clients} concurrent users x {args.requests} requests x {args.waves} waves; "
+          f"{os.cpu_count()} CPU cores")
+
+    port = free_port()
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"load-app-{port}.log"
+    server = start_server(Path(args.checkpoints), port, args.session_capacity, log)
+    url = f"http://127.0.0.1:{port}/"
+    sampler = MemorySampler(server.pid)
+    sampler.start()
+    try:
+        print(f"server RSS after start: {rss_mib(server.pid):.0f} MiB")
+        results: list[dict] = []
+        after_wave = []
+        began = time.perf_counter()
+        for wave in range(args.waves):
+            start = threading.Barrier(args.clients)
+            users = [threading.Thread(target=user, args=(url, args.model,
+                                                         sentences[i * args.requests:(i + 1) * args.requests],
+                                                         expected, results, start))
+                     for i in range(args.clients)]
+            for thread in users:
+                thread.start()
+            for thread in users:
+                thread.join()
+            after_wave.append(rss_mib(server.pid))
+            print(f"wave {wave + 1}: {len(results)} requests so far, server RSS {after_wave[-1]:.0f} MiB")
+        seconds = time.perf_counter() - began
+    finally:
+        sampler.stopped.set()
+        server.terminate()
+        server.wait(timeout=30)
+
+    done = [r for r in results if r["error"] is None]
+    errors = [r for r in results if r["error"] is not None]
+    crossed = [r for r in done if r["crossed"]]
+    print(f"requests: {len(results)} translations (+ {len(results)} step reads) in {seconds:.1f} s: "
+          f"{len(results) / seconds:.2f} translations/s")
+    if done:
+        print(f"translate latency: {percentiles([r['translate_s'] for r in done])}")
+        print(f"step latency:      {percentiles([r['step_s'] for r in done])}")
+    print(f"errors: {len(errors)}; cross-talk: {len(crossed)}")
+    for r in (errors + crossed)[:5]:
+        print(f"  {r['text'][:60]!r}: {r['error'] or 'answer does not match its own sentence'}")
+    print(f"server peak RSS {sampler.peak:.0f} MiB; after each wave: "
+          + ", ".join(f"{m:.0f}" for m in after_wave) + f" MiB ({args.session_capacity} sessions kept)")
+    sys.exit(1 if errors or crossed or len(results) != args.clients * args.requests * args.waves else 0)
+
+
+if __name__ == "__main__":
+    main()

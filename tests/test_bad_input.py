@@ -1,0 +1,140 @@
+"""Hostile and odd input, one table, through every path a user reaches: the translator, the UI callbacks
+(and every figure they draw), the HTTP API, and a real browser for markup. Each case ends in a clear
+message or a translation, never an exception, and the next normal request still works."""
+
+import re
+import unicodedata
+
+import numpy as np
+import pytest
+from gradio_client import Client
+
+from model.decoding import output_limit
+from model.translator import InputError
+from viz.attention import INVISIBLE_CATEGORIES, MAX_LABEL_CHARS
+from viz.views import ALL_HEADS, KINDS, MEAN
+
+MODEL = "toy-en-de"
+TRANSLATED = None  # the expected outcome of a case that must translate
+
+CASES = {  # name: (text, a phrase of the expected message, or TRANSLATED)
+    "empty": ("", "input is empty"),
+    "whitespace only": (" \n\t \u3000 ", "input is empty"),
+    "12,000 characters": ("A dog runs. " * 1000, "limit is 2000"),
+    "200 tokens": ("dog " * 200, "reads at most 127"),
+    "one 1,999-character token": ("x" * 1999, TRANSLATED),
+    "emoji": ("A dog 🐶 runs 🐕‍🦺 in the park 👍🏽.", TRANSLATED),
+    "CJK": ("一只狗在公园里跑。", TRANSLATED),
+    "Arabic (right to left)": ("كلب يجري في الحديقة", TRANSLATED),
+    "combining characters": ("A dog runs̈ in the pa̷r̷k̷, café\u0301.", TRANSLATED),
+    "zero-width characters": ("A\u200bdog\u200d runs\ufeff in the park.", TRANSLATED),
+    "bidirectional override": ("A dog \u202eruns in\u202c the park.", TRANSLATED),
+    "control characters": ("A dog\x07 runs\x1b[31m in the park.", TRANSLATED),
+    "NUL": ("A dog\x00 runs in the park.", TRANSLATED),
+    "only NUL": ("\x00", TRANSLATED),
+    "script tag": ("<script>alert(1)</script>", TRANSLATED),
+    "img onerror": ('<img src=x onerror="alert(1)"> A dog.', TRANSLATED),
+    "javascript link": ('<a href="javascript:alert(1)">a dog</a>', TRANSLATED),
+    "wrong language": ("Le chien court dans le parc.", TRANSLATED),
+}
+IDS = list(CASES)
+MARKUP = ["script tag", "img onerror", "javascript link"]
+# The only markup our figures may contain is the hover template's own.
+OWN_TAGS = re.compile(r"<(br|/?extra)>")
+
+
+def strings(value):
+    """Every string inside a nested figure dict."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from strings(item)
+
+
+def assert_inert(figure) -> None:
+    """No user markup, no invisible characters, no overlong labels in anything the figure shows."""
+    for text in strings(figure.to_plotly_json()):
+        assert "<" not in OWN_TAGS.sub("", text), text
+        assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in text), ascii(text)
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_translator(app_module, name):
+    text, expected = CASES[name]
+    translator = app_module.TRANSLATORS[MODEL]
+    if expected is not TRANSLATED:
+        with pytest.raises(InputError, match=expected):
+            translator.trace(text)
+        return
+    traced = translator.trace(text)
+    trace = traced.trace
+    assert 0 < len(traced.target_tokens) <= output_limit(translator.model, len(traced.source_tokens))
+    assert np.all((trace.probabilities >= 0) & (trace.probabilities <= 1))
+    for maps in (trace.encoder_attention, trace.decoder_attention, trace.cross_attention):
+        np.testing.assert_allclose(maps.sum(-1), 1, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_ui_callbacks_and_every_figure(app_module, name):
+    text, expected = CASES[name]
+    out = app_module.translate(MODEL, text, KINDS[-1], "Layer 1", MEAN, True)
+    trace, translation, status, source = out[:4]
+    if expected is not TRANSLATED:
+        assert expected in status and trace is None and translation == ""
+    else:
+        assert status.startswith("Translated.") and trace is not None
+        figures = [o for o in out if hasattr(o, "to_plotly_json")]
+        for kind in KINDS:
+            for head in (MEAN, ALL_HEADS, "Head 2"):
+                figures += [f for f in app_module.render(trace, kind, "Layer 2", head, trace.steps, True)
+                            if hasattr(f, "to_plotly_json")]
+        for figure in figures:
+            assert_inert(figure)
+        for shown, _ in source:
+            assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in shown)
+        ticks = figures[0].layout.xaxis.ticktext
+        assert all(len(t) <= MAX_LABEL_CHARS + 20 for t in ticks)  # cut labels (+ room for &lt; escapes)
+    assert app_module.translate(MODEL, "A dog runs.", KINDS[-1], "Layer 1", MEAN)[1]  # the next request works
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server, verbose=False)
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_http_api(client, app_module, name):
+    text, expected = CASES[name]
+    if expected is not TRANSLATED:
+        with pytest.raises(Exception, match=expected):
+            client.predict(MODEL, text, api_name="/trace")
+    else:
+        result = client.predict(MODEL, text, api_name="/trace")
+        assert result["translation"] == app_module.TRANSLATORS[MODEL].trace(text).text
+    assert client.predict(MODEL, "A dog runs.", api_name="/trace")["translation"]
+
+
+@pytest.mark.parametrize("name", MARKUP)
+def test_markup_is_never_rendered_in_the_browser(page, name):
+    text = CASES[name][0]
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    before = page.locator("#source-tokens").inner_text()
+    page.fill("#source textarea", text)
+    page.click("#translate")
+    page.wait_for_function("(before) => document.querySelector('#source-tokens').innerText !== before"
+                           " && document.querySelector('#status textarea').value.startsWith('Translated')",
+                           arg=before, timeout=30000)
+    page.wait_for_selector("#attention .js-plotly-plot")
+    injected = page.evaluate("""() => ({
+        img: document.querySelectorAll('img[src="x"]').length,
+        link: document.querySelectorAll('a[href^="javascript"]').length,
+        script: Array.from(document.scripts).filter(s => s.textContent.includes('alert(1)')).length,
+    })""")
+    assert injected == {"img": 0, "link": 0, "script": 0}
+    assert not dialogs
+    assert "<" in page.locator("#source-tokens").inner_text()  # shown as a literal character
