@@ -17,6 +17,7 @@ import torch
 
 from model.checkpoint import load_all
 from model.translator import InputError, TracedTranslation, Translator
+from model.vocab import CHARS
 from viz.attention import label, visible
 from viz.views import (ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, attention_figure, candidates_figure,
                        overview_figure, step_title, translation_figure)
@@ -38,9 +39,11 @@ def model_choices() -> list[tuple[str, str]]:
     """Dropdown entries: every loaded checkpoint with its languages and test BLEU."""
     choices = []
     for name, translator in TRANSLATORS.items():
-        bleu = translator.metrics.get("scores", {}).get("test", {}).get("bleu")
+        test = translator.metrics.get("scores", {}).get("test", {})
+        score = (f", test exact match {test['exact_match']}%" if translator.tgt_tokenizer.lang == CHARS
+                 else f", test BLEU {test['bleu']}") if test else ""
         languages = f"{translator.src_tokenizer.lang}→{translator.tgt_tokenizer.lang}"
-        choices.append((f"{name} ({languages}" + (f", test BLEU {bleu}" if bleu is not None else "") + ")", name))
+        choices.append((f"{name} ({languages}{score})", name))
     return choices
 
 

@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     parser.add_argument("--output", help="write the detokenized translations here")
     parser.add_argument("--save-metrics", action="store_true",
-                        help="record the scores in the checkpoint's metrics.json under the split's name")
+                        help="record the scores in the checkpoint's metrics.json: under the split's name for the "
+                             "shipped decoding, else under e.g. test_beam1")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -89,8 +90,10 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.output, "w", encoding="utf-8") as f:
             f.writelines(t + "\n" for t in translations)
     if args.save_metrics:
-        translator.metrics.setdefault("scores", {})[args.split] = metrics
-        translator.metrics["decoding"] = {"beam_size": beam, "length_penalty": length_penalty}
+        shipped = (beam, length_penalty) == (decoding.get("beam_size", 5), decoding.get("length_penalty", 1.0))
+        key = args.split if shipped else f"{args.split}_beam{beam}" + (
+            f"_lp{length_penalty:g}" if length_penalty != 1.0 else "")
+        translator.metrics.setdefault("scores", {})[key] = metrics
         write_json(Path(args.checkpoint) / METRICS, translator.metrics)
 
 

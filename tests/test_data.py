@@ -106,7 +106,7 @@ def test_hub_failure_suggests_the_offline_folder(monkeypatch):
 
 def test_reverse_task_pairs_strings_with_their_reversal_in_disjoint_splits():
     splits = {split: load_pairs("reverse", split, "chars", "chars") for split in ("train", "val", "test")}
-    assert [len(d) for d in splits.values()] == [20000, 500, 500]
+    assert [len(d) for d in splits.values()] == [40000, 500, 500]
     assert all(pair["tgt"] == pair["src"][::-1] for pair in splits["val"])
     train = set(splits["train"]["src"])
     assert not train & set(splits["val"]["src"]) and not train & set(splits["test"]["src"])

@@ -46,14 +46,18 @@ def test_readme_image_exists():
 
 
 def test_results_table_matches_the_checkpoints_metrics():
-    """Every beam-search row of the README's results table is what `model.evaluate --save-metrics` recorded."""
-    rows = re.findall(r"^\| (\S+) \| (test2016|val) \| beam (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", README, re.M)
-    assert rows
-    for name, split, beam, bleu, chrf, tok_lc in rows:
+    """Every row of the README's results tables is what `model.evaluate --save-metrics` recorded."""
+    rows = re.findall(r"^\| (\S+) \| (test2016|test|val) \| (greedy|beam \d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| "
+                      r"([\d.]+) \|$", README, re.M)
+    assert len(rows) >= 6
+    for name, split, decoding, *numbers in rows:
         metrics = json.loads((ROOT / "checkpoints" / name / "metrics.json").read_text())
-        scores = metrics["scores"]["test" if split == "test2016" else "val"]
-        assert (scores["beam_size"], scores["bleu"], scores["chrf"], scores["bleu_tok_lc"]) == \
-            (int(beam), float(bleu), float(chrf), float(tok_lc))
+        beam = 1 if decoding == "greedy" else int(decoding.split()[1])
+        split = "val" if split == "val" else "test"
+        key = split if beam == metrics["decoding"]["beam_size"] else f"{split}_beam{beam}"
+        scores = metrics["scores"][key]
+        assert scores["beam_size"] == beam
+        assert [scores[k] for k in ("bleu", "chrf", "bleu_tok_lc", "exact_match")] == [float(n) for n in numbers]
 
 
 def test_shipped_checkpoints_are_small():

@@ -34,6 +34,11 @@ def test_train_then_evaluate(toy_data, tmp_path, capsys):
     scores = json.loads((out / "metrics.json").read_text())["scores"]["test"]
     assert scores["sentences"] == 30 and scores["beam_size"] == 2
     assert 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100
+    evaluate.main(["--checkpoint", str(out), "--data", str(toy_data), "--split", "test", "--beam", "1",
+                   "--save-metrics"])  # another decoding is kept beside the shipped one, which stays
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["scores"]["test_beam1"]["beam_size"] == 1 and metrics["scores"]["test"] == scores
+    assert metrics["decoding"]["beam_size"] == 2
 
 
 RNN = ["--architecture", "rnn", "--hidden-size", "32", "--embedding-dim", "16", "--teacher-forcing", "0.5"]

@@ -4,7 +4,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from viz.attention import attention_heatmap, escape, probability_bars
+from viz.attention import attention_heatmap, escape, label, probability_bars
 from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure,
                        candidates_figure, overview_figure, translation_figure)
 
@@ -82,8 +82,15 @@ def test_user_text_is_escaped_everywhere(trace):
         assert "<img" not in text and "<script" not in text
         assert "&lt;" in text
     ticks = attention_figure(trace, ENCODER, 0, 0, 0).layout.xaxis.ticktext
-    assert ticks[4] == '&lt;img src=x onerror="alert(1)"&gt;'
+    assert ticks[4] == '&lt;img src=x onerror="ale…'  # cut to 24 characters, then escaped
     assert attention_figure(trace, ENCODER, 0, 0, 0).data[0].x[4] == "4: " + ticks[4]  # what the hover shows
+
+
+def test_labels_spell_invisible_characters_and_cut_long_tokens():
+    assert label("a\u200bb\x00") == "a⟨U+200B⟩b⟨U+0000⟩"
+    assert label("\u202eevil") == "⟨U+202E⟩evil"  # a direction override cannot flip the axis text
+    assert label("x" * 30) == "x" * 23 + "…" and label("x" * 24) == "x" * 24
+    assert label("café 🐶 كلب") == "café 🐶 كلب"  # visible text is kept as it is
 
 
 def test_step_title_escapes_and_describes_the_step(trace):
