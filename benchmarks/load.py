@@ -52,6 +52,12 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class MemorySampler(threading.Thread):
     """Samples a process's RSS every 100 ms; keeps the peak."""
 
@@ -158,7 +164,7 @@ def main() -> None:
         print(f"server RSS after start: {rss_mib(server.pid):.0f} MiB")
         results: list[dict] = []
         after_wave = []
-        began = time.perf_counter()
+        began, server_cpu, own_cpu = time.perf_counter(), cpu_seconds(server.pid), time.process_time()
         for wave in range(args.waves):
             start = threading.Barrier(args.clients)
             users = [threading.Thread(target=user, args=(url, args.model,
@@ -172,6 +178,7 @@ def main() -> None:
             after_wave.append(rss_mib(server.pid))
             print(f"wave {wave + 1}: {len(results)} requests so far, server RSS {after_wave[-1]:.0f} MiB")
         seconds = time.perf_counter() - began
+        server_cpu, own_cpu = cpu_seconds(server.pid) - server_cpu, time.process_time() - own_cpu
     finally:
         sampler.stopped.set()
         server.terminate()
@@ -185,11 +192,13 @@ def main() -> None:
     if done:
         print(f"translate latency: {percentiles([r['translate_s'] for r in done])}")
         print(f"step latency:      {percentiles([r['step_s'] for r in done])}")
+    print(f"CPU per translation + step read: server {1000 * server_cpu / len(results):.0f} ms, "
+          f"these clients {1000 * own_cpu / len(results):.0f} ms (both on the same {os.cpu_count()} cores)")
     print(f"errors: {len(errors)}; cross-talk: {len(crossed)}")
     for r in (errors + crossed)[:5]:
         print(f"  {r['text'][:60]!r}: {r['error'] or 'answer does not match its own sentence'}")
     print(f"server peak RSS {sampler.peak:.0f} MiB; after each wave: "
-          + ", ".join(f"{m:.0f}" for m in after_wave) + f" MiB ({args.session_capacity} sessions kept)")
+          + ", ".join(f"{m:.0f}" for m in after_wave) + f" MiB (session store capped at {args.session_capacity})")
     sys.exit(1 if errors or crossed or len(results) != args.clients * args.requests * args.waves else 0)
 
 

@@ -50,5 +50,6 @@ def test_shipped_reverser_reverses_text_it_never_saw():
     translator = load_checkpoint(SHIPPED)
     assert translator.translate(["hello world", "attention", "abc"]) == ["dlrow olleh", "noitnetta", "cba"]
     assert json.loads((SHIPPED / "metrics.json").read_text())["scores"]["test"]["exact_match"] >= 99.0
-    offsets = anti_diagonal_offsets(translator, ["hello world", "transformer"])
-    assert np.mean(np.abs(offsets) <= 1) >= 0.9
+    examples = translator.metrics["examples"]  # what the app offers in its example list
+    offsets = anti_diagonal_offsets(translator, examples + ["hello world", "transformer"])
+    assert len(examples) == 6 and np.mean(offsets == 0) >= 0.8 and np.mean(np.abs(offsets) <= 1) >= 0.95
