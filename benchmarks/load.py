@@ -145,11 +145,11 @@ def main() -> None:
 
     translator = load_checkpoint(Path(args.checkpoints) / args.model)
     sentences = pick_sentences(translator, args.data, args.clients * args.requests, args.tokens)
-    expected = {}
+    expected, lengths = {}, []
     for text in sentences:
         traced = translator.trace(text)
         expected[text] = (traced.text, " ".join(traced.target_tokens[:-1]) or "(empty)")
-    lengths = [len(translator.src_tokenizer(s)) for s in sentences]
+        lengths.append(len(traced.source_tokens) - 1)  # without <eos>
     print(f"{len(sentences)} distinct sentences, {min(lengths)}-{max(lengths)} tokens (mean {np.mean(lengths):.1f}); "
           f"{args.clients} concurrent users x {args.requests} requests x {args.waves} waves; "
           f"{os.cpu_count()} CPU cores")
