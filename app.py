@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from model.checkpoint import load_all
-from model.translator import InputError, TracedTranslation, Translator
+from model.translator import InputError, TracedTranslation
 from model.vocab import CHARS
+from model.workers import TracePool, can_fork
 from viz.attention import label, visible
 from viz.views import (ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, attention_figure, candidates_figure,
                        overview_figure, step_title, translation_figure)
@@ -29,9 +30,14 @@ TOP_K = 5
 SESSION_CAPACITY = int(os.environ.get("SESSION_CAPACITY", "1000"))
 TRACE_TTL_S = 3600
 
-# Two cores serve every user: one thread per request lets requests run side by side.
+# One torch thread per request (in a worker process or a request thread): two cores serve every user.
 torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
 TRANSLATORS, LOAD_ERRORS = load_all(CHECKPOINT_ROOT)
+# Traces run in this many forked worker processes (0: in the request's thread), one per core by default.
+TRACE_WORKERS = int(os.environ.get("TRACE_WORKERS", str(os.cpu_count() or 1))) if can_fork() else 0
+TRACE_POOL = TracePool(TRANSLATORS, TRACE_WORKERS) if TRANSLATORS and TRACE_WORKERS > 0 else None
+# Requests handled at once: a translation per trace worker (two in-process), and two view changes.
+TRACE_CONCURRENCY, VIEW_CONCURRENCY = max(TRACE_WORKERS, 2), 2
 DEFAULT_MODEL = "en-de" if "en-de" in TRANSLATORS else next(iter(TRANSLATORS), None)
 
 
@@ -59,6 +65,13 @@ def examples_for(model_name: str | None) -> list[str]:
     """The example sentences a checkpoint ships in its metrics.json (real Multi30k test sentences)."""
     translator = TRANSLATORS.get(model_name)
     return list(translator.metrics.get("examples", [])) if translator else []
+
+
+def trace_text(model_name: str, text: str) -> TracedTranslation:
+    """Greedy trace of `text` with a loaded checkpoint, in a worker process when there are workers."""
+    if TRACE_POOL is not None:
+        return TRACE_POOL.trace(model_name, text, TOP_K)
+    return TRANSLATORS[model_name].trace(text, top_k=TOP_K)
 
 
 def to_arrays(traced: TracedTranslation) -> TraceArrays:
@@ -101,12 +114,11 @@ def source_highlights(traced: TracedTranslation) -> list[tuple[str, str | None]]
 
 def translate(model_name: str, text: str, kind: str, layer: str, head: str, model_view: bool = False):
     """Trace a translation once; every later view of it reads the stored trace."""
-    translator: Translator | None = TRANSLATORS.get(model_name)
     text = text or ""
-    if translator is None:
+    if model_name not in TRANSLATORS:
         return error_outputs(f"Choose a model: {model_name!r} is not loaded. " + load_status())
     try:
-        traced = translator.trace(text, top_k=TOP_K)
+        traced = trace_text(model_name, text)
     except InputError as error:
         return error_outputs(str(error))
     trace = to_arrays(traced)
@@ -178,11 +190,10 @@ def move(trace: TraceArrays | None, step: int, where: str, kind: str, layer: str
 
 def trace_api(model: str, text: str) -> dict:
     """Translate `text` with checkpoint `model`; returns tokens, probabilities and every attention map as lists."""
-    translator = TRANSLATORS.get(model)
-    if translator is None:
+    if model not in TRANSLATORS:
         raise gr.Error(f"unknown model {model!r}; loaded: {', '.join(TRANSLATORS) or 'none'}")
     try:
-        traced = translator.trace(text or "", top_k=TOP_K)
+        traced = trace_text(model, text or "")
     except InputError as error:
         raise gr.Error(str(error)) from error
     trace = traced.trace
@@ -245,8 +256,11 @@ with gr.Blocks(title="Transformer attention inspector") as demo:
     settings = [kind, layer, head, step, model_view]
     translate_inputs = [model_name, source, kind, layer, head, model_view]
     translate_outputs = [trace_state, translation, status, source_view, step, kind, layer, head, *views]
-    translate_button.click(translate, translate_inputs, translate_outputs, api_name="translate")
-    source.submit(translate, translate_inputs, translate_outputs, api_name="translate_enter")
+    # Translations queue for the trace workers in their own group, so step and view changes (a few ms each)
+    # never wait behind them.
+    trace_queue = dict(concurrency_id="trace", concurrency_limit=TRACE_CONCURRENCY)
+    translate_button.click(translate, translate_inputs, translate_outputs, api_name="translate", **trace_queue)
+    source.submit(translate, translate_inputs, translate_outputs, api_name="translate_enter", **trace_queue)
     model_name.change(lambda name: gr.Dropdown(choices=examples_for(name), value=None), model_name, example,
                       api_name="model_examples")
     example.input(lambda text: text or "", example, source, api_name="use_example")
@@ -257,9 +271,9 @@ with gr.Blocks(title="Transformer attention inspector") as demo:
     kind.input(change_kind, [trace_state, *settings], [layer, head, *views], api_name="kind")
     for control in (layer, head, model_view):
         control.input(render, [trace_state, *settings], views, api_name=control.elem_id.replace("-", "_"))
-    gr.api(trace_api, api_name="trace")
+    gr.api(trace_api, api_name="trace", **trace_queue)
 
-demo.queue(default_concurrency_limit=4, max_size=64)
+demo.queue(default_concurrency_limit=VIEW_CONCURRENCY, max_size=64)
 
 if __name__ == "__main__":
     # GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose the address (a Space sets them).

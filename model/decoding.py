@@ -132,7 +132,7 @@ class Trace:
         return len(self.token_ids)
 
 
-@torch.no_grad()
+@torch.inference_mode()  # cheaper than no_grad per call, and a trace's tensors leave as numpy anyway
 def greedy_trace(model, src_ids: list[int], max_len: int | None = None, top_k: int = 5) -> Trace:
     """Greedy decoding of one sentence with a key/value cache, recording a `Trace`; stops after <eos>."""
     src = torch.tensor([src_ids], dtype=torch.long)

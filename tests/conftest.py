@@ -87,11 +87,14 @@ def app_module(toy_checkpoints):
     """The app module, serving the toy checkpoints."""
     import importlib
     import os
+    import sys
 
     os.environ["CHECKPOINTS"] = str(toy_checkpoints[0])
+    if "app" in sys.modules:  # imported before with other checkpoints: load these (and fork new trace workers)
+        return importlib.reload(sys.modules["app"])
     import app
 
-    return importlib.reload(app)
+    return app
 
 
 @pytest.fixture(scope="session")

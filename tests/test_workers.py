@@ -1,0 +1,75 @@
+"""Traces in forked worker processes: the same answers as in-process, errors passed on, dead workers replaced."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from model.checkpoint import load_all
+from model.translator import InputError
+from model.workers import TracePool, can_fork
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="trace workers are forked")
+MODEL = "toy-en-de"
+
+
+@pytest.fixture(scope="module")
+def pool(toy_checkpoints):
+    translators, _ = load_all(toy_checkpoints[0])
+    pool = TracePool(translators, workers=2)
+    yield pool
+    pool.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_worker_trace_equals_the_in_process_trace(pool):
+    for name in pool.translators:
+        local = pool.translators[name].trace("A dog runs in the park.", top_k=3)
+        remote = pool.trace(name, "A dog runs in the park.", top_k=3)
+        assert (remote.text, remote.source_tokens, remote.target_tokens, remote.top_tokens) == \
+            (local.text, local.source_tokens, local.target_tokens, local.top_tokens)
+        for field in ("probabilities", "top_probabilities", "encoder_attention", "decoder_attention",
+                      "cross_attention"):
+            np.testing.assert_array_equal(getattr(remote.trace, field), getattr(local.trace, field))
+
+
+def test_input_errors_reach_the_caller_with_their_message(pool):
+    with pytest.raises(InputError, match="the input is empty"):
+        pool.trace(MODEL, "   ")
+
+
+def test_a_killed_worker_is_replaced_and_its_request_still_answered(pool):
+    expected = pool.translators[MODEL].trace("A cat sleeps.").text
+    before = pool.worker_pids()
+    os.kill(before[0], signal.SIGKILL)
+    time.sleep(0.5)
+    assert pool.trace(MODEL, "A cat sleeps.").text == expected  # traced in-process while workers restart
+    assert set(pool.worker_pids()).isdisjoint(before)
+    assert pool.trace(MODEL, "A cat sleeps.").text == expected  # and by the new workers
+
+
+def test_workers_end_when_the_app_process_is_killed(toy_checkpoints):
+    script = ("import sys, time; from model.checkpoint import load_all; from model.workers import TracePool; "
+              f"pool = TracePool(load_all({str(toy_checkpoints[0])!r})[0], 2); "
+              "print(*pool.worker_pids(), flush=True); time.sleep(120)")
+    app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    workers = [int(pid) for pid in app.stdout.readline().split()]
+    assert len(workers) == 2 and all(alive(pid) for pid in workers)
+    app.kill()
+    app.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers)
