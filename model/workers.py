@@ -48,16 +48,16 @@ class TracePool:
     """`trace(name, text)` in one of `workers` forked processes."""
 
     def __init__(self, translators: dict[str, Translator], workers: int):
-        global _translators
         if workers < 1 or not can_fork():
             raise ValueError(f"a trace pool needs at least one worker and fork (got {workers} workers)")
-        _translators = translators
         self.translators, self.workers = translators, workers
         self._lock = threading.Lock()
         self._executor = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
         """Fork every worker now (not lazily inside a request) and wait until each one answers."""
+        global _translators
+        _translators = self.translators  # what these workers inherit, even if another pool was made since
         executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
                                        initializer=_exit_with_parent, initargs=(os.getpid(),))
         wait([executor.submit(os.getpid) for _ in range(self.workers)])
