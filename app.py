@@ -18,7 +18,7 @@ import torch
 from model.checkpoint import load_all
 from model.translator import InputError, TracedTranslation
 from model.vocab import CHARS
-from model.workers import TracePool, can_fork
+from model.workers import TracePool, available_cores, can_fork
 from viz.attention import label, visible
 from viz.views import (ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, attention_figure, candidates_figure,
                        overview_figure, step_title, translation_figure)
@@ -29,12 +29,15 @@ TOP_K = 5
 # (the least recently used are dropped first), and a trace is freed an hour after its last update.
 SESSION_CAPACITY = int(os.environ.get("SESSION_CAPACITY", "1000"))
 TRACE_TTL_S = 3600
+# Gradio summarizes its last 10,000 events with pandas after every event, for a monitoring page this app
+# does not enable: a sixth of the web server's CPU under load. Every 1,000 events is plenty.
+os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
 
 # One torch thread per request (in a worker process or a request thread): two cores serve every user.
 torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
 TRANSLATORS, LOAD_ERRORS = load_all(CHECKPOINT_ROOT)
-# Traces run in this many forked worker processes (0: in the request's thread), one per core by default.
-TRACE_WORKERS = int(os.environ.get("TRACE_WORKERS", str(os.cpu_count() or 1))) if can_fork() else 0
+# Traces run in this many forked worker processes (0: in the request's thread): one per core this process may use.
+TRACE_WORKERS = int(os.environ.get("TRACE_WORKERS", str(available_cores()))) if can_fork() else 0
 TRACE_POOL = TracePool(TRANSLATORS, TRACE_WORKERS) if TRANSLATORS and TRACE_WORKERS > 0 else None
 # Requests handled at once: a translation per trace worker (two in-process), and two view changes.
 TRACE_CONCURRENCY, VIEW_CONCURRENCY = max(TRACE_WORKERS, 2), 2

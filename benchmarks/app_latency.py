@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import plotly.graph_objects as go  # noqa: E402
 
 import app  # noqa: E402  (after the path set-up above)
+from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
 from viz.views import ALL_HEADS, CROSS, ENCODER, MEAN  # noqa: E402
 
 SENTENCES = [  # about 5, 20 and 40 tokens
@@ -56,7 +57,8 @@ def main() -> None:
     translator = app.TRANSLATORS[args.checkpoint]
     config = translator.model.config
     print(f"checkpoint {args.checkpoint}: {config.n_encoder_layers}+{config.n_decoder_layers} layers, "
-          f"{config.n_heads} heads; torch threads {app.torch.get_num_threads()}; median of {args.runs} runs")
+          f"{config.n_heads} heads; torch threads {app.torch.get_num_threads()}; {cpu_model()}; "
+          f"median of {args.runs} runs")
     print("| source tokens | steps | translate: trace + figures (ms) | + JSON (ms) | step change (ms) | + JSON (ms) "
           "| all heads (ms) | model view (ms) | JSON bytes: translate / step / model view |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -1,6 +1,6 @@
 """Load test: the app on 127.0.0.1, driven by concurrent gradio_client users, each in its own session.
 
-    python benchmarks/load.py [--clients 16] [--requests 8] [--waves 4] [--tokens 20]
+    python benchmarks/load.py [--clients 16] [--requests 8] [--waves 4] [--tokens 20] [--cores N]
 
 Starts `python app.py` on a free loopback port (nothing leaves this machine). In each wave, `--clients`
 new users connect at once; each translates `--requests` distinct sentences of about `--tokens` tokens
@@ -11,7 +11,8 @@ The server's resident memory is sampled throughout; its session store is capped 
 below the number of sessions the run opens) so the memory of sessions that come and go must level off.
 
 Prints throughput, latency percentiles, errors, cross-talk, peak RSS and RSS after each wave;
-exits with status 1 if any request failed or crossed over.
+exits with status 1 if any request failed or crossed over. `--cores N` pins the app, its trace workers and
+the clients to the first N cores (Linux), to see how the numbers hold on a smaller machine.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import torch
 from gradio_client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +48,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo (Linux): runs on other CPUs are not comparable."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
 
 
 def process_tree(pid: int) -> list[int]:
@@ -164,7 +174,12 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=4, help="rounds of new users (new sessions)")
     parser.add_argument("--tokens", type=int, default=20, help="source sentence length to pick")
     parser.add_argument("--session-capacity", type=int, default=32, help="the server's SESSION_CAPACITY")
+    parser.add_argument("--cores", type=int, help="run everything on the first N cores (default: all)")
     args = parser.parse_args()
+    if args.cores:  # the app and its trace workers inherit this, and start one worker per allowed core
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cores)  # torch sized its pool at import; more threads than cores spin against each other
 
     translator = load_checkpoint(Path(args.checkpoints) / args.model)
     sentences = pick_sentences(translator, args.data, args.clients * args.requests, args.tokens)
@@ -175,7 +190,7 @@ def main() -> None:
         lengths.append(len(traced.source_tokens) - 1)  # without <eos>
     print(f"{len(sentences)} distinct sentences, {min(lengths)}-{max(lengths)} tokens (mean {np.mean(lengths):.1f}); "
           f"{args.clients} concurrent users x {args.requests} requests x {args.waves} waves; "
-          f"{os.cpu_count()} CPU cores")
+          f"{cores} cores of {cpu_model()}")
 
     port = free_port()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"load-app-{port}.log"
@@ -218,7 +233,7 @@ def main() -> None:
     web, workers = 1000 * server_cpu / len(results)
     print(f"CPU per translation + step read: app {web + workers:.0f} ms (web server {web:.0f} ms, trace workers "
           f"{workers:.0f} ms), these clients {1000 * own_cpu / len(results):.0f} ms, all on the same "
-          f"{os.cpu_count()} cores")
+          f"{cores} cores")
     print(f"errors: {len(errors)}; cross-talk: {len(crossed)}")
     for r in (errors + crossed)[:5]:
         print(f"  {r['text'][:60]!r}: {r['error'] or 'answer does not match its own sentence'}")

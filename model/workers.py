@@ -10,12 +10,14 @@ and a fresh set of workers replaces the broken one.
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 from model.translator import TracedTranslation, Translator
 
@@ -37,6 +39,22 @@ def _exit_with_parent(parent: int) -> None:
 
 def _trace(name: str, text: str, top_k: int) -> TracedTranslation:
     return _translators[name].trace(text, top_k=top_k)
+
+
+def available_cores(cgroup_cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """Cores this process may run on: its CPU affinity, capped by a container's CPU quota.
+
+    `os.cpu_count()` counts the host's cores; a container (a Hugging Face Space, say) may get a share of
+    them through its cgroup quota, and one trace worker per host core would only queue for that share.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = cgroup_cpu_max.read_text().split()
+        if quota != "max":
+            cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):  # no cgroup v2 CPU controller here, or a format this does not know
+        pass
+    return max(cores, 1)
 
 
 def can_fork() -> bool:

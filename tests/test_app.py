@@ -85,6 +85,11 @@ def test_an_rnn_offers_only_cross_attention(app_module):
     np.testing.assert_allclose(np.array(figure.data[0].z), out["trace"].cross[0, 1, :1])
 
 
+def test_gradio_summarizes_its_events_rarely(app_module):
+    """Gradio's monitoring summary (pandas over its last 10,000 events) is kept off the per-event path."""
+    assert app_module.demo._queue.ANAYLTICS_CACHE_FREQUENCY == 1000  # Gradio's own (misspelled) attribute
+
+
 def test_views_without_a_trace_do_nothing(app_module):
     assert app_module.render(None, CROSS, "Layer 1", MEAN, 1, True) == (None, None, None, "", None)
     assert app_module.move(None, 1, "next", CROSS, "Layer 1", MEAN)[0] == 1

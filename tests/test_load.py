@@ -1,4 +1,5 @@
-"""The load benchmark runs end to end against a real server: concurrent sessions, no errors, no cross-talk."""
+"""The load benchmark runs end to end against a real server: concurrent sessions, no errors, no cross-talk
+(on one core, so the option that pins it is exercised too)."""
 
 import subprocess
 import sys
@@ -11,8 +12,8 @@ def test_concurrent_users_get_their_own_answers(toy_checkpoints):
     root, data = toy_checkpoints
     run = subprocess.run([sys.executable, str(SCRIPT), "--checkpoints", str(root), "--model", "toy-en-de",
                           "--data", str(data), "--clients", "4", "--requests", "2", "--waves", "2",
-                          "--tokens", "6", "--session-capacity", "4"],
+                          "--tokens", "6", "--session-capacity", "4", "--cores", "1"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "requests: 16 translations" in run.stdout
+    assert "requests: 16 translations" in run.stdout and "on the same 1 cores" in run.stdout
     assert "errors: 0; cross-talk: 0" in run.stdout

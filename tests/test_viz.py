@@ -2,6 +2,7 @@
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 
 from viz.attention import attention_heatmap, escape, label, probability_bars
@@ -104,6 +105,18 @@ def test_figures_pass_plotly_full_validation(trace):
     figures += [overview_figure(trace, DECODER, 4), translation_figure(trace, 2), candidates_figure(trace, 2)]
     for figure in figures:
         go.Figure(figure.to_dict())  # raises on any invalid property or value
+
+
+def test_figures_carry_only_the_2d_part_of_plotlys_template(trace):
+    """Plotly's whole default template would be ~7 KB of every figure's JSON, resent on each step change."""
+    default = pio.templates["plotly"].to_plotly_json()
+    for figure in (attention_figure(trace, CROSS, 0, MEAN, 3), translation_figure(trace, 2)):
+        template = figure.to_dict()["layout"]["template"]
+        assert set(template["data"]) == {"heatmap", "bar"}
+        assert "scene" not in template["layout"] and "polar" not in template["layout"]
+        for key, value in template["layout"].items():  # what is kept is plotly's own look
+            assert default["layout"][key] == value
+        assert len(figure.to_json()) < 4000
 
 
 def test_heatmap_rejects_mismatched_labels():

@@ -11,7 +11,7 @@ import pytest
 
 from model.checkpoint import load_all
 from model.translator import InputError
-from model.workers import TracePool, can_fork
+from model.workers import TracePool, available_cores, can_fork
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="trace workers are forked")
 MODEL = "toy-en-de"
@@ -73,3 +73,13 @@ def test_workers_end_when_the_app_process_is_killed(toy_checkpoints):
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(alive(pid) for pid in workers)
+
+
+@pytest.mark.parametrize("cpu_max,cap", [("max 100000", None), ("150000 100000", 2), ("50000 100000", 1),
+                                         ("100000 100000", 1), ("garbled", None), (None, None)])
+def test_available_cores_respects_a_container_cpu_quota(tmp_path, cpu_max, cap):
+    cpu_max_file = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        cpu_max_file.write_text(cpu_max + "\n")
+    affinity = len(os.sched_getaffinity(0))
+    assert available_cores(cpu_max_file) == (affinity if cap is None else min(affinity, cap))
