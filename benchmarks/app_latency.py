@@ -44,9 +44,9 @@ def json_bytes(*figures) -> int:
     return sum(len(f.to_json().encode()) for f in figures if f is not None)
 
 
-def figures(outputs) -> list:
+def figures(outputs: dict) -> list:
     """The Plotly figures among a callback's outputs."""
-    return [o for o in outputs if isinstance(o, go.Figure)]
+    return [o for o in outputs.values() if isinstance(o, go.Figure)]
 
 
 def main() -> None:
@@ -66,22 +66,22 @@ def main() -> None:
         tokens = len(translator.src_tokenizer(sentence))
 
         def translate():
-            return app.translate(args.checkpoint, sentence, CROSS, "Layer 1", MEAN)
+            return app.translate(args.checkpoint, sentence, CROSS, 0, MEAN)
 
-        trace = translate()[0]
+        trace = translate()[app.trace_state]
         middle = max(1, trace.steps // 2)
 
         def step():
-            return app.move(trace, middle, "next", CROSS, "Layer 1", MEAN)
+            return app.move(trace, "next", CROSS, 0, MEAN, middle)
 
         def model_view():
-            return app.render(trace, ENCODER, "Layer 1", MEAN, middle, model_view=True)
+            return app.render(trace, ENCODER, 0, MEAN, middle, model_view=True)
 
         times = [median_ms(translate, args.runs), median_ms(lambda: json_bytes(*figures(translate())), args.runs),
                  median_ms(step, args.runs), median_ms(lambda: json_bytes(*figures(step())), args.runs),
-                 median_ms(lambda: app.render(trace, CROSS, "Layer 1", ALL_HEADS, middle), args.runs),
+                 median_ms(lambda: app.render(trace, CROSS, 0, ALL_HEADS, middle), args.runs),
                  median_ms(model_view, args.runs)]
-        sizes = [json_bytes(*figures(translate())), json_bytes(*figures(step())), json_bytes(model_view()[-1])]
+        sizes = [json_bytes(*figures(translate())), json_bytes(*figures(step())), json_bytes(model_view()[app.overview_plot])]
         print(f"| {tokens} | {trace.steps} | " + " | ".join(f"{t:.1f}" for t in times)
               + " | " + " / ".join(f"{b:,}" for b in sizes) + " |")
 

@@ -142,12 +142,12 @@ def user(url: str, model: str, sentences: list[str], expected: dict, results: li
             record = {"text": text, "error": None, "crossed": False}
             try:
                 began = time.perf_counter()
-                outputs = client.predict(model, text, CROSS, "Layer 1", MEAN, False, api_name="/translate")
+                outputs = client.predict(model, text, CROSS, 0, MEAN, False, api_name="/translate")
                 record["translate_s"] = time.perf_counter() - began
                 began = time.perf_counter()
-                step_outputs = client.predict(CROSS, "Layer 1", MEAN, 1, False, api_name="/step_last")
+                step_outputs = client.predict(CROSS, 0, MEAN, 1, False, api_name="/step_last")
                 record["step_s"] = time.perf_counter() - began
-                translation, status, step_text = outputs[0], outputs[1], step_outputs[4]
+                translation, status, step_text = outputs[0], outputs[-1], step_outputs[4]
                 want_text, want_prefix = expected[text]
                 if not status.startswith("Translated"):
                     record["error"] = status

@@ -1,4 +1,4 @@
-"""Multi30k sentence pairs through the `datasets` library, and token-bucketed batches.
+"""Multi30k sentence pairs through the `datasets` library (training and evaluation only: the app never imports it).
 
 Two sources: the Hugging Face hub id `bentrevett/multi30k` (en/de, for users online),
 or a local folder of raw Multi30k task-1 files laid out as
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import gzip
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
-import torch
 
-from model.vocab import CHARS, EOS_ID, PAD_ID, SOS_ID
+from model.vocab import CHARS
 
 HUB_ID = "bentrevett/multi30k"
 REVERSE = "reverse"
@@ -113,54 +111,3 @@ def _load_hub(dataset_id: str, split: str, src_lang: str, tgt_lang: str) -> data
         if lang not in dataset.column_names:
             raise DataError(f"{dataset_id} has no {lang!r} column (it has {dataset.column_names})")
     return dataset.select_columns([src_lang, tgt_lang]).rename_columns({src_lang: "src", tgt_lang: "tgt"})
-
-
-@dataclass
-class Batch:
-    """Padded id tensors of one batch: `tgt_in` starts with <sos>, `tgt_out` ends with <eos>."""
-
-    src: torch.Tensor  # (B, S)
-    tgt_in: torch.Tensor  # (B, T)
-    tgt_out: torch.Tensor  # (B, T)
-
-    @property
-    def n_target_tokens(self) -> int:
-        return int((self.tgt_out != PAD_ID).sum())
-
-
-def pad(sequences: list[list[int]]) -> torch.Tensor:
-    """Right-pad id lists with <pad> into a (B, max length) tensor."""
-    out = torch.full((len(sequences), max(map(len, sequences))), PAD_ID, dtype=torch.long)
-    for row, ids in enumerate(sequences):
-        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return out
-
-
-def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
-    """Add <sos>/<eos> around target ids and pad everything."""
-    return Batch(pad(src_ids), pad([[SOS_ID] + t for t in tgt_ids]), pad([t + [EOS_ID] for t in tgt_ids]))
-
-
-def token_batches(src_lengths: list[int], tgt_lengths: list[int], max_tokens: int,
-                  seed: int | None = None) -> list[list[int]]:
-    """Group example indices into batches of similar length, each at most `max_tokens` (padded, per side).
-
-    With a `seed`, lengths are bucketed with random tie-breaking and the batch order is shuffled,
-    deterministically for that seed; without one, the order is fixed (for evaluation).
-    """
-    rng = random.Random(seed)
-    tie = [rng.random() for _ in src_lengths] if seed is not None else [0.0] * len(src_lengths)
-    order = sorted(range(len(src_lengths)), key=lambda i: (tgt_lengths[i], src_lengths[i], tie[i]))
-    batches, current, longest = [], [], 0
-    for i in order:
-        candidate = max(longest, src_lengths[i] + 1, tgt_lengths[i] + 1)
-        if current and candidate * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, candidate = [], max(src_lengths[i] + 1, tgt_lengths[i] + 1)
-        current.append(i)
-        longest = candidate
-    if current:
-        batches.append(current)
-    if seed is not None:
-        rng.shuffle(batches)
-    return batches

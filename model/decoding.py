@@ -10,33 +10,36 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from model.seq2seq import HeadGates, Seq2Seq
 from model.vocab import EOS_ID, PAD_ID, SOS_ID
 
+NEVER_EMITTED = (PAD_ID, SOS_ID)
 
-def output_limit(model, src_length: int, max_len: int | None = None) -> int:
+
+def output_limit(model: Seq2Seq, src_length: int, max_len: int | None = None) -> int:
     """How many target tokens a sentence of `src_length` may produce: `max_len` or 2*S+10, within the model's positions."""
     limit = max_len if max_len is not None else 2 * src_length + 10
     return max(1, min(limit, model.config.max_len - 1))
 
 
 def next_token_logits(logits: Tensor) -> Tensor:
-    """The last position's logits (B, V) with <pad> and <sos> ruled out: the model must never emit them."""
-    logits = logits[:, -1].float()
-    logits[:, [PAD_ID, SOS_ID]] = float("-inf")
-    return logits
+    """The last position's logits (B, V) with <pad> and <sos> ruled out, as a new tensor (`logits` is left as it is)."""
+    ruled_out = torch.tensor(NEVER_EMITTED, device=logits.device)
+    return logits[:, -1].float().index_fill(1, ruled_out, float("-inf"))
 
 
 @torch.no_grad()
-def greedy_decode(model, src: Tensor, max_len: int | None = None) -> list[list[int]]:
+def greedy_decode(model: Seq2Seq, src: Tensor, max_len: int | None = None,
+                  gates: HeadGates | None = None) -> list[list[int]]:
     """Greedy decoding of a padded batch `src` (B, S); returns each sentence's ids without <sos>/<eos>."""
-    memory, src_mask, _ = model.encode(src)
+    memory, src_mask, _ = model.encode(src, gates=gates)
     cache = model.new_cache()
     batch = src.size(0)
     previous = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     chosen = []
     for _ in range(output_limit(model, src.size(1), max_len)):
-        logits, _, _ = model.decode(previous, memory, src_mask, cache)
+        logits, _ = model.decode(previous, memory, src_mask, cache, gates=gates)
         next_ids = next_token_logits(logits).argmax(-1).masked_fill(finished, PAD_ID)  # (B,)
         chosen.append(next_ids)
         finished |= next_ids == EOS_ID
@@ -59,16 +62,17 @@ def _strip(ids: list[int]) -> list[int]:
 
 
 @torch.no_grad()
-def beam_search(model, src: Tensor, beam_size: int = 5, max_len: int | None = None,
-                length_penalty: float = 1.0) -> list[list[int]]:
+def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | None = None,
+                length_penalty: float = 1.0, gates: HeadGates | None = None) -> list[list[int]]:
     """Batched beam search; hypotheses are ranked by log-probability / length**length_penalty.
 
-    A sentence is done once `beam_size` hypotheses have ended with <eos> (fairseq's rule).
+    A sentence is done once `beam_size` hypotheses have ended with <eos> (fairseq's rule). `gates` are the
+    same for every sentence: (L, H) per kind.
     """
     if beam_size == 1:
-        return greedy_decode(model, src, max_len)
+        return greedy_decode(model, src, max_len, gates)
     batch, k = src.size(0), beam_size
-    memory, src_mask, _ = model.encode(src)
+    memory, src_mask, _ = model.encode(src, gates=gates)
     memory = memory.repeat_interleave(k, dim=0)  # (B*K, S, d_model)
     src_mask = src_mask.repeat_interleave(k, dim=0)
     cache = model.new_cache()
@@ -78,7 +82,7 @@ def beam_search(model, src: Tensor, beam_size: int = 5, max_len: int | None = No
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     limit = output_limit(model, src.size(1), max_len)
     for step in range(limit):
-        logits, _, _ = model.decode(sequences[:, -1:], memory, src_mask, cache)
+        logits, _ = model.decode(sequences[:, -1:], memory, src_mask, cache, gates=gates)
         log_probs = next_token_logits(logits).log_softmax(-1)  # (B*K, V)
         vocab = log_probs.size(-1)
         candidates = (scores.view(-1, 1) + log_probs).view(batch, k * vocab)
@@ -110,7 +114,8 @@ class Trace:
     """One sentence decoded greedily, step by step: every choice, its alternatives and every attention map.
 
     Step t reads decoder input `decoder_input_ids[t]` (<sos> at t = 0, then the previous choice) and
-    chooses `token_ids[t]`. Attention arrays are float32:
+    chooses `token_ids[t]`; the first `forced` choices were fixed by the caller, the rest are the model's
+    best. Attention arrays are float32:
     encoder (L_enc, H, S, S); decoder (L_dec, H, T, T), lower-triangular; cross (L_dec, H, T, S).
     A model without self-attention (an RNN) leaves encoder and decoder attention None.
     """
@@ -123,6 +128,7 @@ class Trace:
     encoder_attention: np.ndarray | None
     decoder_attention: np.ndarray | None
     cross_attention: np.ndarray
+    forced: int = 0
 
     @property
     def decoder_input_ids(self) -> list[int]:
@@ -133,25 +139,30 @@ class Trace:
 
 
 @torch.inference_mode()  # cheaper than no_grad per call, and a trace's tensors leave as numpy anyway
-def greedy_trace(model, src_ids: list[int], max_len: int | None = None, top_k: int = 5) -> Trace:
-    """Greedy decoding of one sentence with a key/value cache, recording a `Trace`; stops after <eos>."""
+def greedy_trace(model: Seq2Seq, src_ids: list[int], max_len: int | None = None, top_k: int = 5,
+                 force: list[int] = (), gates: HeadGates | None = None) -> Trace:
+    """Greedy decoding of one sentence with a key/value cache, recording a `Trace`; stops after <eos>.
+
+    The first steps choose the tokens of `force` (a forced prefix), whatever the model prefers; `gates`
+    switch heads off for the whole decoding.
+    """
     src = torch.tensor([src_ids], dtype=torch.long)
-    memory, src_mask, encoder_attention = model.encode(src, need_weights=True)
+    memory, src_mask, encoded = model.encode(src, need_weights=True, gates=gates)
     cache = model.new_cache()
     previous = torch.tensor([[SOS_ID]])
     token_ids, probabilities, top_ids, top_probabilities, self_rows, cross_rows = [], [], [], [], [], []
-    for _ in range(output_limit(model, len(src_ids), max_len)):
-        logits, self_attention, cross_attention = model.decode(previous, memory, src_mask, cache, need_weights=True)
+    for step in range(max(output_limit(model, len(src_ids), max_len), len(force))):
+        logits, attention = model.decode(previous, memory, src_mask, cache, need_weights=True, gates=gates)
         distribution = next_token_logits(logits)[0].softmax(-1)  # (V,)
         best = distribution.topk(min(top_k, distribution.numel()))
-        token = int(best.indices[0])
+        token = force[step] if step < len(force) else int(best.indices[0])
         token_ids.append(token)
-        probabilities.append(float(best.values[0]))
+        probabilities.append(float(distribution[token]))
         top_ids.append(best.indices.tolist())
         top_probabilities.append(best.values.tolist())
-        if self_attention is not None:  # an RNN decoder has no self-attention
-            self_rows.append(self_attention[:, 0, :, -1])  # (L, H, t + 1)
-        cross_rows.append(cross_attention[:, 0, :, -1])  # (L, H, S)
+        if attention.decoder is not None:  # an RNN decoder has no self-attention
+            self_rows.append(attention.decoder[:, 0, :, -1])  # (L, H, t + 1)
+        cross_rows.append(attention.cross[:, 0, :, -1])  # (L, H, S)
         if token == EOS_ID:
             break
         previous = torch.tensor([[token]])
@@ -159,9 +170,10 @@ def greedy_trace(model, src_ids: list[int], max_len: int | None = None, top_k: i
         src_ids=list(src_ids), token_ids=token_ids,
         probabilities=np.array(probabilities, dtype=np.float32),
         top_ids=np.array(top_ids), top_probabilities=np.array(top_probabilities, dtype=np.float32),
-        encoder_attention=None if encoder_attention is None else encoder_attention[:, 0].float().numpy(),
+        encoder_attention=None if encoded is None else encoded.encoder[:, 0].float().numpy(),
         decoder_attention=_lower_triangular(self_rows) if self_rows else None,
         cross_attention=torch.stack(cross_rows, dim=2).float().numpy(),
+        forced=min(len(force), len(token_ids)),
     )
 
 

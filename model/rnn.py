@@ -4,9 +4,9 @@ Neural Machine Translation", Luong et al., 2015).
 
 A bidirectional GRU reads the source; a GRU decoder attends over the encoder states at every step,
 with scaled dot-product attention (one head) or multi-head attention (`n_heads` > 1), both the
-`MultiHeadAttention` of `model.transformer`. It has the same `encode` / `decode` / `new_cache`
-interface as the Transformer, so decoding, traces, checkpoints and the app serve it unchanged; it has
-one layer of cross-attention and no self-attention.
+`MultiHeadAttention` of `model.transformer`. It is a `Seq2Seq` (model/seq2seq.py) like the Transformer, so
+decoding, traces, checkpoints and the app serve it unchanged; it has one layer of cross-attention (whose
+heads can be gated) and no self-attention.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from model.transformer import Attention, MultiHeadAttention, padding_mask
+from model.seq2seq import CROSS, Attention, HeadGates
+from model.transformer import MultiHeadAttention, padding_mask
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,16 @@ class RNNConfig:
 
 @dataclass
 class RNNCache:
-    """The decoder's hidden state between steps (the RNN's whole 'cache')."""
+    """The decoder's state between steps, and the attention keys/values computed once per sentence."""
 
     hidden: Tensor | None = None  # (B, 2 * hidden_size): the GRU state and the last attentional output
+    cross_keys: Tensor | None = None  # (B, H, S, d_head)
+    cross_values: Tensor | None = None
 
     def select(self, index: Tensor) -> RNNCache:
         """The state of the batch rows `index` (beam search reorders hypotheses with it)."""
-        return RNNCache(None if self.hidden is None else self.hidden.index_select(0, index))
+        return RNNCache(*(None if t is None else t.index_select(0, index)
+                          for t in (self.hidden, self.cross_keys, self.cross_values)))
 
 
 class RNNSeq2Seq(nn.Module):
@@ -72,8 +76,12 @@ class RNNSeq2Seq(nn.Module):
         self.combine = nn.Linear(2 * hidden, hidden)
         self.generator = nn.Linear(hidden, config.tgt_vocab_size)
 
-    def encode(self, src: Tensor, need_weights: bool = False,
-               fused: bool = False) -> tuple[Tensor, Tensor, None]:
+    def heads(self) -> dict[str, tuple[int, int]]:
+        """One layer of cross-attention heads; no self-attention."""
+        return {CROSS: (1, self.config.n_heads)}
+
+    def encode(self, src: Tensor, need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
+               need_vectors: bool = False) -> tuple[Tensor, Tensor, None]:
         """src (B, S) -> memory (B, S, hidden), src_mask (B, 1, 1, S), and no encoder attention."""
         src_mask = padding_mask(src, self.config.pad_id)
         lengths = (src != self.config.pad_id).sum(1).clamp(min=1).cpu()
@@ -90,20 +98,23 @@ class RNNSeq2Seq(nn.Module):
         return torch.tanh(self.bridge(mean))
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[RNNCache] | None = None,
-               need_weights: bool = False, fused: bool = False,
-               teacher_forcing: float = 1.0) -> tuple[Tensor, None, Tensor | None]:
-        """Target ids (B, T) -> logits (B, T, V), no self-attention, cross-attention (1, B, H, T, S).
+               need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
+               need_vectors: bool = False, teacher_forcing: float = 1.0) -> tuple[Tensor, Attention | None]:
+        """Target ids (B, T) -> logits (B, T, V) and, if asked, the cross-`Attention` (1, B, H, T, S).
 
-        With `cache`, decoding continues from the cached hidden state. With `teacher_forcing` < 1 each
-        step after the first reads the gold token with that probability, else the model's own best guess.
+        With `cache`, decoding continues from the cached state. With `teacher_forcing` < 1 each step after the
+        first reads the gold token with that probability, else the model's own best guess.
         """
-        state = cache[0].hidden if cache is not None and cache[0].hidden is not None else None
-        if state is None:
-            state = self.initial_hidden(memory, src_mask)
+        need_weights = need_weights or need_vectors
+        state = cache[0] if cache is not None else RNNCache()
+        if state.hidden is None:
+            hidden = self.initial_hidden(memory, src_mask)
             feed = memory.new_zeros(memory.size(0), self.config.hidden_size)
         else:
-            state, feed = state.split(self.config.hidden_size, dim=-1)
-        keys, values = self.cross_attention.project_keys_values(memory)
+            hidden, feed = state.hidden.split(self.config.hidden_size, dim=-1)
+        if state.cross_keys is None:
+            state.cross_keys, state.cross_values = self.cross_attention.project_keys_values(memory)
+        gate = None if gates is None else gates.layer(CROSS, 0)
         logits, maps = [], []
         token = tgt[:, 0]
         for t in range(tgt.size(1)):
@@ -111,23 +122,27 @@ class RNNSeq2Seq(nn.Module):
                 use_gold = teacher_forcing >= 1.0 or random.random() < teacher_forcing
                 token = tgt[:, t] if use_gold else logits[-1].argmax(-1)
             step_input = torch.cat([self.dropout(self.tgt_embedding(token)), feed], dim=-1)
-            state = self.decoder(step_input, state)
-            context, weights = self.cross_attention(state[:, None], keys, values, src_mask, fused and not need_weights)
-            feed = torch.tanh(self.combine(torch.cat([state, context[:, 0]], dim=-1)))  # (B, hidden)
+            hidden = self.decoder(step_input, hidden)
+            context, weights = self.cross_attention(hidden[:, None], state.cross_keys, state.cross_values, src_mask,
+                                                    fused and not need_weights, gate)
+            feed = torch.tanh(self.combine(torch.cat([hidden, context[:, 0]], dim=-1)))  # (B, hidden)
             logits.append(self.generator(self.dropout(feed)))
             maps.append(weights)
-        if cache is not None:
-            cache[0].hidden = torch.cat([state, feed], dim=-1)
-        cross = torch.cat(maps, dim=2)[None] if need_weights else None  # (1, B, H, T, S)
-        return torch.stack(logits, dim=1), None, cross
+        state.hidden = torch.cat([hidden, feed], dim=-1)
+        if not need_weights:
+            return torch.stack(logits, dim=1), None
+        attention = Attention(cross=torch.cat(maps, dim=2)[None])  # (1, B, H, T, S)
+        if need_vectors:
+            attention.cross_values = self.cross_attention.head_vectors(state.cross_values)[None]  # (1, B, H, S, hidden)
+        return torch.stack(logits, dim=1), attention
 
     def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False, fused: bool = False,
+                gates: HeadGates | None = None, need_vectors: bool = False,
                 teacher_forcing: float = 1.0) -> tuple[Tensor, Attention | None]:
         """Logits (B, T, V) for next-token prediction and, if asked, the cross-attention maps."""
         memory, src_mask, _ = self.encode(src)
-        logits, _, cross = self.decode(tgt, memory, src_mask, need_weights=need_weights, fused=fused,
-                                       teacher_forcing=teacher_forcing)
-        return logits, (Attention(None, None, cross) if need_weights else None)
+        return self.decode(tgt, memory, src_mask, need_weights=need_weights, fused=fused, gates=gates,
+                           need_vectors=need_vectors, teacher_forcing=teacher_forcing)
 
     def new_cache(self) -> list[RNNCache]:
         """An empty decoder state."""

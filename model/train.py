@@ -27,7 +27,8 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from model.checkpoint import build_model, load_weights, read_json, save_checkpoint, save_weights, write_json
-from model.data import make_batch, load_pairs, token_batches
+from model.batching import make_batch, token_batches
+from model.data import load_pairs
 from model.evaluate import DEFAULT_DATA, score
 from model.rnn import RNNConfig
 from model.transformer import ModelConfig

@@ -6,8 +6,9 @@ as in the paper, learned positions (as in Gehring et al., 2017 and the PyTorch
 seq2seq tutorial) as an option.
 
 Every attention map can be returned: `attention()` is a pure function that gives
-`(output, weights)`, and the weights travel up the call chain into `Attention`.
-Nothing is stored on a module, so one loaded model can serve many users at once.
+`(output, weights)`, and the weights travel up the call chain into `Attention` (with, on request, each
+key's value vectors per head and the residual stream around each sublayer). Interventions (head gates)
+are arguments; nothing is stored on a module, so one loaded model can serve many users at once.
 Training may use the fused `scaled_dot_product_attention` kernel (`fused=True`);
 the inspection path computes the same numbers and a test proves they agree.
 """
@@ -20,6 +21,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from model.seq2seq import CROSS, DECODER, ENCODER, Attention, HeadGates
 
 
 @dataclass(frozen=True)
@@ -52,18 +55,6 @@ class ModelConfig:
     def to_dict(self) -> dict:
         """The config as a JSON-ready dict."""
         return asdict(self)
-
-
-@dataclass
-class Attention:
-    """Every attention map of one forward pass, stacked over layers (None where a model has no such map).
-
-    encoder: (L_enc, B, H, S, S); decoder: (L_dec, B, H, T, T); cross: (L_dec, B, H, T, S).
-    """
-
-    encoder: Tensor | None
-    decoder: Tensor | None
-    cross: Tensor
 
 
 @dataclass
@@ -111,8 +102,11 @@ class MultiHeadAttention(nn.Module):
         return x.view(batch, length, self.n_heads, self.d_head).transpose(1, 2)
 
     def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-                fused: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Attend from `query` (B, T, d_model) to already split `keys`/`values` (B, H, S, d_head)."""
+                fused: bool = False, gate: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """Attend from `query` (B, T, d_model) to already split `keys`/`values` (B, H, S, d_head).
+
+        `gate` (H,) or (B, H) scales each head's output before the output projection (0: head switched off).
+        """
         q = self.split_heads(self.w_q(query))
         dropout = self.dropout if self.training else 0.0
         if fused:
@@ -120,6 +114,8 @@ class MultiHeadAttention(nn.Module):
             weights = None
         else:
             out, weights = attention(q, keys, values, mask, dropout)
+        if gate is not None:
+            out = out * gate[..., None, None]  # (B, H, T, d_head) * (B or 1, H, 1, 1)
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T, d_model)
         return self.w_o(out), weights
@@ -127,6 +123,16 @@ class MultiHeadAttention(nn.Module):
     def project_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of `x`, split into heads: two tensors (B, H, S, d_head)."""
         return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
+
+    def head_vectors(self, values: Tensor) -> Tensor:
+        """Each key's vector after each head's value and output projections, W_O's bias excluded.
+
+        (B, H, S, d_head) -> (B, H, S, d_model): the output is concat_h(Σ_j α_ij v_j) W_O^T, and head h's
+        columns of W_O act on head h alone (Kobayashi et al., 2020).
+        """
+        d_model = self.w_o.weight.size(0)
+        per_head = self.w_o.weight.view(d_model, self.n_heads, self.d_head)  # (d_model, H, d_head)
+        return torch.einsum("bhsd,mhd->bhsm", values, per_head)
 
 
 class FeedForward(nn.Module):
@@ -143,7 +149,7 @@ class FeedForward(nn.Module):
 
 
 class Residual(nn.Module):
-    """A sub-layer wrapped in dropout, a residual connection and LayerNorm (post-LN or pre-LN)."""
+    """Dropout, a residual connection and LayerNorm around a sub-layer (post-LN or pre-LN)."""
 
     def __init__(self, d_model: int, dropout: float, norm: str):
         super().__init__()
@@ -151,11 +157,24 @@ class Residual(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.pre_norm = norm == "pre"
 
-    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
-        """Apply `sublayer`, which returns (output, attention weights or None)."""
-        out, weights = sublayer(self.norm(x) if self.pre_norm else x)
-        x = x + self.dropout(out)
-        return (x if self.pre_norm else self.norm(x)), weights
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        """What the sub-layer reads: the stream itself (post-LN) or its normalisation (pre-LN)."""
+        return self.norm(x) if self.pre_norm else x
+
+    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        """The stream after the sub-layer: x + output, normalised after the sum in post-LN."""
+        x = x + self.dropout(sublayer_output)
+        return x if self.pre_norm else self.norm(x)
+
+
+@dataclass
+class LayerVectors:
+    """What one layer recorded for value-aware measures: per attention sublayer, each key's vector after each
+    head's value and output projections (B, H, keys, d_model), and the residual stream around its sublayers
+    (B, points, T, d_model)."""
+
+    values: list[Tensor]
+    stream: Tensor
 
 
 class EncoderLayer(nn.Module):
@@ -168,13 +187,17 @@ class EncoderLayer(nn.Module):
         self.attention_block = Residual(config.d_model, config.dropout, config.norm)
         self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
 
-    def forward(self, x: Tensor, src_mask: Tensor, fused: bool) -> tuple[Tensor, Tensor | None]:
-        def self_attend(h):
-            return self.self_attention(h, *self.self_attention.project_keys_values(h), src_mask, fused)
-
-        x, weights = self.attention_block(x, self_attend)
-        x, _ = self.feed_forward_block(x, lambda h: (self.feed_forward(h), None))
-        return x, weights
+    def forward(self, x: Tensor, src_mask: Tensor, fused: bool, gate: Tensor | None = None,
+                need_vectors: bool = False) -> tuple[Tensor, Tensor | None, LayerVectors | None]:
+        """-> the layer's output, its self-attention weights (None if fused), its `LayerVectors` if asked."""
+        h = self.attention_block.sublayer_input(x)
+        keys, values = self.self_attention.project_keys_values(h)
+        out, weights = self.self_attention(h, keys, values, src_mask, fused, gate)
+        attended = self.attention_block(x, out)
+        y = self.feed_forward_block(attended, self.feed_forward(self.feed_forward_block.sublayer_input(attended)))
+        if not need_vectors:
+            return y, weights, None
+        return y, weights, LayerVectors([self.self_attention.head_vectors(values)], torch.stack([x, attended, y], 1))
 
 
 class DecoderLayer(nn.Module):
@@ -190,31 +213,40 @@ class DecoderLayer(nn.Module):
         self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None, src_mask: Tensor,
-                cache: LayerCache | None, fused: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """With a `cache`, `x` holds only the new positions and the cache is extended in place."""
+                cache: LayerCache | None, fused: bool, self_gate: Tensor | None = None,
+                cross_gate: Tensor | None = None, need_vectors: bool = False
+                ) -> tuple[Tensor, Tensor | None, Tensor | None, LayerVectors | None]:
+        """-> output, self- and cross-attention weights, `LayerVectors` if asked.
 
-        def self_attend(h):
-            keys, values = self.self_attention.project_keys_values(h)
+        With a `cache`, `x` holds only the new positions: their keys and values are appended to the cache,
+        and the cross-attention keys and values are computed from `memory` once per sentence.
+        """
+        h = self.self_attention_block.sublayer_input(x)
+        keys, values = self.self_attention.project_keys_values(h)
+        if cache is not None:
+            if cache.self_keys is not None:
+                keys = torch.cat([cache.self_keys, keys], dim=2)  # (B, H, t, d_head)
+                values = torch.cat([cache.self_values, values], dim=2)
+            cache.self_keys, cache.self_values = keys, values
+        out, self_weights = self.self_attention(h, keys, values, tgt_mask, fused, self_gate)
+        attended = self.self_attention_block(x, out)
+
+        if cache is not None and cache.cross_keys is not None:
+            cross_keys, cross_values = cache.cross_keys, cache.cross_values
+        else:
+            cross_keys, cross_values = self.cross_attention.project_keys_values(memory)
             if cache is not None:
-                if cache.self_keys is not None:
-                    keys = torch.cat([cache.self_keys, keys], dim=2)  # (B, H, t, d_head)
-                    values = torch.cat([cache.self_values, values], dim=2)
-                cache.self_keys, cache.self_values = keys, values
-            return self.self_attention(h, keys, values, tgt_mask, fused)
+                cache.cross_keys, cache.cross_values = cross_keys, cross_values
+        h = self.cross_attention_block.sublayer_input(attended)
+        out, cross_weights = self.cross_attention(h, cross_keys, cross_values, src_mask, fused, cross_gate)
+        informed = self.cross_attention_block(attended, out)
 
-        def cross_attend(h):
-            if cache is not None and cache.cross_keys is not None:
-                keys, values = cache.cross_keys, cache.cross_values
-            else:
-                keys, values = self.cross_attention.project_keys_values(memory)
-                if cache is not None:
-                    cache.cross_keys, cache.cross_values = keys, values
-            return self.cross_attention(h, keys, values, src_mask, fused)
-
-        x, self_weights = self.self_attention_block(x, self_attend)
-        x, cross_weights = self.cross_attention_block(x, cross_attend)
-        x, _ = self.feed_forward_block(x, lambda h: (self.feed_forward(h), None))
-        return x, self_weights, cross_weights
+        y = self.feed_forward_block(informed, self.feed_forward(self.feed_forward_block.sublayer_input(informed)))
+        if not need_vectors:
+            return y, self_weights, cross_weights, None
+        vectors = LayerVectors([self.self_attention.head_vectors(values), self.cross_attention.head_vectors(cross_values)],
+                               torch.stack([x, attended, informed, y], 1))
+        return y, self_weights, cross_weights, vectors
 
 
 class Embedding(nn.Module):
@@ -275,24 +307,41 @@ class Transformer(nn.Module):
         if config.tie_embeddings:
             self.generator.weight = self.tgt_embedding.tokens.weight
 
-    def encode(self, src: Tensor, need_weights: bool = False,
-               fused: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
-        """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S), encoder attention (L, B, H, S, S)."""
+    def heads(self) -> dict[str, tuple[int, int]]:
+        """(layers, heads) of each attention kind."""
+        c = self.config
+        return {ENCODER: (c.n_encoder_layers, c.n_heads), DECODER: (c.n_decoder_layers, c.n_heads),
+                CROSS: (c.n_decoder_layers, c.n_heads)}
+
+    def encode(self, src: Tensor, need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
+               need_vectors: bool = False) -> tuple[Tensor, Tensor, Attention | None]:
+        """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S) and, if asked, encoder `Attention`."""
+        need_weights = need_weights or need_vectors
         src_mask = padding_mask(src, self.config.pad_id)
         x = self.src_embedding(src)
-        maps = []
-        for layer in self.encoder_layers:
-            x, weights = layer(x, src_mask, fused and not need_weights)
+        maps, recorded = [], []
+        for i, layer in enumerate(self.encoder_layers):
+            x, weights, vectors = layer(x, src_mask, fused and not need_weights,
+                                        gates and gates.layer(ENCODER, i), need_vectors)
             maps.append(weights)
-        encoder_attention = torch.stack(maps) if need_weights else None
-        return self.encoder_norm(x), src_mask, encoder_attention
+            recorded.append(vectors)
+        memory = self.encoder_norm(x)
+        if not need_weights:
+            return memory, src_mask, None
+        attention = Attention(encoder=torch.stack(maps))
+        if need_vectors:
+            attention.encoder_values = torch.stack([v.values[0] for v in recorded])  # (L, B, H, S, d_model)
+            attention.encoder_stream = torch.stack([v.stream for v in recorded])  # (L, B, 3, S, d_model)
+        return memory, src_mask, attention
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[LayerCache] | None = None,
-               need_weights: bool = False, fused: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Target ids (B, T) -> logits (B, T, V), decoder self-attention (L, B, H, T, t), cross (L, B, H, T, S).
+               need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
+               need_vectors: bool = False) -> tuple[Tensor, Attention | None]:
+        """Target ids (B, T) -> logits (B, T, V) and, if asked, decoder self- and cross-`Attention`.
 
         With `cache`, `tgt` holds only the new positions, which follow those already in the cache.
         """
+        need_weights = need_weights or need_vectors
         offset = 0 if cache is None or cache[0].self_keys is None else cache[0].self_keys.size(2)
         length = tgt.size(1)
         # A new position may attend to every cached one and causally among the new ones.
@@ -300,26 +349,31 @@ class Transformer(nn.Module):
         if cache is None:
             tgt_mask = tgt_mask & padding_mask(tgt, self.config.pad_id)  # (B, 1, T, T)
         x = self.tgt_embedding(tgt, offset)
-        self_maps, cross_maps = [], []
+        self_maps, cross_maps, recorded = [], [], []
         for i, layer in enumerate(self.decoder_layers):
-            x, self_weights, cross_weights = layer(x, memory, tgt_mask, src_mask,
-                                                   None if cache is None else cache[i], fused and not need_weights)
+            x, self_weights, cross_weights, vectors = layer(
+                x, memory, tgt_mask, src_mask, None if cache is None else cache[i], fused and not need_weights,
+                gates and gates.layer(DECODER, i), gates and gates.layer(CROSS, i), need_vectors)
             self_maps.append(self_weights)
             cross_maps.append(cross_weights)
+            recorded.append(vectors)
         logits = self.generator(self.decoder_norm(x))
         if not need_weights:
-            return logits, None, None
-        return logits, torch.stack(self_maps), torch.stack(cross_maps)
-
-    def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False,
-                fused: bool = False) -> tuple[Tensor, Attention | None]:
-        """Teacher-forced pass: logits (B, T, V) for next-token prediction and, if asked, every attention map."""
-        memory, src_mask, encoder_attention = self.encode(src, need_weights, fused)
-        logits, decoder_attention, cross_attention = self.decode(tgt, memory, src_mask,
-                                                                 need_weights=need_weights, fused=fused)
-        if not need_weights:
             return logits, None
-        return logits, Attention(encoder_attention, decoder_attention, cross_attention)
+        attention = Attention(decoder=torch.stack(self_maps), cross=torch.stack(cross_maps))
+        if need_vectors:
+            attention.decoder_values = torch.stack([v.values[0] for v in recorded])  # (L, B, H, t, d_model)
+            attention.cross_values = torch.stack([v.values[1] for v in recorded])  # (L, B, H, S, d_model)
+            attention.decoder_stream = torch.stack([v.stream for v in recorded])  # (L, B, 4, T, d_model)
+        return logits, attention
+
+    def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False, fused: bool = False,
+                gates: HeadGates | None = None, need_vectors: bool = False) -> tuple[Tensor, Attention | None]:
+        """Teacher-forced pass: logits (B, T, V) for next-token prediction and, if asked, every attention map."""
+        memory, src_mask, encoded = self.encode(src, need_weights, fused, gates, need_vectors)
+        logits, decoded = self.decode(tgt, memory, src_mask, need_weights=need_weights, fused=fused, gates=gates,
+                                      need_vectors=need_vectors)
+        return logits, (decoded.with_encoder(encoded) if decoded is not None else None)
 
     def new_cache(self) -> list[LayerCache]:
         """An empty key/value cache, one entry per decoder layer."""

@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 
-from model.data import pad, token_batches
-from model.decoding import Trace, beam_search, greedy_trace
-from model.vocab import EOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
+from model.batching import pad, token_batches
+from model.decoding import Trace, beam_search, greedy_trace, output_limit
+from model.seq2seq import HeadGates, Seq2Seq, head_gates
+from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 
 
 MAX_INPUT_CHARS = 2000
 
 
 class InputError(ValueError):
-    """Text the model cannot translate (empty, or longer than its positions); the message says why."""
+    """A request the model cannot serve (empty or overlong text, an unknown head, an unspellable forced token...);
+    the message says why."""
+
+
+def checked_text(text: object) -> str:
+    """`text` if it is a string of real characters, else an InputError that says what is wrong with it."""
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise InputError(f"The text to translate must be a string, not {type(text).__name__}.")
+    if len(text) > MAX_INPUT_CHARS:  # checked before anything else, so a huge paste costs nothing
+        raise InputError(f"The input has {len(text)} characters; the limit is {MAX_INPUT_CHARS}.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:  # JSON can carry lone UTF-16 surrogates, which are no characters
+        raise InputError(f"The input is not valid Unicode: position {error.start} holds the lone surrogate "
+                         f"U+{ord(text[error.start]):04X} (half of a character). Please re-type or re-paste it."
+                         ) from None
+    return text
+
+
+def checked_strings(values: object, what: str) -> list[str]:
+    """A list of strings (None: empty), or an InputError naming `what` was wrong."""
+    if values is None:
+        return []
+    if isinstance(values, str) or not isinstance(values, (list, tuple)):
+        raise InputError(f"{what} must be a list of strings, not {type(values).__name__}.")
+    for value in values:
+        if not isinstance(value, str):
+            raise InputError(f"{what} must be a list of strings; it holds {value!r} ({type(value).__name__}).")
+        checked_text(value)
+    return list(values)
 
 
 @dataclass
@@ -39,7 +72,7 @@ class TracedTranslation:
 class Translator:
     """Everything needed to translate with one checkpoint; read-only once built, so users can share it."""
 
-    model: torch.nn.Module  # a Transformer or an RNNSeq2Seq: both encode / decode / new_cache
+    model: Seq2Seq  # a Transformer or an RNNSeq2Seq
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     src_vocab: Vocab
@@ -83,19 +116,23 @@ class Translator:
         """Display text of target tokens: truecased and detokenized."""
         return self.tgt_tokenizer.detokenize(self.truecaser(tokens))
 
-    def trace(self, text: str, top_k: int = 5) -> TracedTranslation:
-        """Greedy translation of one sentence, recording every step; raises InputError for unusable text."""
-        if len(text) > MAX_INPUT_CHARS:  # checked before tokenizing, so a huge paste costs nothing
-            raise InputError(f"The input has {len(text)} characters; the limit is {MAX_INPUT_CHARS}. "
-                             f"This model reads at most {self.max_src_tokens} tokens.")
-        tokens = self.src_tokenizer(text)
+    def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
+              mask: Iterable[str] | None = None) -> TracedTranslation:
+        """Greedy translation of one sentence, recording every step; raises InputError for an unusable request.
+
+        `force`: target tokens (spelled as in `target_tokens`) that fix the first steps; decoding continues
+        greedily after them. `mask`: heads to switch off, named `kind.layer.head` (e.g. "cross.2.5").
+        """
+        tokens = self.src_tokenizer(checked_text(text))
         if not tokens:
             raise InputError("Type a sentence to translate: the input is empty.")
         if len(tokens) > self.max_src_tokens:
             raise InputError(f"The input has {len(tokens)} tokens; this model reads at most "
                              f"{self.max_src_tokens}. Please shorten it.")
         src_ids = self.encode_source(tokens)
-        trace = greedy_trace(self.model, src_ids, top_k=top_k)
+        force_ids = self.forced_ids(checked_strings(force, "force"), output_limit(self.model, len(src_ids)))
+        trace = greedy_trace(self.model, src_ids, top_k=top_k, force=force_ids,
+                             gates=self.gates(checked_strings(mask, "mask")))
         itos = self.tgt_vocab.itos
         target_tokens = [itos[i] for i in trace.token_ids]
         return TracedTranslation(
@@ -106,3 +143,28 @@ class Translator:
             text=self.to_text(self.tgt_vocab.decode(trace.token_ids, drop_unknown=True)),
             trace=trace,
         )
+
+    def forced_ids(self, tokens: list[str], limit: int) -> list[int]:
+        """Target ids of a forced prefix, or an InputError naming the first token the model cannot emit there."""
+        if len(tokens) > limit:
+            raise InputError(f"The forced prefix has {len(tokens)} tokens; this sentence's translation may have "
+                             f"at most {limit}.")
+        ids = []
+        for position, token in enumerate(tokens):
+            if token not in self.tgt_vocab:
+                hint = f" (did you mean {token.lower()!r}?)" if token.lower() in self.tgt_vocab else ""
+                raise InputError(f"Forced token {token!r} is not in the target vocabulary{hint}.")
+            token_id = self.tgt_vocab.stoi[token]
+            if token_id in (PAD_ID, SOS_ID):
+                raise InputError(f"Forced token {token!r} is never emitted by the model.")
+            if token_id == EOS_ID and position < len(tokens) - 1:
+                raise InputError("Forced token '<eos>' ends the translation: it can only be the last one.")
+            ids.append(token_id)
+        return ids
+
+    def gates(self, names: list[str]) -> HeadGates | None:
+        """Head gates that switch off the named heads, or an InputError naming the first unknown head."""
+        try:
+            return head_gates(self.model, names)
+        except ValueError as error:
+            raise InputError(str(error)) from None

@@ -37,8 +37,8 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _trace(name: str, text: str, top_k: int) -> TracedTranslation:
-    return _translators[name].trace(text, top_k=top_k)
+def _trace(name: str, text: str, options: dict) -> TracedTranslation:
+    return _translators[name].trace(text, **options)
 
 
 def available_cores(cgroup_cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
@@ -84,17 +84,18 @@ class TracePool:
     def worker_pids(self) -> list[int]:
         return [process.pid for process in self._executor._processes.values()]
 
-    def trace(self, name: str, text: str, top_k: int = 5) -> TracedTranslation:
+    def trace(self, name: str, text: str, **options) -> TracedTranslation:
+        """`Translator.trace(text, **options)` of translator `name`, in a worker."""
         executor = self._executor
         try:
-            return executor.submit(_trace, name, text, top_k).result()
+            return executor.submit(_trace, name, text, options).result()
         except BrokenProcessPool:
             log.error("a trace worker died; tracing this request in-process and starting new workers")
             with self._lock:
                 if self._executor is executor:
                     executor.shutdown(wait=False, cancel_futures=True)
                     self._executor = self._start()
-            return self.translators[name].trace(text, top_k=top_k)
+            return self.translators[name].trace(text, **options)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -4,6 +4,7 @@ import gzip
 import os
 import random
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,12 @@ import torch
 from model.transformer import ModelConfig, Transformer
 
 torch.set_num_threads(1)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: trains, launches servers or browsers (skip with -m 'not slow')")
+
+SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
 def tiny_config(**overrides) -> ModelConfig:

@@ -1,5 +1,7 @@
 """The app's callbacks and its API, called directly and through a launched server with gradio_client."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from gradio_client import Client
@@ -15,10 +17,20 @@ def test_app_lists_good_checkpoints_and_reports_broken_ones(app_module):
     assert app_module.DEFAULT_MODEL == MODEL
 
 
-def translate(app_module, text, kind=CROSS, layer="Layer 2", head=MEAN):
-    return dict(zip(["trace", "translation", "status", "source", "step", "kind", "layer", "head",
-                     "attention", "candidates", "probabilities", "step_text", "overview"],
-                    app_module.translate(MODEL, text, kind, layer, head)))
+OUTPUTS = {"trace": "trace_state", "translation": "translation", "status": "status", "source": "source_view",
+           "step": "step", "kind": "kind_choice", "layer": "layer_choice", "head": "head_choice",
+           "attention": "attention_plot", "candidates": "candidates_plot", "probabilities": "probabilities_plot",
+           "step_text": "step_text", "overview": "overview_plot"}
+
+
+def by_name(app_module, outputs: dict) -> dict:
+    """A callback's outputs (keyed by component) keyed by short names; components it left alone are absent."""
+    return {name: outputs[getattr(app_module, attribute)] for name, attribute in OUTPUTS.items()
+            if getattr(app_module, attribute) in outputs}
+
+
+def translate(app_module, text, kind=CROSS, layer=1, head=MEAN, model=MODEL):
+    return by_name(app_module, app_module.translate(model, text, kind, layer, head))
 
 
 def test_translate_traces_once_and_draws_the_model_attention(app_module):
@@ -37,19 +49,23 @@ def test_translate_traces_once_and_draws_the_model_attention(app_module):
 def test_stepping_reads_the_stored_trace(app_module, monkeypatch):
     trace = translate(app_module, "A man plays with a red ball.")["trace"]
     monkeypatch.setattr(app_module.TRANSLATORS[MODEL], "model", None)  # any model call would now fail
-    step, figure, candidates, probabilities, text, overview = app_module.move(trace, 1, "next", DECODER, "Layer 1",
-                                                                              "Head 3")
-    assert step == 2
-    np.testing.assert_allclose(np.array(figure.data[0].z), trace.decoder[0, 2, :2, :2])
-    assert app_module.move(trace, 2, "last", CROSS, "Layer 1", "Head 1")[0] == trace.steps
-    assert app_module.move(trace, trace.steps, "next", CROSS, "Layer 1", "Head 1")[0] == trace.steps
-    assert app_module.move(trace, 1, "previous", CROSS, "Layer 1", "Head 1")[0] == 1
-    layers, heads, figure, *_ = app_module.change_kind(trace, ENCODER, "Layer 2", "Head 3", 2)
-    np.testing.assert_allclose(np.array(figure.data[0].z), trace.encoder[1, 2])
-    figure = app_module.render(trace, CROSS, "Layer 2", ALL_HEADS, 3)[0]
+
+    def move(where, current, kind=CROSS, layer=0, head=0, model_view=False):
+        return by_name(app_module, app_module.move(trace, where, kind, layer, head, current, model_view))
+
+    out = move("next", 1, DECODER, 0, 2)
+    assert out["step"] == 2
+    np.testing.assert_allclose(np.array(out["attention"].data[0].z), trace.decoder[0, 2, :2, :2])
+    assert move("last", 2)["step"] == trace.steps
+    assert move("next", trace.steps)["step"] == trace.steps
+    assert move("previous", 1)["step"] == 1
+    assert out["overview"] is None  # drawn only when the model view is switched on
+    out = by_name(app_module, app_module.change_kind(trace, ENCODER, 1, 2, 2))
+    np.testing.assert_allclose(np.array(out["attention"].data[0].z), trace.encoder[1, 2])
+    assert out["layer"].value == 1 and out["head"].value == 2
+    figure = by_name(app_module, app_module.render(trace, CROSS, 1, ALL_HEADS, 3))["attention"]
     assert len(figure.data) == 4
-    assert overview is None  # drawn only when the model view is switched on
-    overview = app_module.render(trace, CROSS, "Layer 2", MEAN, 3, model_view=True)[-1]
+    overview = by_name(app_module, app_module.render(trace, CROSS, 1, MEAN, 3, model_view=True))["overview"]
     assert len(overview.data) == 2 * 4
     np.testing.assert_allclose(np.array(overview.data[5].z), trace.cross[1, 1, :3])
 
@@ -60,9 +76,10 @@ def test_stepping_reads_the_stored_trace(app_module, monkeypatch):
     ("dog " * 300, "reads at most 127"),
     ("x" * 5000, "limit is 2000"),
 ])
-def test_bad_input_gets_a_clear_message(app_module, text, message):
+def test_bad_input_gets_a_clear_message_and_keeps_the_last_translation(app_module, text, message):
     out = translate(app_module, text)
-    assert message in out["status"] and out["trace"] is None and out["attention"] is None
+    assert message in out["status"]
+    assert set(out) == {"status"}  # the previous translation and its views stay on screen
     assert translate(app_module, "A dog.")["translation"]  # and the next request works
 
 
@@ -75,24 +92,26 @@ def test_any_script_or_markup_translates_with_unknown_words_marked(app_module, t
 
 
 def test_an_rnn_offers_only_cross_attention(app_module):
-    out = dict(zip(["trace", "translation", "status", "source", "step", "kind", "layer", "head", "attention"],
-                   app_module.translate("toy-rnn", "A dog runs.", ENCODER, "Layer 3", "Head 4")))
+    out = translate(app_module, "A dog runs.", ENCODER, 2, 3, model="toy-rnn")
     assert out["kind"].choices == [(CROSS, CROSS)] and out["kind"].value == CROSS
     assert "no self-attention" in out["status"]
-    assert out["layer"].value == "Layer 1" and out["head"].value == MEAN
+    assert out["layer"].value == 0 and out["head"].value == MEAN
     np.testing.assert_allclose(np.array(out["attention"].data[0].z), out["trace"].cross[0].mean(0)[:1])
-    figure = app_module.render(out["trace"], DECODER, "Layer 1", "Head 2", 1)[0]  # a stale choice falls back
-    np.testing.assert_allclose(np.array(figure.data[0].z), out["trace"].cross[0, 1, :1])
+    stale = by_name(app_module, app_module.render(out["trace"], DECODER, 0, 1, 1))  # a stale kind falls back
+    np.testing.assert_allclose(np.array(stale["attention"].data[0].z), out["trace"].cross[0, 1, :1])
 
 
-def test_gradio_summarizes_its_events_rarely(app_module):
-    """Gradio's monitoring summary (pandas over its last 10,000 events) is kept off the per-event path."""
-    assert app_module.demo._queue.ANAYLTICS_CACHE_FREQUENCY == 1000  # Gradio's own (misspelled) attribute
+def test_views_without_a_trace_say_so(app_module):
+    for out in (app_module.render(None, CROSS, 0, MEAN, 1, True), app_module.move(None, "next", CROSS, 0, MEAN, 1),
+                app_module.change_kind(None, ENCODER, 0, MEAN, 1)):
+        assert by_name(app_module, out) == {"status": "Translate a sentence first: there is nothing to show yet."}
 
 
-def test_views_without_a_trace_do_nothing(app_module):
-    assert app_module.render(None, CROSS, "Layer 1", MEAN, 1, True) == (None, None, None, "", None)
-    assert app_module.move(None, 1, "next", CROSS, "Layer 1", MEAN)[0] == 1
+def test_a_single_head_model_offers_just_that_head(app_module):
+    trace = translate(app_module, "A dog.")["trace"]
+    assert [value for _, value in app_module.head_choices(trace, CROSS)] == [MEAN, ALL_HEADS, 0, 1, 2, 3]
+    single = dataclasses.replace(trace, cross=trace.cross[:, :1])
+    assert app_module.head_choices(single, CROSS) == [("Head 1", 0)]
 
 
 def test_server_answers_gradio_client(server, app_module):
@@ -108,5 +127,5 @@ def test_server_answers_gradio_client(server, app_module):
     assert np.array(result["encoder_attention"]).shape == (2, 4, sources, sources)
     with pytest.raises(Exception, match="empty"):
         client.predict(MODEL, "  ", api_name="/trace")
-    ui = client.predict(MODEL, "A dog.", CROSS, "Layer 1", MEAN, api_name="/translate")
+    ui = client.predict(MODEL, "A dog.", CROSS, 0, MEAN, api_name="/translate")
     assert ui[0] == translator.trace("A dog.").text

@@ -81,24 +81,25 @@ def test_translator(app_module, name):
 @pytest.mark.parametrize("name", IDS)
 def test_ui_callbacks_and_every_figure(app_module, name):
     text, expected = CASES[name]
-    out = app_module.translate(MODEL, text, KINDS[-1], "Layer 1", MEAN, True)
-    trace, translation, status, source = out[:4]
+    out = app_module.translate(MODEL, text, KINDS[-1], 0, MEAN, True)
+    status = out[app_module.status]
     if expected is not TRANSLATED:
-        assert expected in status and trace is None and translation == ""
+        assert expected in status and app_module.trace_state not in out
     else:
-        assert status.startswith("Translated.") and trace is not None
-        figures = [o for o in out if hasattr(o, "to_plotly_json")]
+        assert status.startswith("Translated.")
+        trace = out[app_module.trace_state]
+        figures = [out[app_module.attention_plot]]
         for kind in KINDS:
-            for head in (MEAN, ALL_HEADS, "Head 2"):
-                figures += [f for f in app_module.render(trace, kind, "Layer 2", head, trace.steps, True)
+            for head in (MEAN, ALL_HEADS, 1):
+                figures += [f for f in app_module.render(trace, kind, 1, head, trace.steps, True).values()
                             if hasattr(f, "to_plotly_json")]
         for figure in figures:
             assert_inert(figure)
-        for shown, _ in source:
+        for shown, _ in out[app_module.source_view]:
             assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in shown)
         ticks = figures[0].layout.xaxis.ticktext
         assert all(len(t) <= MAX_LABEL_CHARS + 20 for t in ticks)  # cut labels (+ room for &lt; escapes)
-    assert app_module.translate(MODEL, "A dog runs.", KINDS[-1], "Layer 1", MEAN)[1]  # the next request works
+    assert app_module.translate(MODEL, "A dog runs.", KINDS[-1], 0, MEAN)[app_module.translation]  # the next works
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +119,7 @@ def test_http_api(client, app_module, name):
     assert client.predict(MODEL, "A dog runs.", api_name="/trace")["translation"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MARKUP)
 def test_markup_is_never_rendered_in_the_browser(page, name):
     text = CASES[name][0]

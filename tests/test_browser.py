@@ -4,6 +4,10 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # drives a real browser
+
 SCREENSHOT = Path(os.environ.get("SCREENSHOT", Path(__file__).parent / "artifacts" / "app.png"))
 
 

@@ -4,7 +4,8 @@ import gzip
 
 import pytest
 
-from model.data import DataError, load_pairs, make_batch, token_batches
+from model.batching import make_batch, token_batches
+from model.data import DataError, load_pairs
 from model.vocab import EOS_ID, PAD_ID, SOS_ID
 
 from tests.conftest import write_parallel

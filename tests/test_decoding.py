@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from model.data import pad
+from model.batching import pad
 from model.decoding import beam_search, greedy_decode, output_limit
 from model.vocab import EOS_ID, PAD_ID, SOS_ID
 

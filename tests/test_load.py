@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts the app as a server and loads it with clients
+
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "load.py"
 
 

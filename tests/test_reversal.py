@@ -6,11 +6,14 @@ import shlex
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from model import train
 from model.checkpoint import load_checkpoint
 from model.data import load_pairs
 from model.evaluate import evaluate
+
+pytestmark = pytest.mark.slow  # trains the shipped reverser from scratch (about two minutes)
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "reverse"
 

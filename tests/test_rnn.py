@@ -1,12 +1,11 @@
 """The RNN encoder-decoder with attention shares decoding, traces and checkpoints with the Transformer."""
 
-import numpy as np
 import pytest
 import torch
 
 from model import train
 from model.checkpoint import load_checkpoint
-from model.decoding import beam_search, greedy_decode, greedy_trace
+from model.decoding import beam_search, greedy_decode
 from model.rnn import RNNConfig, RNNSeq2Seq
 from model.vocab import EOS_ID, PAD_ID, SOS_ID
 
@@ -31,15 +30,8 @@ def test_cross_attention_is_a_distribution_that_ignores_padding(rnn):
     torch.testing.assert_close(logits[1, :2], alone[0], atol=1e-5, rtol=1e-5)
 
 
-def test_cached_trace_equals_full_recomputation(rnn):
-    src_ids = [5, 6, 7, 8, EOS_ID]
-    trace = greedy_trace(rnn, src_ids, max_len=7)
-    assert trace.encoder_attention is None and trace.decoder_attention is None
-    logits, maps = rnn(torch.tensor([src_ids]), torch.tensor([trace.decoder_input_ids]), need_weights=True)
-    logits[..., [PAD_ID, SOS_ID]] = float("-inf")
-    assert logits[0].argmax(-1).tolist() == trace.token_ids
-    np.testing.assert_allclose(trace.cross_attention, maps.cross[:, 0].detach().numpy(), atol=1e-6)
-    src = torch.tensor([src_ids])
+def test_beam_search_runs_on_the_rnn_and_a_beam_of_one_is_greedy(rnn):
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID]])
     assert beam_search(rnn, src, beam_size=1, max_len=7) == greedy_decode(rnn, src, max_len=7)
     assert len(beam_search(rnn, src, beam_size=3, max_len=7)) == 1
 

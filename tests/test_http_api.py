@@ -1,0 +1,133 @@
+"""Every endpoint answers any JSON a client can send with a clear message, through plain HTTP (Gradio's
+`/gradio_api/call/<name>` routes), including what `gradio_client` cannot send: lone surrogates, wrong types,
+null, missing and extra arguments. After each request the server still translates."""
+
+import json
+
+import httpx
+import pytest
+
+MODEL = "toy-en-de"
+SURROGATE = '"a dog \\ud800 runs"'  # JSON text of a string holding a lone UTF-16 surrogate
+
+
+def call(server: str, endpoint: str, body: str) -> tuple[str, object]:
+    """POST a raw JSON body, then read the result stream: ("complete", data), ("error", message) or (status, detail)."""
+    with httpx.Client(base_url=server, timeout=60) as client:
+        posted = client.post(f"/gradio_api/call/{endpoint}", content=body.encode("utf-8", "surrogatepass"),
+                             headers={"Content-Type": "application/json"})
+        if posted.status_code != 200:
+            return str(posted.status_code), posted.json()["detail"]
+        event = None
+        with client.stream("GET", f"/gradio_api/call/{endpoint}/{posted.json()['event_id']}") as stream:
+            for line in stream.iter_lines():
+                if line.startswith("event:"):
+                    event = line.removeprefix("event:").strip()
+                elif line.startswith("data:") and event in ("complete", "error"):
+                    data = json.loads(line.removeprefix("data:"))
+                    return event, (data["error"] if event == "error" else data)
+    raise AssertionError(f"no result from {endpoint}")
+
+
+def texts(value) -> str:
+    """Every string inside a nested answer, joined: where a status message can be looked for."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return " ".join(texts(v) for v in value.values())
+    if isinstance(value, list):
+        return " ".join(texts(v) for v in value)
+    return ""
+
+
+@pytest.fixture
+def still_serving(server):
+    yield
+    event, data = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs."]}))
+    assert event == "complete" and data[0]["translation"]
+
+
+TRACE_CASES = {  # name: (the JSON "data" list, a phrase of the expected error message)
+    "lone surrogate in the text": (f'["{MODEL}", {SURROGATE}]', "lone surrogate U+D800"),
+    "a number for the text": (f'["{MODEL}", 42]', "must be a string, not int"),
+    "a list for the text": (f'["{MODEL}", ["a", "dog"]]', "must be a string, not list"),
+    "null for the text": (f'["{MODEL}", null]', "input is empty"),
+    "a wrong model name": ('["no-such-model", "A dog."]', "unknown model 'no-such-model'; loaded: toy-en-de"),
+    "a number for the model": ('[7, "A dog."]', "unknown model 7"),
+    "null for the model": ('[null, "A dog."]', "unknown model None"),
+    "no arguments at all": ("[]", "unknown model None"),
+    "force as one string": (f'["{MODEL}", "A dog.", "hund"]', "force must be a list of strings, not str"),
+    "force holding null": (f'["{MODEL}", "A dog.", ["hund", null]]', "it holds None"),
+    "an unknown forced token": (f'["{MODEL}", "A dog.", ["zebrafisch"]]', "'zebrafisch' is not in the target"),
+    "a forced lone surrogate": (f'["{MODEL}", "A dog.", [{SURROGATE}]]', "lone surrogate"),
+    "mask as a number": (f'["{MODEL}", "A dog.", [], 3]', "mask must be a list of strings, not int"),
+    "an unknown head": (f'["{MODEL}", "A dog.", [], ["cross.7.1"]]', "head 'cross.7.1' does not exist"),
+    "a malformed head name": (f'["{MODEL}", "A dog.", null, ["cross"]]', "'cross' is not a head name"),
+    "a self-attention head of the GRU": ('["toy-rnn", "A dog.", null, ["decoder.1.1"]]', "no 'decoder' attention"),
+}
+
+
+@pytest.mark.parametrize("name", TRACE_CASES)
+def test_trace_answers_bad_requests_clearly(server, still_serving, name):
+    data, message = TRACE_CASES[name]
+    event, answer = call(server, "trace", f'{{"data": {data}}}')
+    assert event == "error" and message in answer
+
+
+def test_trace_fills_missing_optional_arguments_and_ignores_extra_ones(server, app_module):
+    expected = app_module.TRANSLATORS[MODEL].trace("A dog runs.").text
+    for data in ([MODEL, "A dog runs."], [MODEL, "A dog runs.", None, None], [MODEL, "A dog runs.", [], [], "x"]):
+        event, answer = call(server, "trace", json.dumps({"data": data}))
+        assert event == "complete" and answer[0]["translation"] == expected
+
+
+def test_trace_forces_and_masks(server, app_module):
+    translator = app_module.TRANSLATORS[MODEL]
+    expected = translator.trace("A dog runs.", force=["ein", "kind"], mask=["cross.1.1", "encoder.2.3"])
+    event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", ["ein", "kind"],
+                                                               ["encoder.2.3", "cross.1.1"]]}))
+    assert event == "complete"
+    result = answer[0]
+    assert result["target_tokens"][:2] == ["ein", "kind"] and result["forced"] == 2
+    assert result["target_tokens"] == expected.target_tokens and result["mask"] == ["cross.1.1", "encoder.2.3"]
+
+
+@pytest.mark.parametrize("body,status,message", [
+    ('{"data": "A dog."}', "422", "list"),
+    ('{"nodata": []}', "422", "data"),
+    ("[1, 2]", "422", "dict"),
+    ("not json at all", "422", "JSON"),
+])
+def test_malformed_bodies_are_refused_with_a_reason(server, still_serving, body, status, message):
+    answer_status, detail = call(server, "trace", body)
+    assert answer_status == status and message.lower() in json.dumps(detail).lower()
+
+
+UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it arrives as an error or a status
+    "too few values": ("translate", f'["{MODEL}", "A dog."]', "This request sent 2 values; this endpoint takes", True),
+    "a layer not offered": ("translate", f'["{MODEL}", "A dog.", "Cross-attention", 9, "Mean of heads", false]',
+                            "not in the list of choices", True),
+    "an attention kind not offered": ("translate", f'["{MODEL}", "A dog.", "Sideways", 0, "Mean of heads", false]',
+                                      "not in the list of choices", True),
+    "a word for the step": ("step", '["Cross-attention", 0, "Mean of heads", "three", false]',
+                            "Step cannot take the value 'three'", True),
+    "a list for the step": ("step_next", '["Cross-attention", 0, "Mean of heads", [1], false]',
+                            "Step cannot take the value [1]", True),
+    "a lone surrogate to translate": ("translate", f'["{MODEL}", {SURROGATE}, "Cross-attention", 0, "Mean of heads", '
+                                                   'false]', "lone surrogate", False),
+    "an unknown model to translate": ("translate", '["nope", "A dog.", "Cross-attention", 0, "Mean of heads", false]',
+                                      "nope is not in the list of choices", True),
+    "a step before any translation": ("step_next", '["Cross-attention", 0, "Mean of heads", 1, false]',
+                                      "Translate a sentence first", False),
+    "null everywhere": ("translate", "[null, null, null, null, null, null]", "is not loaded", False),
+}
+
+
+@pytest.mark.parametrize("name", UI_CASES)
+def test_ui_events_answer_bad_requests_clearly(server, still_serving, name):
+    endpoint, data, message, as_error = UI_CASES[name]
+    event, answer = call(server, endpoint, f'{{"data": {data}}}')
+    if as_error:
+        assert event == "error" and message in answer
+    else:
+        assert event == "complete" and message in texts(answer)
