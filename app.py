@@ -253,7 +253,8 @@ class Blocks(gr.Blocks):
 
     @staticmethod
     def _format_processing_error(block_fn, index, block, value, is_input, original_error) -> str:
-        return f"{block.label or block.get_block_name()} cannot take the value {shown(value)}: {original_error}"
+        expected = block.api_info().get("type", "different value")
+        return f"{block.label or block.get_block_name()} takes a {expected}, not {shown(value)}."
 
     async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
         try:

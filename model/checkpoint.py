@@ -10,6 +10,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from model.rnn import RNNConfig, RNNSeq2Seq
+from model.seq2seq import Seq2Seq
 from model.transformer import ModelConfig, Transformer
 from model.translator import Translator
 from model.vocab import Tokenizer, Truecaser, Vocab
@@ -96,7 +97,7 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
     model.load_state_dict({name: t.to(expected[name].dtype) for name, t in state.items()}, strict=False)
 
 
-def build_model(config: ModelConfig | RNNConfig) -> torch.nn.Module:
+def build_model(config: ModelConfig | RNNConfig) -> Seq2Seq:
     """The untrained network that `config` describes."""
     return ARCHITECTURES[config.architecture][1](config)
 

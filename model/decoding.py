@@ -151,7 +151,7 @@ def greedy_trace(model: Seq2Seq, src_ids: list[int], max_len: int | None = None,
     cache = model.new_cache()
     previous = torch.tensor([[SOS_ID]])
     token_ids, probabilities, top_ids, top_probabilities, self_rows, cross_rows = [], [], [], [], [], []
-    for step in range(max(output_limit(model, len(src_ids), max_len), len(force))):
+    for step in range(output_limit(model, len(src_ids), max_len)):
         logits, attention = model.decode(previous, memory, src_mask, cache, need_weights=True, gates=gates)
         distribution = next_token_logits(logits)[0].softmax(-1)  # (V,)
         best = distribution.topk(min(top_k, distribution.numel()))

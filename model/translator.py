@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import reprlib
 from dataclasses import dataclass, field
 
 import torch
@@ -46,7 +46,8 @@ def checked_strings(values: object, what: str) -> list[str]:
         raise InputError(f"{what} must be a list of strings, not {type(values).__name__}.")
     for value in values:
         if not isinstance(value, str):
-            raise InputError(f"{what} must be a list of strings; it holds {value!r} ({type(value).__name__}).")
+            raise InputError(f"{what} must be a list of strings; it holds {reprlib.repr(value)} "
+                             f"({type(value).__name__}).")
         checked_text(value)
     return list(values)
 
@@ -117,7 +118,7 @@ class Translator:
         return self.tgt_tokenizer.detokenize(self.truecaser(tokens))
 
     def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
-              mask: Iterable[str] | None = None) -> TracedTranslation:
+              mask: list[str] | None = None) -> TracedTranslation:
         """Greedy translation of one sentence, recording every step; raises InputError for an unusable request.
 
         `force`: target tokens (spelled as in `target_tokens`) that fix the first steps; decoding continues

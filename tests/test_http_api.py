@@ -110,9 +110,9 @@ UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it
     "an attention kind not offered": ("translate", f'["{MODEL}", "A dog.", "Sideways", 0, "Mean of heads", false]',
                                       "not in the list of choices", True),
     "a word for the step": ("step", '["Cross-attention", 0, "Mean of heads", "three", false]',
-                            "Step cannot take the value 'three'", True),
+                            "Step takes a number, not 'three'.", True),
     "a list for the step": ("step_next", '["Cross-attention", 0, "Mean of heads", [1], false]',
-                            "Step cannot take the value [1]", True),
+                            "Step takes a number, not [1].", True),
     "a lone surrogate to translate": ("translate", f'["{MODEL}", {SURROGATE}, "Cross-attention", 0, "Mean of heads", '
                                                    'false]', "lone surrogate", False),
     "an unknown model to translate": ("translate", '["nope", "A dog.", "Cross-attention", 0, "Mean of heads", false]',
@@ -131,3 +131,26 @@ def test_ui_events_answer_bad_requests_clearly(server, still_serving, name):
         assert event == "error" and message in answer
     else:
         assert event == "complete" and message in texts(answer)
+
+
+JUNK = {  # the values a client can put in "data", each sent in every position of every endpoint
+    "nothing": [], "null": [None], "a number": [123456789], "a float": [1e308], "a list": [["a", None]],
+    "an object": [{"value": "x"}], "a lone surrogate": ["\ud800"], "markup": ["<img src=x onerror=alert(1)>"],
+}
+
+
+def endpoints(server: str) -> dict[str, int]:
+    """Every named endpoint the running app offers, with how many values it takes."""
+    info = httpx.get(f"{server.rstrip('/')}/gradio_api/info", timeout=30).json()
+    return {name.lstrip("/"): len(spec["parameters"]) for name, spec in info["named_endpoints"].items()}
+
+
+def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
+    offered = endpoints(server)
+    assert {"trace", "translate", "step", "step_next", "kind", "layer", "head", "model_view"} <= set(offered)
+    for endpoint, count in offered.items():
+        for name, junk in JUNK.items():
+            data = junk * count
+            body = json.dumps({"data": data}).replace("\\\\ud800", "\\ud800")  # keep the surrogate an escape
+            event, answer = call(server, endpoint, body)
+            assert event == "complete" or (event in ("error", "422") and answer), (endpoint, name, event, answer)
