@@ -4,6 +4,8 @@
 
 Layout and event wiring only: model work is in `model/`, figures in `viz/`.
 Loaded checkpoints are read-only module globals; each user's trace lives in a `gr.State`.
+Translation and view changes (kind, layer, head) go to the server; stepping is a redraw in the browser
+(viz/stepping.js) from figures the page already holds.
 """
 
 from __future__ import annotations
@@ -12,18 +14,16 @@ import os
 from pathlib import Path
 
 import gradio as gr
-from gradio.components.api_component import Api
-from gradio.exceptions import ComponentProcessingError
 import numpy as np
 import torch
+from gradio.components.api_component import Api
 
 from model.checkpoint import load_all
 from model.translator import InputError, TracedTranslation
 from model.vocab import CHARS
 from model.workers import TracePool, available_cores, can_fork
 from viz.attention import label, visible
-from viz.views import (ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, attention_figure, candidates_figure,
-                       overview_figure, step_title, translation_figure)
+from viz.views import ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, translation_frames, view_frames
 
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
 TOP_K = 5
@@ -44,6 +44,18 @@ TRACE_POOL = TracePool(TRANSLATORS, TRACE_WORKERS) if TRANSLATORS and TRACE_WORK
 # Requests handled at once: a translation per trace worker (two in-process), and two view changes.
 TRACE_CONCURRENCY, VIEW_CONCURRENCY = max(TRACE_WORKERS, 2), 2
 DEFAULT_MODEL = "en-de" if "en-de" in TRANSLATORS else next(iter(TRANSLATORS), None)
+# The body of the browser's step function (step, translation frames, view frames) => the step's views.
+STEP_JS = "(step, translation, view) => {\n" + (Path(__file__).parent / "viz" / "stepping.js").read_text() + "\n}"
+# ←/→ step when the page has the focus outside a text field (Gradio's button click, as a mouse would).
+KEYS_JS = """() => {
+  document.addEventListener("keydown", (event) => {
+    const target = event.target instanceof Element ? event.target : document.body;
+    const typing = target.closest("input, textarea, select, [contenteditable]");
+    if (typing || event.altKey || event.ctrlKey || event.metaKey) return;
+    const button = {ArrowRight: "#next", ArrowLeft: "#previous", Home: "#first", End: "#last"}[event.key];
+    if (button && document.querySelector(button)) { event.preventDefault(); document.querySelector(button).click(); }
+  });
+}"""
 
 
 def model_choices() -> list[tuple[str, str]]:
@@ -116,93 +128,75 @@ def shown(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def step_number(step: object, steps: int) -> int:
-    """A 1-based step within 1..steps from whatever a request sent (a missing one is the first)."""
-    try:
-        return int(min(max(int(step), 1), steps))
-    except (TypeError, ValueError, OverflowError):
-        return 1
-
-
 # ---- callbacks: thin wrappers around model/ and viz/; each returns its outputs by component --------------
 
 def translate(model_name: str, text: str, kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
-    """Trace a translation once; every later view of it reads the stored trace."""
+    """Trace a translation once and send the browser everything stepping needs; a failure keeps what is shown."""
     if model_name not in TRANSLATORS:
-        return error_outputs(f"Choose a model: {shown(model_name)} is not loaded. " + load_status())
+        return {status: f"Choose a model: {shown(model_name)} is not loaded. " + load_status()}
     try:
         traced = trace_text(model_name, text)
     except InputError as error:
-        return error_outputs(str(error))
+        return {status: str(error)}
     trace = to_arrays(traced)
     kinds = trace.available()
     kind = kind if kind in kinds else kinds[-1]
-    layers, heads = layer_choices(trace, kind), head_choices(trace, kind)
-    layer = layer if layer in [value for _, value in layers] else layers[-1][1]
-    head = head if head in [value for _, value in heads] else heads[0][1]
+    return {trace_state: trace, translation: traced.text, status: translate_status(traced, kinds),
+            source_view: source_highlights(traced), step: gr.Slider(maximum=max(trace.steps, 2), value=1,
+                                                                    interactive=trace.steps > 1),
+            kind_choice: gr.Radio(choices=kinds, value=kind), translation_state: translation_frames(trace),
+            **{button: gr.Button(interactive=True) for button in step_buttons},
+            **view_outputs(trace, kind, layer, head, model_view)}
+
+
+def translate_status(traced: TracedTranslation, kinds: list[str]) -> str:
+    """What the status line says about a translation: unknown source words, unspellable target words, limits."""
     unknown = [label(t) for t, u in zip(traced.source_tokens, traced.unknown) if u]
     message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
+    unspelled = traced.target_tokens.count("<unk>")
+    if unspelled:
+        message += (f" The model chose <unk> {unspelled} time{'s' * (unspelled > 1)}: a word its vocabulary "
+                    "cannot spell, shown as <unk> in the translation.")
     if len(kinds) < len(KINDS):
         message += " This model has no self-attention: only its cross-attention exists to show."
     if traced.target_tokens[-1] != "<eos>":
         message += f" Stopped at the length limit of {len(traced.target_tokens)} tokens."
-    return {trace_state: trace, translation: traced.text, status: message, source_view: source_highlights(traced),
-            step: step_slider(trace.steps, 1), kind_choice: gr.Radio(choices=kinds, value=kind),
-            layer_choice: gr.Dropdown(choices=layers, value=layer), head_choice: gr.Dropdown(choices=heads, value=head),
-            **render(trace, kind, layer, head, 1, model_view)}
+    return message
 
 
-def error_outputs(message: str) -> dict:
-    """Say what went wrong and leave the previous results where they are; the app keeps serving."""
-    return {status: message}
-
-
-def step_slider(steps: int, value: int) -> gr.Slider:
-    """A slider over steps 1..steps (Gradio needs minimum < maximum, so one step shows as 1..2, disabled)."""
-    return gr.Slider(minimum=1, maximum=max(steps, 2), value=value, step=1, interactive=steps > 1)
-
-
-def render(trace: TraceArrays | None, kind: str, layer: int, head: int | str, step: int,
-           model_view: bool = False) -> dict:
-    """Figures and text for one step (1-based, as the slider shows it); the model view only when asked."""
-    if trace is None:
-        return {status: "Translate a sentence first: there is nothing to show yet."}
-    index = step_number(step, trace.steps) - 1
-    if kind not in trace.available():
-        kind = trace.available()[-1]
-    layer = layer if isinstance(layer, int) else 0
-    head = head if isinstance(head, int) or head in (MEAN, ALL_HEADS) else MEAN
-    prefix = " ".join(trace.target_tokens[:index]) or "(empty)"
-    candidates = ", ".join(f"{t} {p:.2f}" for t, p in zip(trace.top_tokens[index], trace.top_probabilities[index]))
-    return {attention_plot: attention_figure(trace, kind, layer, head, index),
-            candidates_plot: candidates_figure(trace, index),
-            probabilities_plot: translation_figure(trace, index),
-            step_text: f"{step_title(trace, index)}\nprefix so far: {prefix}\ncandidates: {candidates}",
-            overview_plot: overview_figure(trace, kind, index) if model_view else None}
-
-
-def change_kind(trace: TraceArrays | None, kind: str, layer: int, head: int | str, step: int,
-                model_view: bool = False) -> dict:
-    """Switching attention kind: the layer/head lists follow that kind's shape."""
-    if trace is None:
-        return render(None, kind, layer, head, step)
-    kind = kind if kind in trace.available() else trace.available()[-1]
+def view_outputs(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
+    """The layer/head lists of `kind` and the view's figures; a choice the kind does not have falls back."""
     layers, heads = layer_choices(trace, kind), head_choices(trace, kind)
     layer = layer if layer in [value for _, value in layers] else layers[-1][1]
     head = head if head in [value for _, value in heads] else heads[0][1]
     return {layer_choice: gr.Dropdown(choices=layers, value=layer), head_choice: gr.Dropdown(choices=heads, value=head),
-            **render(trace, kind, layer, head, step, model_view)}
+            view_state: view_frames(trace, kind, layer, head, bool(model_view))}
 
 
-def move(trace: TraceArrays | None, where: str, kind: str, layer: int, head: int | str, current: int,
-         model_view: bool = False) -> dict:
-    """First / previous / next / last step, then the views of that step."""
+def change_view(trace: TraceArrays | None, kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
+    """A new attention kind, layer, head or model view of the stored trace (the step stays where it is)."""
     if trace is None:
-        return render(None, kind, layer, head, current)
-    current = step_number(current, trace.steps)
-    target = {"first": 1, "previous": current - 1, "next": current + 1, "last": trace.steps}[where]
-    target = step_number(target, trace.steps)
-    return {step: target, **render(trace, kind, layer, head, target, model_view)}
+        return {status: "Translate a sentence first: there is nothing to show yet."}
+    kind = kind if kind in trace.available() else trace.available()[-1]
+    return view_outputs(trace, kind, layer, head, model_view)
+
+
+def switch_model(model_name: str, text: str, kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
+    """A new model: its examples, and the sentence on screen translated again with it (or the views cleared)."""
+    outputs = {example: gr.Dropdown(choices=examples_for(model_name), value=None)}
+    if (text or "").strip():
+        return {**outputs, **translate(model_name, text, kind, layer, head, model_view)}
+    return {**outputs, trace_state: None, translation: "", translation_state: None, view_state: None,
+            status: f"Model {shown(model_name)} chosen: type or pick a sentence to translate."}
+
+
+def first_visit(kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
+    """On page load: the default model's first example, translated, so a visitor sees what the app does."""
+    sentences = examples_for(DEFAULT_MODEL)
+    if not sentences:
+        return {status: load_status() or "Type a sentence and press Enter."}
+    return {source: sentences[0], example: sentences[0],
+            **translate(DEFAULT_MODEL, sentences[0], kind, layer, head, model_view)}
 
 
 def trace_api(model: str, text: str, force: list[str] | None = None, mask: list[str] | None = None) -> dict:
@@ -237,8 +231,7 @@ class Blocks(gr.Blocks):
     """gr.Blocks whose events answer a malformed request with a message, where Gradio's own answer is an empty error.
 
     Too few values: the trailing arguments of an API endpoint (its optional ones) arrive as None, which the
-    endpoint checks; a UI event names what it takes. A value a component cannot read (a word for the step
-    slider, say) is named together with the component. Both hooks are Gradio internals of the pinned version;
+    endpoint checks; a UI event names what it takes. The hook is a Gradio internal of the pinned version;
     tests/test_http_api.py sends such requests as raw HTTP.
     """
 
@@ -251,79 +244,83 @@ class Blocks(gr.Blocks):
             raise gr.Error(f"This request sent {len(inputs)} values; this endpoint takes {len(block_fn.inputs)}: "
                            f"{names}.")
 
-    @staticmethod
-    def _format_processing_error(block_fn, index, block, value, is_input, original_error) -> str:
-        expected = block.api_info().get("type", "different value")
-        return f"{block.label or block.get_block_name()} takes a {expected}, not {shown(value)}."
-
-    async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
-        try:
-            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
-        except ComponentProcessingError as error:
-            raise gr.Error(str(error)) from None
-
 
 with Blocks(title="Transformer attention inspector") as demo:
-    gr.Markdown("# Transformer attention inspector\n"
-                "Translate a sentence, then step through greedy decoding and inspect every layer and head of "
-                "encoder self-attention, decoder self-attention and cross-attention.")
+    gr.Markdown("**Transformer attention inspector**: translate a sentence, then step through greedy decoding "
+                "(buttons, slider, or ←/→) and inspect every layer and head of encoder self-attention, decoder "
+                "self-attention and cross-attention.")
     trace_state = gr.State(None, time_to_live=TRACE_TTL_S)
-    with gr.Row():
-        model_name = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", elem_id="model", scale=1)
+    # What the browser steps through without asking the server: per-step charts and the view's figures.
+    translation_state = gr.JSON(None, visible=False, elem_id="translation-frames")
+    view_state = gr.JSON(None, visible=False, elem_id="view-frames")
+    with gr.Row(equal_height=True):
+        model_name = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", elem_id="model", scale=2)
         example = gr.Dropdown(examples_for(DEFAULT_MODEL), value=None, label="Examples (from the test set)",
-                              elem_id="example", scale=2)
-    with gr.Row():
+                              elem_id="example", scale=3)
+    with gr.Row(equal_height=True):
         source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter",
-                            lines=1, max_lines=4, elem_id="source", scale=4)
-        translate_button = gr.Button("Translate", variant="primary", elem_id="translate", scale=1)
-    status = gr.Textbox(value=load_status(), label="Status", interactive=False, elem_id="status")
-    with gr.Row():
+                            lines=1, max_lines=3, elem_id="source", scale=5)
+        translate_button = gr.Button("Translate", variant="primary", elem_id="translate", scale=1, min_width=100)
+    with gr.Row(equal_height=True):
         translation = gr.Textbox(label="Translation (greedy)", interactive=False, elem_id="translation", scale=3)
-        source_view = gr.HighlightedText(label="Source tokens as the model reads them",
-                                         color_map={"unknown": "red"}, elem_id="source-tokens", scale=2)
-    probabilities_plot = gr.Plot(label="Token probabilities", elem_id="probabilities")
-
-    gr.Markdown("## Step through decoding")
+        status = gr.Textbox(value=load_status(), label="Status", interactive=False, lines=1, max_lines=3,
+                            elem_id="status", scale=2)
     with gr.Row():
-        first = gr.Button("« First", elem_id="first")
-        previous = gr.Button("‹ Previous", elem_id="previous")
-        following = gr.Button("Next ›", elem_id="next")
-        last = gr.Button("Last »", elem_id="last")
-    step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step")
+        with gr.Column(scale=3, min_width=340):
+            with gr.Row(equal_height=True, elem_id="step-bar"):
+                step_buttons = [gr.Button(text, elem_id=elem_id, size="sm", min_width=50, interactive=False)
+                                for text, elem_id in (("«", "first"), ("‹ Prev", "previous"), ("Next ›", "next"),
+                                                      ("»", "last"))]
+                first, previous, following, last = step_buttons
+                step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step", scale=4,
+                                 min_width=160)
+            attention_plot = gr.Plot(show_label=False, elem_id="attention")
+        with gr.Column(scale=2, min_width=300):
+            step_text = gr.Textbox(label="This step", lines=3, interactive=False, elem_id="step-text")
+            candidates_plot = gr.Plot(show_label=False, elem_id="candidates")
+            kind_choice = gr.Radio(list(KINDS), value=CROSS, label="Attention", elem_id="kind")
+            with gr.Row():
+                layer_choice = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=100)
+                head_choice = gr.Dropdown([(MEAN, MEAN), (ALL_HEADS, ALL_HEADS), ("Head 1", 0)], value=MEAN,
+                                          label="Head", elem_id="head", min_width=100)
+    with gr.Accordion("Model view: every layer x head of this attention at this step", open=False):
+        model_view = gr.Checkbox(False, label="Show the model view", elem_id="model-view")
+        overview_plot = gr.Plot(show_label=False, elem_id="overview")
     with gr.Row():
-        step_text = gr.Textbox(label="This step", lines=3, interactive=False, elem_id="step-text", scale=3)
-        candidates_plot = gr.Plot(label="Top candidates", elem_id="candidates", scale=2)
+        source_view = gr.HighlightedText(label="Source tokens as the model reads them", color_map={"unknown": "red"},
+                                         elem_id="source-tokens", scale=2)
+        probabilities_plot = gr.Plot(show_label=False, elem_id="probabilities", scale=3)
 
-    gr.Markdown("## Attention")
-    with gr.Row():
-        kind_choice = gr.Radio(list(KINDS), value=CROSS, label="Attention", elem_id="kind")
-        layer_choice = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer")
-        head_choice = gr.Dropdown([(MEAN, MEAN), (ALL_HEADS, ALL_HEADS), ("Head 1", 0)], value=MEAN, label="Head",
-                                  elem_id="head")
-    attention_plot = gr.Plot(label="Attention heatmap", elem_id="attention")
-    model_view = gr.Checkbox(False, label="Model view: every layer x head of this attention at this step",
-                             elem_id="model-view")
-    overview_plot = gr.Plot(label="All layers x heads", elem_id="overview")
-
-    views = [attention_plot, candidates_plot, probabilities_plot, step_text, overview_plot, status]
-    settings = [kind_choice, layer_choice, head_choice, step, model_view]
-    translate_inputs = [model_name, source, kind_choice, layer_choice, head_choice, model_view]
-    translate_outputs = [trace_state, translation, source_view, step, kind_choice, layer_choice, head_choice, *views]
-    # Translations queue for the trace workers in their own group, so step and view changes (a few ms each)
-    # never wait behind them.
+    views = [attention_plot, candidates_plot, probabilities_plot, step_text, overview_plot]
+    settings = [kind_choice, layer_choice, head_choice, model_view]
+    translate_outputs = [trace_state, translation, status, source_view, step, kind_choice, layer_choice, head_choice,
+                         translation_state, view_state, *step_buttons]
+    # Translations queue for the trace workers in their own group, so view changes (a few ms each) never wait
+    # behind them.
     trace_queue = dict(concurrency_id="trace", concurrency_limit=TRACE_CONCURRENCY)
-    translate_button.click(translate, translate_inputs, translate_outputs, api_name="translate", **trace_queue)
-    source.submit(translate, translate_inputs, translate_outputs, api_name="translate_enter", **trace_queue)
-    model_name.change(lambda name: gr.Dropdown(choices=examples_for(name), value=None), model_name, example,
-                      api_name="model_examples")
-    example.input(lambda text: text or "", example, source, api_name="use_example")
-    for button, where in ((first, "first"), (previous, "previous"), (following, "next"), (last, "last")):
-        button.click(lambda trace, *settings, where=where: move(trace, where, *settings),
-                     [trace_state, *settings], [step, *views], api_name=f"step_{where}")
-    step.release(render, [trace_state, *settings], views, api_name="step")
-    kind_choice.input(change_kind, [trace_state, *settings], [layer_choice, head_choice, *views], api_name="kind")
-    for control in (layer_choice, head_choice, model_view):
-        control.input(render, [trace_state, *settings], views, api_name=control.elem_id.replace("-", "_"))
+    translate_button.click(translate, [model_name, source, *settings], translate_outputs, api_name="translate",
+                           **trace_queue)
+    source.submit(translate, [model_name, source, *settings], translate_outputs, api_name="translate_enter",
+                  **trace_queue)
+    model_name.change(switch_model, [model_name, source, *settings], [example, *translate_outputs],
+                      api_name="switch_model", **trace_queue)
+    example.input(lambda text: text or "", example, source, api_name="use_example").then(
+        translate, [model_name, source, *settings], translate_outputs, api_name="translate_example", **trace_queue)
+    demo.load(first_visit, settings, [source, example, *translate_outputs], api_name="first_visit", **trace_queue)
+    demo.load(None, js=KEYS_JS)
+
+    # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
+    # box) or of the figures redraws the step in the browser.
+    for button, move in ((first, "() => 1"), (previous, "(s) => Math.max(1, s - 1)"),
+                         (following, "(s, f) => (f ? Math.min(f.steps, s + 1) : s)"),
+                         (last, "(s, f) => (f ? f.steps : s)")):
+        button.click(None, [step, translation_state], step, js=move)
+    for trigger in (step, view_state):
+        trigger.change(None, [step, translation_state, view_state], views, js=STEP_JS)
+
+    for control in settings:
+        control.input(change_view, [trace_state, *settings], [layer_choice, head_choice, view_state, status],
+                      api_name=control.elem_id.replace("-", "_"))
     gr.api(trace_api, api_name="trace", **trace_queue)
 
 demo.queue(default_concurrency_limit=VIEW_CONCURRENCY, max_size=64)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # What the Space runs: the app, its packages, the checkpoints, the run-time requirements, the README that
 # carries the Space's settings (its YAML header) and the LFS rule.
 SPACE_PATTERNS = ("app.py", "requirements.txt", "README.md", ".gitattributes", "model/*.py", "viz/*.py",
-                  "checkpoints/*/*")
+                  "viz/*.js", "checkpoints/*/*")
 LFS_THRESHOLD = 10 * 2**20  # the Hub refuses larger files outside LFS
 
 

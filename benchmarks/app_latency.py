@@ -1,8 +1,10 @@
-"""Server-side latency of the app on the shipped checkpoint: trace + figures, step changes, figure sizes.
+"""Server-side latency of the app on the shipped checkpoint: a translation, view changes, what they send.
 
     python benchmarks/app_latency.py [--checkpoint en-de] [--runs 9]
 
-Calls the app's own callbacks (what a request runs, minus the network) and prints medians.
+Calls the app's own callbacks (what a request runs, minus the network) and prints medians, including the
+JSON encoding of what the browser receives. Stepping needs no request: benchmarks/browser_latency.py
+measures it in a browser.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import plotly.graph_objects as go  # noqa: E402
+import orjson  # noqa: E402  (what Gradio encodes its answers with)
 
 import app  # noqa: E402  (after the path set-up above)
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
@@ -39,14 +41,9 @@ def median_ms(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def json_bytes(*figures) -> int:
-    """Bytes of the figure JSON that Gradio sends to the browser."""
-    return sum(len(f.to_json().encode()) for f in figures if f is not None)
-
-
-def figures(outputs: dict) -> list:
-    """The Plotly figures among a callback's outputs."""
-    return [o for o in outputs.values() if isinstance(o, go.Figure)]
+def json_bytes(outputs: dict) -> int:
+    """Bytes of the JSON Gradio sends for a callback's outputs (figures travel as JSON strings)."""
+    return len(orjson.dumps([value for value in outputs.values() if isinstance(value, (dict, str))]))
 
 
 def main() -> None:
@@ -59,9 +56,9 @@ def main() -> None:
     print(f"checkpoint {args.checkpoint}: {config.n_encoder_layers}+{config.n_decoder_layers} layers, "
           f"{config.n_heads} heads; torch threads {app.torch.get_num_threads()}; {cpu_model()}; "
           f"median of {args.runs} runs")
-    print("| source tokens | steps | translate: trace + figures (ms) | + JSON (ms) | step change (ms) | + JSON (ms) "
-          "| all heads (ms) | model view (ms) | JSON bytes: translate / step / model view |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| source tokens | steps | translate: trace, every step's charts, view (ms) | view change: one head (ms) "
+          "| all heads (ms) | model view (ms) | JSON bytes: translate / one head / all heads / model view |")
+    print("|---|---|---|---|---|---|---|")
     for sentence in SENTENCES:
         tokens = len(translator.src_tokenizer(sentence))
 
@@ -69,19 +66,12 @@ def main() -> None:
             return app.translate(args.checkpoint, sentence, CROSS, 0, MEAN)
 
         trace = translate()[app.trace_state]
-        middle = max(1, trace.steps // 2)
-
-        def step():
-            return app.move(trace, "next", CROSS, 0, MEAN, middle)
-
-        def model_view():
-            return app.render(trace, ENCODER, 0, MEAN, middle, model_view=True)
-
-        times = [median_ms(translate, args.runs), median_ms(lambda: json_bytes(*figures(translate())), args.runs),
-                 median_ms(step, args.runs), median_ms(lambda: json_bytes(*figures(step())), args.runs),
-                 median_ms(lambda: app.render(trace, CROSS, 0, ALL_HEADS, middle), args.runs),
-                 median_ms(model_view, args.runs)]
-        sizes = [json_bytes(*figures(translate())), json_bytes(*figures(step())), json_bytes(model_view()[app.overview_plot])]
+        views = {"one head": lambda: app.change_view(trace, CROSS, 0, 3),
+                 "all heads": lambda: app.change_view(trace, CROSS, 0, ALL_HEADS),
+                 "model view": lambda: app.change_view(trace, ENCODER, 0, MEAN, model_view=True)}
+        times = [median_ms(lambda: json_bytes(translate()), args.runs)]
+        times += [median_ms(lambda view=view: json_bytes(view()), args.runs) for view in views.values()]
+        sizes = [json_bytes(translate())] + [json_bytes(view()) for view in views.values()]
         print(f"| {tokens} | {trace.steps} | " + " | ".join(f"{t:.1f}" for t in times)
               + " | " + " / ".join(f"{b:,}" for b in sizes) + " |")
 

@@ -244,8 +244,8 @@ class DecoderLayer(nn.Module):
         y = self.feed_forward_block(informed, self.feed_forward(self.feed_forward_block.sublayer_input(informed)))
         if not need_vectors:
             return y, self_weights, cross_weights, None
-        vectors = LayerVectors([self.self_attention.head_vectors(values), self.cross_attention.head_vectors(cross_values)],
-                               torch.stack([x, attended, informed, y], 1))
+        head_values = [self.self_attention.head_vectors(values), self.cross_attention.head_vectors(cross_values)]
+        vectors = LayerVectors(head_values, torch.stack([x, attended, informed, y], 1))
         return y, self_weights, cross_weights, vectors
 
 

@@ -141,7 +141,7 @@ class Translator:
             unknown=[i == UNK_ID for i in src_ids],
             target_tokens=target_tokens,
             top_tokens=[[itos[i] for i in row] for row in trace.top_ids.tolist()],
-            text=self.to_text(self.tgt_vocab.decode(trace.token_ids, drop_unknown=True)),
+            text=self.to_text(self.tgt_vocab.decode(trace.token_ids)),  # a generated <unk> stays visible
             trace=trace,
         )
 

@@ -1,6 +1,7 @@
 """The app's callbacks and its API, called directly and through a launched server with gradio_client."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -9,6 +10,29 @@ from gradio_client import Client
 from viz.views import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN
 
 MODEL = "toy-en-de"
+# Short names for the output components, as the callbacks return them (by component).
+OUTPUTS = {"trace": "trace_state", "translation": "translation", "status": "status", "source": "source_view",
+           "step": "step", "kind": "kind_choice", "layer": "layer_choice", "head": "head_choice",
+           "frames": "translation_state", "view": "view_state", "example": "example", "text": "source"}
+
+
+def by_name(app_module, outputs: dict) -> dict:
+    """A callback's outputs keyed by short names; components it left alone are absent."""
+    return {name: outputs[getattr(app_module, attribute)] for name, attribute in OUTPUTS.items()
+            if getattr(app_module, attribute) in outputs}
+
+
+def translate(app_module, text, kind=CROSS, layer=1, head=MEAN, model=MODEL, model_view=False):
+    outputs = app_module.translate(model, text, kind, layer, head, model_view)
+    named = by_name(app_module, outputs)
+    if app_module.following in outputs:
+        named["step_buttons_enabled"] = all(outputs[b].interactive for b in app_module.step_buttons)
+    return named
+
+
+def figure(frames: dict, which: str = "attention") -> dict:
+    """A view's figure (Plotly JSON) as the browser receives it."""
+    return json.loads(frames[which])
 
 
 def test_app_lists_good_checkpoints_and_reports_broken_ones(app_module):
@@ -17,57 +41,51 @@ def test_app_lists_good_checkpoints_and_reports_broken_ones(app_module):
     assert app_module.DEFAULT_MODEL == MODEL
 
 
-OUTPUTS = {"trace": "trace_state", "translation": "translation", "status": "status", "source": "source_view",
-           "step": "step", "kind": "kind_choice", "layer": "layer_choice", "head": "head_choice",
-           "attention": "attention_plot", "candidates": "candidates_plot", "probabilities": "probabilities_plot",
-           "step_text": "step_text", "overview": "overview_plot"}
-
-
-def by_name(app_module, outputs: dict) -> dict:
-    """A callback's outputs (keyed by component) keyed by short names; components it left alone are absent."""
-    return {name: outputs[getattr(app_module, attribute)] for name, attribute in OUTPUTS.items()
-            if getattr(app_module, attribute) in outputs}
-
-
-def translate(app_module, text, kind=CROSS, layer=1, head=MEAN, model=MODEL):
-    return by_name(app_module, app_module.translate(model, text, kind, layer, head))
-
-
-def test_translate_traces_once_and_draws_the_model_attention(app_module):
+def test_translate_traces_once_and_sends_everything_stepping_needs(app_module):
     out = translate(app_module, "A dog runs in the park.")
     trace = out["trace"]
-    translator = app_module.TRANSLATORS[MODEL]
-    traced = translator.trace("A dog runs in the park.")
+    traced = app_module.TRANSLATORS[MODEL].trace("A dog runs in the park.")
     assert out["translation"] == traced.text and out["translation"].startswith("Ein Hund")
-    assert trace.target_tokens == traced.target_tokens and trace.steps == len(trace.target_tokens)
-    expected = traced.trace
-    np.testing.assert_allclose(trace.cross, expected.cross_attention)
-    np.testing.assert_allclose(np.array(out["attention"].data[0].z), expected.cross_attention[1].mean(0)[:1])
-    assert "step 1 of" in out["step_text"]
+    assert trace.target_tokens == traced.target_tokens and out["step"].maximum == max(trace.steps, 2)
+    np.testing.assert_allclose(trace.cross, traced.trace.cross_attention)
+    frames = out["frames"]
+    assert frames["steps"] == trace.steps
+    assert len(frames["description"]) == trace.steps
+    for chart in ("candidates", "probabilities"):  # one chart, with every step's bars
+        assert len(figure(frames, chart)["layout"]["meta"]["bars"]) == trace.steps
+    candidates = figure(frames, "candidates")["layout"]["meta"]["bars"]
+    np.testing.assert_allclose(candidates[2]["y"], trace.top_probabilities[2], rtol=1e-6)
+    assert candidates[2]["title"] == "top-5 candidates at step 3" and candidates[2]["colors"][0] == "#d62728"
+    assert frames["description"][0].startswith("step 1 of") and "prefix so far: (empty)" in frames["description"][0]
+    # The view's figure is built at the last step, and says how to show every other step.
+    shown = figure(out["view"])
+    np.testing.assert_allclose(np.array(shown["data"][0]["z"]), trace.cross[1].mean(0))
+    meta = shown["layout"]["meta"]
+    assert meta["grows"] == "rows" and len(meta["titles"]) == trace.steps
+    assert f"step 2 of {trace.steps}" in meta["titles"][1] and meta["titles"][-1] == shown["layout"]["title"]["text"]
+    assert out["step_buttons_enabled"]
 
 
-def test_stepping_reads_the_stored_trace(app_module, monkeypatch):
+def test_view_changes_read_the_stored_trace(app_module, monkeypatch):
     trace = translate(app_module, "A man plays with a red ball.")["trace"]
     monkeypatch.setattr(app_module.TRANSLATORS[MODEL], "model", None)  # any model call would now fail
 
-    def move(where, current, kind=CROSS, layer=0, head=0, model_view=False):
-        return by_name(app_module, app_module.move(trace, where, kind, layer, head, current, model_view))
+    def view(kind, layer, head, model_view=False):
+        return by_name(app_module, app_module.change_view(trace, kind, layer, head, model_view))
 
-    out = move("next", 1, DECODER, 0, 2)
-    assert out["step"] == 2
-    np.testing.assert_allclose(np.array(out["attention"].data[0].z), trace.decoder[0, 2, :2, :2])
-    assert move("last", 2)["step"] == trace.steps
-    assert move("next", trace.steps)["step"] == trace.steps
-    assert move("previous", 1)["step"] == 1
-    assert out["overview"] is None  # drawn only when the model view is switched on
-    out = by_name(app_module, app_module.change_kind(trace, ENCODER, 1, 2, 2))
-    np.testing.assert_allclose(np.array(out["attention"].data[0].z), trace.encoder[1, 2])
-    assert out["layer"].value == 1 and out["head"].value == 2
-    figure = by_name(app_module, app_module.render(trace, CROSS, 1, ALL_HEADS, 3))["attention"]
-    assert len(figure.data) == 4
-    overview = by_name(app_module, app_module.render(trace, CROSS, 1, MEAN, 3, model_view=True))["overview"]
-    assert len(overview.data) == 2 * 4
-    np.testing.assert_allclose(np.array(overview.data[5].z), trace.cross[1, 1, :3])
+    out = view(ENCODER, 1, 2)
+    np.testing.assert_allclose(np.array(figure(out["view"])["data"][0]["z"]), trace.encoder[1, 2])
+    assert out["layer"].value == 1 and out["head"].value == 2 and figure(out["view"])["layout"]["meta"]["grows"] is None
+    decoder = figure(view(DECODER, 0, 3)["view"])
+    np.testing.assert_allclose(np.array(decoder["data"][0]["z"]), trace.decoder[0, 3])
+    assert decoder["layout"]["meta"]["grows"] == "square"
+    assert len(figure(view(CROSS, 1, ALL_HEADS)["view"])["data"]) == 4
+    out = view(CROSS, 1, MEAN, model_view=True)
+    overview = figure(out["view"], "overview")
+    assert len(overview["data"]) == 2 * 4 and overview["layout"]["meta"]["grows"] == "rows"
+    np.testing.assert_allclose(np.array(overview["data"][5]["z"]), trace.cross[1, 1])
+    assert view(CROSS, 1, MEAN)["view"]["overview"] is None  # drawn only when the model view is open
+    assert view(CROSS, 7, 99)["layer"].value == 1  # a layer this kind does not have falls back to the last
 
 
 @pytest.mark.parametrize("text,message", [
@@ -83,12 +101,19 @@ def test_bad_input_gets_a_clear_message_and_keeps_the_last_translation(app_modul
     assert translate(app_module, "A dog.")["translation"]  # and the next request works
 
 
-@pytest.mark.parametrize("text", ["🐶 🐕‍🦺", "一只狗在跑", "كلب يجري", "<script>alert(1)</script>", "Le chien court."])
+@pytest.mark.parametrize("text", ["🐶 🐕‍🦺", "一只狗在跑", "كلب يجري", "<script>alert(1)</script>",
+                                  "Le chien court."])
 def test_any_script_or_markup_translates_with_unknown_words_marked(app_module, text):
     out = translate(app_module, text)
     assert out["trace"] is not None and "Unknown words" in out["status"]
-    assert "<script" not in out["attention"].to_json()
+    assert "<script" not in out["view"]["attention"] and "<script" not in json.dumps(out["frames"])
     assert any(label == "unknown" for _, label in out["source"])
+
+
+def test_a_generated_unk_is_shown_and_said(app_module):
+    traced = app_module.TRANSLATORS[MODEL].trace("A dog.", force=["<unk>"])
+    assert "<unk>" in traced.text
+    assert "chose <unk> 1 time" in app_module.translate_status(traced, list(app_module.KINDS))
 
 
 def test_an_rnn_offers_only_cross_attention(app_module):
@@ -96,15 +121,9 @@ def test_an_rnn_offers_only_cross_attention(app_module):
     assert out["kind"].choices == [(CROSS, CROSS)] and out["kind"].value == CROSS
     assert "no self-attention" in out["status"]
     assert out["layer"].value == 0 and out["head"].value == MEAN
-    np.testing.assert_allclose(np.array(out["attention"].data[0].z), out["trace"].cross[0].mean(0)[:1])
-    stale = by_name(app_module, app_module.render(out["trace"], DECODER, 0, 1, 1))  # a stale kind falls back
-    np.testing.assert_allclose(np.array(stale["attention"].data[0].z), out["trace"].cross[0, 1, :1])
-
-
-def test_views_without_a_trace_say_so(app_module):
-    for out in (app_module.render(None, CROSS, 0, MEAN, 1, True), app_module.move(None, "next", CROSS, 0, MEAN, 1),
-                app_module.change_kind(None, ENCODER, 0, MEAN, 1)):
-        assert by_name(app_module, out) == {"status": "Translate a sentence first: there is nothing to show yet."}
+    np.testing.assert_allclose(np.array(figure(out["view"])["data"][0]["z"]), out["trace"].cross[0].mean(0))
+    stale = by_name(app_module, app_module.change_view(out["trace"], DECODER, 0, 1))  # a stale kind falls back
+    np.testing.assert_allclose(np.array(figure(stale["view"])["data"][0]["z"]), out["trace"].cross[0, 1])
 
 
 def test_a_single_head_model_offers_just_that_head(app_module):
@@ -112,6 +131,28 @@ def test_a_single_head_model_offers_just_that_head(app_module):
     assert [value for _, value in app_module.head_choices(trace, CROSS)] == [MEAN, ALL_HEADS, 0, 1, 2, 3]
     single = dataclasses.replace(trace, cross=trace.cross[:, :1])
     assert app_module.head_choices(single, CROSS) == [("Head 1", 0)]
+
+
+def test_views_without_a_trace_say_so(app_module):
+    out = by_name(app_module, app_module.change_view(None, ENCODER, 0, MEAN))
+    assert out == {"status": "Translate a sentence first: there is nothing to show yet."}
+
+
+def test_switching_the_model_translates_the_sentence_again_or_clears_the_views(app_module):
+    out = by_name(app_module, app_module.switch_model("toy-rnn", "A dog runs.", CROSS, 0, MEAN))
+    assert out["translation"] == app_module.TRANSLATORS["toy-rnn"].trace("A dog runs.").text
+    assert [value for _, value in out["example"].choices] == app_module.examples_for("toy-rnn")
+    assert out["trace"].encoder is None
+    cleared = by_name(app_module, app_module.switch_model(MODEL, "  ", CROSS, 0, MEAN))
+    assert cleared["trace"] is None and cleared["frames"] is None and cleared["translation"] == ""
+    assert "type or pick a sentence" in cleared["status"]
+
+
+def test_a_first_visit_shows_a_translated_example(app_module, monkeypatch):
+    monkeypatch.setattr(app_module, "examples_for", lambda name: ["A dog runs.", "A man plays."])
+    out = by_name(app_module, app_module.first_visit(CROSS, 0, MEAN))
+    assert out["text"] == out["example"] == "A dog runs." and out["translation"].startswith("Ein Hund")
+    assert out["frames"]["steps"] == out["trace"].steps
 
 
 def test_server_answers_gradio_client(server, app_module):
@@ -127,5 +168,5 @@ def test_server_answers_gradio_client(server, app_module):
     assert np.array(result["encoder_attention"]).shape == (2, 4, sources, sources)
     with pytest.raises(Exception, match="empty"):
         client.predict(MODEL, "  ", api_name="/trace")
-    ui = client.predict(MODEL, "A dog.", CROSS, 0, MEAN, api_name="/translate")
+    ui = client.predict(MODEL, "A dog.", CROSS, 0, MEAN, False, api_name="/translate")
     assert ui[0] == translator.trace("A dog.").text

@@ -2,6 +2,7 @@
 (and every figure they draw), the HTTP API, and a real browser for markup. Each case ends in a clear
 message or a translation, never an exception, and the next normal request still works."""
 
+import json
 import re
 import unicodedata
 
@@ -55,9 +56,9 @@ def strings(value):
             yield from strings(item)
 
 
-def assert_inert(figure) -> None:
-    """No user markup, no invisible characters, no overlong labels in anything the figure shows."""
-    for text in strings(figure.to_plotly_json()):
+def assert_inert(figure: dict) -> None:
+    """No user markup, no invisible characters, no overlong labels in anything the figure (Plotly JSON) shows."""
+    for text in strings(figure):
         assert "<" not in OWN_TAGS.sub("", text), text
         assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in text), ascii(text)
 
@@ -88,16 +89,19 @@ def test_ui_callbacks_and_every_figure(app_module, name):
     else:
         assert status.startswith("Translated.")
         trace = out[app_module.trace_state]
-        figures = [out[app_module.attention_plot]]
+        frames = out[app_module.translation_state]
+        figures = [json.loads(frames["candidates"]), json.loads(frames["probabilities"])]
         for kind in KINDS:
             for head in (MEAN, ALL_HEADS, 1):
-                figures += [f for f in app_module.render(trace, kind, 1, head, trace.steps, True).values()
-                            if hasattr(f, "to_plotly_json")]
+                view = app_module.change_view(trace, kind, 1, head, True)[app_module.view_state]
+                figures += [json.loads(view["attention"]), json.loads(view["overview"])]
         for figure in figures:
             assert_inert(figure)
+        for shown in frames["description"]:  # plain text in a text box, never markup: only invisibles matter
+            assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in shown.replace("\n", ""))
         for shown, _ in out[app_module.source_view]:
             assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in shown)
-        ticks = figures[0].layout.xaxis.ticktext
+        ticks = figures[-2]["layout"]["xaxis"]["ticktext"]
         assert all(len(t) <= MAX_LABEL_CHARS + 20 for t in ticks)  # cut labels (+ room for &lt; escapes)
     assert app_module.translate(MODEL, "A dog runs.", KINDS[-1], 0, MEAN)[app_module.translation]  # the next works
 

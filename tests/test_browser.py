@@ -1,73 +1,198 @@
-"""A real headless browser (Debian's chromium driven by Playwright) uses the app like a person would."""
+"""A real headless browser (Debian's chromium driven by Playwright) uses the app like a person would.
+
+Stepping happens in the browser (viz/stepping.js); these tests check that what it draws at every step is
+exactly the figure viz/views.py builds for that step, and that every way of stepping lands where it should.
+"""
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, attention_figure, candidates_figure,
+                       translation_figure)
+
 pytestmark = pytest.mark.slow  # drives a real browser
-
 SCREENSHOT = Path(os.environ.get("SCREENSHOT", Path(__file__).parent / "artifacts" / "app.png"))
+MODEL = "toy-en-de"
+LONG = "A red dog runs in the park with a man and a woman and a child."  # 11 steps for the toy translator
 
 
-def heatmap(page) -> dict:
-    """The data and title the browser is showing in the attention plot."""
-    page.wait_for_selector("#attention .js-plotly-plot")
+def shown(page) -> dict:
+    """What the attention plot shows now, and the step the slider's number box says."""
     return page.evaluate("""() => {
         const plot = document.querySelector('#attention .js-plotly-plot');
-        // _fullData holds the decoded arrays (data may keep Plotly's base64 typed-array form).
-        const z = plot._fullData.map(trace => Array.from(trace.z, row => Array.from(row)));
-        return {z: z, title: plot.layout.title.text, ticks: Array.from(plot._fullLayout.xaxis.ticktext)};
+        const box = document.querySelector('#step input[type=number]');
+        if (!plot || !plot.data) return null;
+        return {z: plot.data.map(trace => trace.z), y: plot.data.map(trace => trace.y), title: plot.layout.title.text,
+                shapes: (plot.layout.shapes || []).map(s => [s.x0, s.x1, s.y0, s.y1]),
+                ticktext: plot.layout.yaxis.ticktext, step: Number(box.value)};
     }""")
 
 
-def wait_for_change(page, before: dict) -> dict:
-    page.wait_for_function("""(before) => {
+def wait_for_step(page, step: int) -> dict:
+    page.wait_for_function("""(step) => {
         const plot = document.querySelector('#attention .js-plotly-plot');
-        if (!plot || !plot._fullData) return false;
-        const z = plot._fullData.map(trace => Array.from(trace.z, row => Array.from(row)));
-        return JSON.stringify(z) + plot.layout.title.text !== before;
-    }""", arg=before_key(before), timeout=15000)
-    return heatmap(page)
+        return plot && plot.layout && plot.layout.title.text.includes(`step ${step} of`)
+            && Number(document.querySelector('#step input[type=number]')?.value) === step;
+    }""", arg=step, timeout=15000)
+    return shown(page)
 
 
-def before_key(shown: dict) -> str:
-    """The same string the page computes, to notice when the plot has changed."""
-    return json.dumps(shown["z"], separators=(",", ":")) + shown["title"]
+def translate(page, text: str) -> None:
+    page.fill("#source textarea", text)
+    page.click("#translate")
+    page.wait_for_function("(text) => document.querySelector('#status textarea')?.value.startsWith('Translated')"
+                           " && document.querySelector('#translation textarea')?.value.length > 0"
+                           " && document.querySelector('#attention .js-plotly-plot')", arg=text, timeout=30000)
+    wait_for_step(page, 1)
 
 
-def test_translate_step_and_switch_views(page):
+def python_figure(app_module, text, kind, layer, head, step) -> dict:
+    """The figure viz/views.py builds for this step, as the browser would receive it."""
+    trace = app_module.to_arrays(app_module.TRANSLATORS[MODEL].trace(text))
+    figure = json.loads(attention_figure(trace, kind, layer, head, step).to_json())
+    return {"z": [t["z"] for t in figure["data"]], "y": [t["y"] for t in figure["data"]],
+            "title": figure["layout"]["title"]["text"], "ticktext": figure["layout"]["yaxis"]["ticktext"],
+            "shapes": [[s["x0"], s["x1"], s["y0"], s["y1"]] for s in figure["layout"].get("shapes", [])]}
+
+
+def bars_shown(page, elem_id: str) -> dict:
+    return page.evaluate("""(id) => {
+        const plot = document.querySelector(`#${id} .js-plotly-plot`);
+        const [bars] = plot.data;
+        return {x: bars.x, y: Array.from(bars.y), text: bars.text, colors: bars.marker.color,
+                ticktext: plot.layout.xaxis.ticktext, title: plot.layout.title.text};
+    }""", elem_id)
+
+
+def python_bars(figure) -> dict:
+    figure = json.loads(figure.to_json())
+    [bars] = figure["data"]
+    return {"x": bars["x"], "y": bars["y"], "text": bars["text"], "colors": bars["marker"]["color"],
+            "ticktext": figure["layout"]["xaxis"]["ticktext"], "title": figure["layout"]["title"]["text"]}
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    page.click(f"#{elem_id} input")
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def test_a_first_visit_shows_a_translated_example(page):
+    page.wait_for_function("() => document.querySelector('#translation textarea')?.value.length > 0", timeout=30000)
+    assert page.locator("#source textarea").input_value()  # the example it translated
+    assert "step 1 of" in wait_for_step(page, 1)["title"]
+
+
+@pytest.mark.parametrize("kind,head", [(CROSS, MEAN), (DECODER, 2), (ENCODER, 0), (CROSS, ALL_HEADS)])
+def test_every_step_drawn_in_the_browser_is_the_figure_python_builds(page, app_module, kind, head):
+    translate(page, LONG)
+    page.get_by_label(kind).check()
+    choose(page, "layer", "Layer 2")
+    choose(page, "head", head if head in (MEAN, ALL_HEADS) else f"Head {head + 1}")
+    steps = steps_of(app_module, LONG)
+    for step in (1, 2, 7, steps):
+        page.fill("#step input[type=number]", str(step))
+        page.press("#step input[type=number]", "Enter")
+        drawn = wait_for_step(page, step)
+        expected = python_figure(app_module, LONG, kind, 1, head, step - 1)
+        assert drawn["title"] == expected["title"] and drawn["ticktext"] == expected["ticktext"]
+        assert drawn["y"] == expected["y"] and drawn["shapes"] == expected["shapes"]
+        assert drawn["z"] == expected["z"]  # the same numbers, bit for bit through JSON
+        trace = app_module.to_arrays(app_module.TRANSLATORS[MODEL].trace(LONG))
+        assert bars_shown(page, "candidates") == python_bars(candidates_figure(trace, step - 1))
+        assert bars_shown(page, "probabilities") == python_bars(translation_figure(trace, step - 1))
+    page.get_by_label(CROSS).check()
+    choose(page, "head", MEAN)
+
+
+def steps_of(app_module, text: str) -> int:
+    return len(app_module.TRANSLATORS[MODEL].trace(text).target_tokens)
+
+
+def test_buttons_keys_slider_and_number_box_agree_with_the_view(page, app_module):
+    steps = steps_of(app_module, LONG)
+    assert steps >= 10
+    translate(page, LONG)
+    page.click("#next")
+    assert wait_for_step(page, 2)["step"] == 2
+    page.click("#last")
+    last = wait_for_step(page, steps)
+    page.click("#first")
+    wait_for_step(page, 1)
+    # ←/→ (and Home/End) step when the focus is outside a text field...
+    page.click("#step-text")  # a read-only box: focus leaves the source field
+    page.locator("body").focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    wait_for_step(page, 3)
+    page.keyboard.press("ArrowLeft")
+    wait_for_step(page, 2)
+    page.keyboard.press("End")
+    assert wait_for_step(page, steps) == last
+    page.keyboard.press("Home")
+    wait_for_step(page, 1)
+    # ...but not while typing.
+    page.click("#source textarea")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_timeout(300)
+    assert shown(page)["step"] == 1
+    # The slider's own keys and its number box redraw the view too.
+    page.focus("#step input[type=range]")
+    page.keyboard.press("ArrowRight")
+    wait_for_step(page, 2)
+    page.fill("#step input[type=number]", "9")
+    page.press("#step input[type=number]", "Enter")
+    wait_for_step(page, 9)
+    page.fill("#step input[type=number]", "99")  # out of range: clamped to the last step
+    page.press("#step input[type=number]", "Enter")
+    page.wait_for_timeout(300)
+    assert f"step {steps} of {steps}" in shown(page)["title"]
+
+
+def test_clicks_at_ten_per_second_are_never_lost(page, app_module):
+    """Nine clicks, since the toy translator gives this sentence 11 steps (benchmarks/browser_latency.py clicks
+    ten times on a 20-token sentence of en-de)."""
+    assert steps_of(app_module, LONG) >= 10
+    translate(page, LONG)
+    for _ in range(9):
+        page.click("#next", delay=0)
+        page.wait_for_timeout(100)
+    assert wait_for_step(page, 10)["step"] == 10
+
+
+def test_switching_the_model_translates_again(page, app_module):
+    translate(page, "A dog runs in the park.")
+    page.click("#model input")
+    page.get_by_role("option", name=re.compile("^toy-rnn")).click()
+    expected = app_module.TRANSLATORS["toy-rnn"].trace("A dog runs in the park.").text
+    page.wait_for_function("(text) => document.querySelector('#translation textarea')?.value === text",
+                           arg=expected, timeout=30000)
+    assert "no self-attention" in page.locator("#status textarea").input_value()
+    assert page.get_by_label(ENCODER).count() == 0  # only cross-attention is offered
+    page.click("#model input")
+    page.get_by_role("option", name=re.compile(f"^{MODEL}")).click()
+    page.wait_for_function("() => document.querySelector('#translation textarea')?.value.startsWith('Ein Hund')",
+                           timeout=30000)
+
+
+def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    page.fill("#source textarea", 'A dog <img src=x onerror="alert(1)"> runs in the park.')
+    translate(page, 'A dog <img src=x onerror="alert(1)"> runs in the park.')
+    page.click("#next")
+    drawn = wait_for_step(page, 2)
+    assert page.locator("img[src='x']").count() == 0 and not dialogs
+    assert any("&lt;" in tick for tick in page.evaluate(
+        "() => document.querySelector('#attention .js-plotly-plot').layout.xaxis.ticktext"))
+    translation = page.locator("#translation textarea").input_value()
+    page.fill("#source textarea", "")
     page.click("#translate")
-    page.wait_for_function("() => document.querySelector('#translation textarea').value.length > 0", timeout=30000)
-    first = heatmap(page)
-    assert "step 1 of" in first["title"]
-
-    page.click("#next")
-    second = wait_for_change(page, first)
-    assert "step 2 of" in second["title"]
-    page.click("#next")
-    third = wait_for_change(page, second)
-    assert "step 3 of" in third["title"] and len(third["z"][0]) == 3  # cross-attention rows: the prefix
-
-    page.get_by_label("Encoder self-attention").check()
-    encoder = wait_for_change(page, third)
-    assert encoder["title"].startswith("Encoder self-attention")
-    assert len(encoder["z"][0]) == len(encoder["z"][0][0])  # source x source
-
-    page.click("#head input")
-    page.get_by_role("option", name="Head 2", exact=True).click()
-    head_two = wait_for_change(page, encoder)
-    assert "head 2" in head_two["title"] and head_two["z"] != encoder["z"]
-
-    # The user's markup is shown as text, never parsed: no <img> element exists anywhere on the page.
-    assert page.locator("img[src='x']").count() == 0
-    assert "&lt;" in head_two["ticks"] and not any("<" in tick for tick in head_two["ticks"])
-    assert page.locator("#attention .xtick text", has_text="<").count() >= 1  # drawn as a literal character
-    assert not dialogs
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.includes('input is empty')",
+                           timeout=30000)
+    assert page.locator("#translation textarea").input_value() == translation and shown(page) == drawn
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)

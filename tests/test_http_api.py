@@ -109,15 +109,14 @@ UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it
                             "not in the list of choices", True),
     "an attention kind not offered": ("translate", f'["{MODEL}", "A dog.", "Sideways", 0, "Mean of heads", false]',
                                       "not in the list of choices", True),
-    "a word for the step": ("step", '["Cross-attention", 0, "Mean of heads", "three", false]',
-                            "Step takes a number, not 'three'.", True),
-    "a list for the step": ("step_next", '["Cross-attention", 0, "Mean of heads", [1], false]',
-                            "Step takes a number, not [1].", True),
+    "a word for the layer": ("layer", '["Cross-attention", "three", "Mean of heads", false]',
+                             "three is not in the list of choices", True),
+    "a list for the head": ("head", '["Cross-attention", 0, [1], false]', "is not in the list of choices", True),
     "a lone surrogate to translate": ("translate", f'["{MODEL}", {SURROGATE}, "Cross-attention", 0, "Mean of heads", '
                                                    'false]', "lone surrogate", False),
     "an unknown model to translate": ("translate", '["nope", "A dog.", "Cross-attention", 0, "Mean of heads", false]',
                                       "nope is not in the list of choices", True),
-    "a step before any translation": ("step_next", '["Cross-attention", 0, "Mean of heads", 1, false]',
+    "a view before any translation": ("kind", '["Cross-attention", 0, "Mean of heads", false]',
                                       "Translate a sentence first", False),
     "null everywhere": ("translate", "[null, null, null, null, null, null]", "is not loaded", False),
 }
@@ -147,7 +146,7 @@ def endpoints(server: str) -> dict[str, int]:
 
 def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
     offered = endpoints(server)
-    assert {"trace", "translate", "step", "step_next", "kind", "layer", "head", "model_view"} <= set(offered)
+    assert {"trace", "translate", "switch_model", "first_visit", "kind", "layer", "head", "model_view"} <= set(offered)
     for endpoint, count in offered.items():
         for name, junk in JUNK.items():
             data = junk * count

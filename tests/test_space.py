@@ -28,7 +28,7 @@ def test_dry_run_lists_what_the_space_runs_with_sizes_and_uploads_nothing():
     lines = run.stdout.splitlines()
     listed = {line.split()[2] for line in lines[:-1]}
     for needed in ("app.py", "requirements.txt", "README.md", ".gitattributes", "model/transformer.py",
-                   "model/seq2seq.py", "viz/views.py", "checkpoints/en-de/model.safetensors",
+                   "model/seq2seq.py", "viz/views.py", "viz/stepping.js", "checkpoints/en-de/model.safetensors",
                    "checkpoints/en-de/vocab.json", "checkpoints/reverse/config.json"):
         assert needed in listed, needed
     assert not any(path.startswith(("benchmarks/", ".ci/", "docs/", "runs/", ".venv/")) for path in listed)

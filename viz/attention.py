@@ -29,7 +29,8 @@ HIGHLIGHT = "#d62728"
 # separator characters: invisible or able to reorder and break the text around them.
 INVISIBLE_CATEGORIES = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}
 MAX_LABEL_CHARS = 24
-HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{meta}</extra>"
+HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"
+HOVER_NAMED = "%{meta}<br>" + HOVER  # in a grid of heads, the hover also names the head
 
 
 def _compact_template() -> dict:
@@ -93,32 +94,47 @@ def _row_outline(row: int, n_keys: int, xref: str = "x", yref: str = "y", width:
                 line=dict(color=HIGHLIGHT, width=width), fillcolor="rgba(0,0,0,0)")
 
 
-def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], label: str, **extra) -> dict:
-    return dict(type="heatmap", z=np.asarray(weights, dtype=float), x=positions(key_tokens),
-                y=positions(query_tokens), zmin=0.0, zmax=1.0, hovertemplate=HOVER, meta=escape_text(label),
-                **extra)
+def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], label: str = "", **extra) -> dict:
+    named = dict(hovertemplate=HOVER_NAMED, meta=escape_text(label)) if label else dict(hovertemplate=HOVER)
+    # z as nested lists, not plotly's base64 arrays, so the browser can slice rows when stepping.
+    return dict(type="heatmap", z=np.asarray(weights, dtype=float).tolist(), x=positions(key_tokens),
+                y=positions(query_tokens), zmin=0.0, zmax=1.0, **named, **extra)
 
 
-def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str,
-                      highlight_row: int | None = None, query_label: str = "query",
-                      key_label: str = "key") -> go.Figure:
-    """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row."""
+def title_text(lines: list[str]) -> str:
+    """Lines of a title as Plotly text: each escaped, joined by Plotly's own line break."""
+    return "<br>".join(escape_text(line) for line in lines)
+
+
+def _title(lines: list[str]) -> dict:
+    """A title of one or more lines that reserves its own space above the plot."""
+    return dict(text=title_text(lines), automargin=True, yref="paper", y=1, yanchor="bottom", pad=dict(b=8),
+                x=0, xanchor="left", xref="paper", font=dict(size=13))
+
+
+def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
+                      highlight_row: int | None = None, query_label: str = "query", key_label: str = "key",
+                      height: int | None = None) -> go.Figure:
+    """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row.
+
+    `title` may be several lines; `height` defaults to one that grows with the number of queries."""
     weights = np.asarray(weights)
     if weights.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(query_tokens)} queries x {len(key_tokens)} keys")
-    heatmap = _heatmap(weights, query_tokens, key_tokens, "", colorscale=COLORSCALE,
-                       colorbar=dict(title=dict(text="weight")))
+    heatmap = _heatmap(weights, query_tokens, key_tokens, colorscale=COLORSCALE,
+                       colorbar=dict(title=dict(text="weight"), thickness=14))
     return _figure([heatmap], dict(
-        title=dict(text=escape_text(title)), margin=dict(l=10, r=10, t=90, b=10),
-        height=max(340, 150 + 26 * len(query_tokens)), plot_bgcolor="white",
-        xaxis=_token_axis(key_tokens, title=dict(text=key_label), side="top", tickangle=-45),
-        yaxis=_token_axis(query_tokens, title=dict(text=query_label), autorange="reversed"),
+        title=_title([title] if isinstance(title, str) else title), margin=dict(l=10, r=10, t=10, b=10),
+        height=height or max(340, 150 + 26 * len(query_tokens)), plot_bgcolor="white",
+        xaxis=_token_axis(key_tokens, title=dict(text=key_label), tickangle=-45, automargin=True),
+        yaxis=_token_axis(query_tokens, title=dict(text=query_label), autorange="reversed", automargin=True),
         shapes=[] if highlight_row is None else [_row_outline(highlight_row, len(key_tokens))],
     ))
 
 
-def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str,
-              row_labels: list[str], col_labels: list[str], highlight_row: int | None = None) -> go.Figure:
+def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
+              row_labels: list[str], col_labels: list[str], highlight_row: int | None = None,
+              panel_height: int | None = None) -> go.Figure:
     """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads."""
     weights = np.asarray(weights)
     rows, cols = weights.shape[:2]
@@ -144,27 +160,37 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
                                     xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=10)))
             if highlight_row is not None:
                 shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
-    panel = max(150, 14 * len(query_tokens))
+    panel = panel_height or max(150, 14 * len(query_tokens))
     layout.update(
-        title=dict(text=escape_text(title)), coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0),
-        height=int(130 + rows * panel * (1 + gap_y)), margin=dict(l=10, r=10, t=90, b=10),
+        title=_title([title] if isinstance(title, str) else title),
+        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0, colorbar=dict(thickness=14)),
+        height=int(130 + rows * panel * (1 + gap_y)), margin=dict(l=10, r=10, t=60, b=10),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
     )
     return _figure(data, layout)
 
 
-def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str,
-                     highlight: int | None = None) -> go.Figure:
-    """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates)."""
+def bar_step(tokens: list[str], probabilities: np.ndarray, title: str, highlight: int | None = None) -> dict:
+    """What a probability bar chart shows: one bar per token (the `highlight` one in red), labels and title.
+
+    `probability_bars` draws it; a stepping figure carries one per step (`layout.meta.bars`), which
+    viz/stepping.js puts in place of the first."""
     probabilities = np.asarray(probabilities, dtype=float)
-    colors = ["#1f77b4"] * len(tokens)
-    if highlight is not None and 0 <= highlight < len(tokens):
-        colors[highlight] = HIGHLIGHT
-    bars = dict(type="bar", x=positions(tokens), y=probabilities, marker=dict(color=colors),
-                hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>",
-                text=[f"{p:.2f}" for p in probabilities], textposition="outside")
+    colors = [HIGHLIGHT if i == highlight else "#1f77b4" for i in range(len(tokens))]
+    return {"x": positions(tokens), "y": probabilities.tolist(), "text": [f"{p:.2f}" for p in probabilities],
+            "colors": colors, "ticktext": escape(tokens), "title": title_text([title])}
+
+
+def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str, highlight: int | None = None,
+                     steps: list[dict] | None = None) -> go.Figure:
+    """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates);
+    `steps` (from `bar_step`) are what it shows at every step, for the browser to step through."""
+    shown = bar_step(tokens, probabilities, title, highlight)
+    bars = dict(type="bar", x=shown["x"], y=shown["y"], marker=dict(color=shown["colors"]), text=shown["text"],
+                hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>", textposition="outside")
     return _figure([bars], dict(
-        title=dict(text=escape_text(title)), height=260, margin=dict(l=10, r=10, t=40, b=10),
-        xaxis=_token_axis(tokens, tickangle=-45), yaxis=dict(range=[0, 1.15], title=dict(text="probability")),
-        plot_bgcolor="white",
+        title=_title([title]), height=260, margin=dict(l=10, r=10, t=10, b=10),
+        xaxis=_token_axis(tokens, tickangle=-45, automargin=True),
+        yaxis=dict(range=[0, 1.15], title=dict(text="probability")), plot_bgcolor="white",
+        meta=None if steps is None else {"bars": steps},
     ))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import attention_heatmap, head_grid, probability_bars
+from viz.attention import attention_heatmap, bar_step, head_grid, probability_bars, title_text
 
 ENCODER, DECODER, CROSS = "Encoder self-attention", "Decoder self-attention", "Cross-attention"
 KINDS = (ENCODER, DECODER, CROSS)
@@ -70,44 +70,92 @@ def step_title(trace: TraceArrays, step: int) -> str:
             f"predicts \"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f})")
 
 
+def step_description(trace: TraceArrays, step: int) -> str:
+    """The step in words: what the decoder read and chose, the prefix so far and the top candidates."""
+    prefix = " ".join(trace.target_tokens[:step]) or "(empty)"
+    candidates = ", ".join(f"{t} {p:.2f}" for t, p in zip(trace.top_tokens[step], trace.top_probabilities[step]))
+    return f"{step_title(trace, step)}\nprefix so far: {prefix}\ncandidates: {candidates}"
+
+
+def query_rows(trace: TraceArrays, kind: str) -> int:
+    """How many query rows a view of `kind` has at the last step: its figures keep that size at every step."""
+    return len(trace.source_tokens) if kind == ENCODER else trace.steps
+
+
 def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int) -> go.Figure:
-    """One layer's attention at `step`: a single head, the mean of its heads, or all heads side by side."""
+    """One layer's attention at `step`: a single head, the mean of its heads, or all heads side by side.
+
+    The figure's size depends on the view, not the step, so stepping redraws in place."""
     weights, queries, keys, highlight = trace.at_step(kind, step)
     layer = min(max(layer, 0), weights.shape[0] - 1)
     query_label = "source token" if kind == ENCODER else "decoder input (step)"
     key_label = "source token" if kind != DECODER else "decoder input"
-    where = f"{kind}, layer {layer + 1}"
+    rows = query_rows(trace, kind)
     if head == ALL_HEADS:
         heads = weights.shape[1]
-        return head_grid(weights[layer][None], queries, keys, f"{where}, all {heads} heads — {step_title(trace, step)}",
+        return head_grid(weights[layer][None], queries, keys,
+                         [f"{kind}, layer {layer + 1}, all {heads} heads", step_title(trace, step)],
                          row_labels=[""], col_labels=[f"head {h + 1}" for h in range(heads)],
-                         highlight_row=highlight)
+                         highlight_row=highlight, panel_height=max(150, 14 * rows))
+    height = min(520, max(340, 150 + 22 * rows))
     if head == MEAN:
         return attention_heatmap(weights[layer].mean(axis=0), queries, keys,
-                                 f"{where}, mean of heads — {step_title(trace, step)}", highlight,
-                                 query_label, key_label)
+                                 [f"{kind}, layer {layer + 1}, mean of heads", step_title(trace, step)], highlight,
+                                 query_label, key_label, height)
     head = min(max(int(head), 0), weights.shape[1] - 1)
     return attention_heatmap(weights[layer, head], queries, keys,
-                             f"{where}, head {head + 1} — {step_title(trace, step)}", highlight,
-                             query_label, key_label)
+                             [f"{kind}, layer {layer + 1}, head {head + 1}", step_title(trace, step)], highlight,
+                             query_label, key_label, height)
 
 
 def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
     """Every layer x head of one attention kind at `step`, as small multiples (a per-step model view)."""
     weights, queries, keys, highlight = trace.at_step(kind, step)
     layers, heads = weights.shape[:2]
-    return head_grid(weights, queries, keys, f"{kind}: all layers x heads — {step_title(trace, step)}",
+    return head_grid(weights, queries, keys, [f"{kind}: all layers x heads", step_title(trace, step)],
                      row_labels=[f"L{i + 1}" for i in range(layers)],
-                     col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight)
+                     col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight,
+                     panel_height=max(150, 14 * query_rows(trace, kind)))
 
 
-def translation_figure(trace: TraceArrays, step: int | None = None) -> go.Figure:
-    """The probability of every chosen token; the current step in red."""
-    return probability_bars(trace.target_tokens, trace.probabilities, "probability of each chosen token",
-                            highlight=step)
+def translation_figure(trace: TraceArrays, step: int | None = None, stepping: bool = False) -> go.Figure:
+    """The probability of every chosen token; the current step in red (with `stepping`, every step's bars too)."""
+    title = "probability of each chosen token"
+    steps = [bar_step(trace.target_tokens, trace.probabilities, title, t) for t in range(trace.steps)]
+    return probability_bars(trace.target_tokens, trace.probabilities, title, step, steps if stepping else None)
 
 
-def candidates_figure(trace: TraceArrays, step: int) -> go.Figure:
-    """The top-k candidates at `step`, the chosen one in red."""
-    return probability_bars(trace.top_tokens[step], trace.top_probabilities[step],
-                            f"top-{len(trace.top_tokens[step])} candidates at step {step + 1}", highlight=0)
+def candidates_figure(trace: TraceArrays, step: int, stepping: bool = False) -> go.Figure:
+    """The top-k candidates at `step`, the chosen one in red (with `stepping`, every step's candidates too)."""
+    def title(t):
+        return f"top-{len(trace.top_tokens[t])} candidates at step {t + 1}"
+
+    steps = [bar_step(trace.top_tokens[t], trace.top_probabilities[t], title(t), 0) for t in range(trace.steps)]
+    return probability_bars(trace.top_tokens[step], trace.top_probabilities[step], title(step), 0,
+                            steps if stepping else None)
+
+
+def translation_frames(trace: TraceArrays) -> dict:
+    """What changes with the step whatever the view: the candidates and probability charts (gr.Plot JSON that
+    carries every step's bars, for viz/stepping.js) and every step's description."""
+    return {"steps": trace.steps, "candidates": candidates_figure(trace, 0, stepping=True).to_json(),
+            "probabilities": translation_figure(trace, 0, stepping=True).to_json(),
+            "description": [step_description(trace, t) for t in range(trace.steps)]}
+
+
+def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
+    """One view's attention figure (and model view, when asked) at the last step, as gr.Plot JSON whose
+    `layout.meta` lets the browser show any earlier step (viz/stepping.js)."""
+    last = trace.steps - 1
+    attention = attention_figure(trace, kind, layer, head, last)
+    overview = overview_figure(trace, kind, last) if model_view else None
+    return {"steps": trace.steps, "attention": _steppable(attention, trace, kind),
+            "overview": None if overview is None else _steppable(overview, trace, kind)}
+
+
+def _steppable(figure: go.Figure, trace: TraceArrays, kind: str) -> str:
+    """`figure` (built at the last step) as JSON, with how it grows per step and every step's title."""
+    heading = figure.layout.title.text.split("<br>")[0]
+    figure.layout.meta = {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
+                          "titles": [f"{heading}<br>{title_text([step_title(trace, t)])}" for t in range(trace.steps)]}
+    return figure.to_json()

@@ -1,0 +1,62 @@
+// Stepping in the browser: the body of the app's `js=` event function (step, translation, view) => outputs.
+// Every figure here was built by viz/ in Python; this only picks what a step shows.
+//
+// `view.attention` (and `view.overview`) is a figure that viz/views.py built at the last step, as a gr.Plot
+// carries it (Plotly JSON), with `layout.meta` saying how it grows with the step: "rows" (cross-attention:
+// one query row per step), "square" (decoder self-attention: rows and key columns) or null (encoder
+// self-attention: only the title changes), and every step's title. Showing step t keeps the first t + 1
+// rows (and columns), moves the step's outline to row t and shows step t's title: exactly the figure
+// viz/views.py builds for step t (a browser test compares the two). `translation` holds the candidates and
+// probability charts, whose `layout.meta.bars` are every step's bars, and every step's description.
+// Nothing here asks the server.
+
+function figureAtStep(json, t) {
+  const figure = JSON.parse(json);
+  const grows = figure.layout.meta.grows;
+  const keep = (values) => (values === undefined ? values : values.slice(0, t + 1));
+  if (grows) {
+    for (const trace of figure.data) {
+      trace.z = trace.z.slice(0, t + 1);
+      trace.y = keep(trace.y);
+      if (grows === "square") {
+        trace.z = trace.z.map((row) => row.slice(0, t + 1));
+        trace.x = keep(trace.x);
+      }
+    }
+    for (const [name, axis] of Object.entries(figure.layout)) {
+      if (name.startsWith("yaxis") || (grows === "square" && name.startsWith("xaxis"))) {
+        axis.categoryarray = keep(axis.categoryarray);
+        axis.tickvals = keep(axis.tickvals);
+        axis.ticktext = keep(axis.ticktext);
+      }
+    }
+    for (const shape of figure.layout.shapes || []) {
+      shape.y0 = t - 0.5;
+      shape.y1 = t + 0.5;
+      if (grows === "square") shape.x1 = t + 0.5;
+    }
+  }
+  figure.layout.title.text = figure.layout.meta.titles[t];
+  return { type: "plotly", plot: JSON.stringify(figure), chart: null };
+}
+
+function barsAtStep(json, t) {
+  const figure = JSON.parse(json);
+  const bars = figure.layout.meta.bars[t];
+  Object.assign(figure.data[0], { x: bars.x, y: bars.y, text: bars.text });
+  figure.data[0].marker.color = bars.colors;
+  Object.assign(figure.layout.xaxis, { categoryarray: bars.x, tickvals: bars.x, ticktext: bars.ticktext });
+  figure.layout.title.text = bars.title;
+  return { type: "plotly", plot: JSON.stringify(figure), chart: null };
+}
+
+if (!translation || !view || !view.attention) return [null, null, null, "", null];
+// The one place a step is clamped: 1..steps, whatever the slider, its number box or a button sent.
+const t = Math.min(Math.max(Math.round(Number(step)) || 1, 1), translation.steps) - 1;
+return [
+  figureAtStep(view.attention, t),
+  barsAtStep(translation.candidates, t),
+  barsAtStep(translation.probabilities, t),
+  translation.description[t],
+  view.overview ? figureAtStep(view.overview, t) : null,
+];
