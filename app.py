@@ -44,8 +44,11 @@ TRACE_POOL = TracePool(TRANSLATORS, TRACE_WORKERS) if TRANSLATORS and TRACE_WORK
 # Requests handled at once: a translation per trace worker (two in-process), and two view changes.
 TRACE_CONCURRENCY, VIEW_CONCURRENCY = max(TRACE_WORKERS, 2), 2
 DEFAULT_MODEL = "en-de" if "en-de" in TRANSLATORS else next(iter(TRANSLATORS), None)
-# The body of the browser's step function (step, translation frames, view frames) => the step's views.
-STEP_JS = "(step, translation, view) => {\n" + (Path(__file__).parent / "viz" / "stepping.js").read_text() + "\n}"
+# The browser's step functions (step, translation frames, view frames) => the step's views: one that redraws
+# the plots on the page (a step), one that hands Gradio new figures (a new translation or view).
+STEPPING = (Path(__file__).parent / "viz" / "stepping.js").read_text()
+STEP_JS, RENDER_JS = (f"(step, translation, view) => {{ const direct = {direct};\n{STEPPING}\n}}"
+                      for direct in ("true", "false"))
 # ←/→ step when the page has the focus outside a text field (Gradio's button click, as a mouse would).
 KEYS_JS = """() => {
   document.addEventListener("keydown", (event) => {
@@ -283,7 +286,7 @@ with Blocks(title="Transformer attention inspector") as demo:
                 layer_choice = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=100)
                 head_choice = gr.Dropdown([(MEAN, MEAN), (ALL_HEADS, ALL_HEADS), ("Head 1", 0)], value=MEAN,
                                           label="Head", elem_id="head", min_width=100)
-    with gr.Accordion("Model view: every layer x head of this attention at this step", open=False):
+    with gr.Accordion("Model view: every layer x head of this attention at this step", open=False) as model_view_panel:
         model_view = gr.Checkbox(False, label="Show the model view", elem_id="model-view")
         overview_plot = gr.Plot(show_label=False, elem_id="overview")
     with gr.Row():
@@ -310,13 +313,14 @@ with Blocks(title="Transformer attention inspector") as demo:
     demo.load(None, js=KEYS_JS)
 
     # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
-    # box) or of the figures redraws the step in the browser.
+    # box) redraws the step in the browser; new figures (a translation, a view change) are drawn by Gradio.
     for button, move in ((first, "() => 1"), (previous, "(s) => Math.max(1, s - 1)"),
                          (following, "(s, f) => (f ? Math.min(f.steps, s + 1) : s)"),
                          (last, "(s, f) => (f ? f.steps : s)")):
         button.click(None, [step, translation_state], step, js=move)
-    for trigger in (step, view_state):
-        trigger.change(None, [step, translation_state, view_state], views, js=STEP_JS)
+    step.change(None, [step, translation_state, view_state], step_text, js=STEP_JS)
+    view_state.change(None, [step, translation_state, view_state], views, js=RENDER_JS)
+    model_view_panel.expand(None, [step, translation_state, view_state], views, js=RENDER_JS)
 
     for control in settings:
         control.input(change_view, [trace_state, *settings], [layer_choice, head_choice, view_state, status],

@@ -4,9 +4,10 @@
 
 Starts `python app.py` on a free loopback port (nothing leaves this machine). In each wave, `--clients`
 new users connect at once; each translates `--requests` distinct sentences of about `--tokens` tokens
-(from the Multi30k val and test splits) and after each one jumps to the last decoding step, which reads
-that user's stored trace (`gr.State`). A response counts as cross-talk unless its translation and its
-last step's prefix equal the greedy translation of its own sentence, computed here in-process.
+(from the Multi30k val and test splits) and after each one switches the view to another head, which reads
+that user's stored trace (`gr.State`); stepping itself happens in the browser and sends no request. A
+response counts as cross-talk unless its translation, and the decoder inputs labelling the new view's
+rows, are those of the greedy translation of its own sentence, computed here in-process.
 The server's resident memory is sampled throughout; its session store is capped (`--session-capacity`,
 below the number of sessions the run opens) so the memory of sessions that come and go must level off.
 
@@ -18,6 +19,7 @@ the clients to the first N cores (Linux), to see how the numbers hold on a small
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import ssl
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from model.checkpoint import load_checkpoint  # noqa: E402  (after the path set-up above)
 from model.data import load_pairs  # noqa: E402
 from model.evaluate import DEFAULT_DATA  # noqa: E402
+from viz.attention import escape  # noqa: E402
 from viz.views import CROSS, MEAN  # noqa: E402
 
 
@@ -145,13 +148,13 @@ def user(url: str, model: str, sentences: list[str], expected: dict, results: li
                 outputs = client.predict(model, text, CROSS, 0, MEAN, False, api_name="/translate")
                 record["translate_s"] = time.perf_counter() - began
                 began = time.perf_counter()
-                step_outputs = client.predict(CROSS, 0, MEAN, 1, False, api_name="/step_last")
-                record["step_s"] = time.perf_counter() - began
-                translation, status, step_text = outputs[0], outputs[-1], step_outputs[4]
-                want_text, want_prefix = expected[text]
+                _, _, view, _ = client.predict(CROSS, 0, 1, False, api_name="/head")  # head 2 of the stored trace
+                record["view_s"] = time.perf_counter() - began
+                translation, status = outputs[0], outputs[1]
+                rows = json.loads(view["attention"])["layout"]["yaxis"]["ticktext"]
                 if not status.startswith("Translated"):
                     record["error"] = status
-                record["crossed"] = translation != want_text or f"prefix so far: {want_prefix}\n" not in step_text
+                record["crossed"] = (translation, rows) != expected[text]
             except Exception as error:  # a failed request is counted, not fatal
                 record["error"] = f"{type(error).__name__}: {error}"
             results.append(record)
@@ -186,7 +189,7 @@ def main() -> None:
     expected, lengths = {}, []
     for text in sentences:
         traced = translator.trace(text)
-        expected[text] = (traced.text, " ".join(traced.target_tokens[:-1]) or "(empty)")
+        expected[text] = (traced.text, escape(traced.decoder_input_tokens))
         lengths.append(len(traced.source_tokens) - 1)  # without <eos>
     print(f"{len(sentences)} distinct sentences, {min(lengths)}-{max(lengths)} tokens (mean {np.mean(lengths):.1f}); "
           f"{args.clients} concurrent users x {args.requests} requests x {args.waves} waves; "
@@ -225,13 +228,13 @@ def main() -> None:
     done = [r for r in results if r["error"] is None]
     errors = [r for r in results if r["error"] is not None]
     crossed = [r for r in done if r["crossed"]]
-    print(f"requests: {len(results)} translations (+ {len(results)} step reads) in {seconds:.1f} s: "
+    print(f"requests: {len(results)} translations (+ {len(results)} view changes) in {seconds:.1f} s: "
           f"{len(results) / seconds:.2f} translations/s")
     if done:
         print(f"translate latency: {percentiles([r['translate_s'] for r in done])}")
-        print(f"step latency:      {percentiles([r['step_s'] for r in done])}")
+        print(f"view change latency: {percentiles([r['view_s'] for r in done])}")
     web, workers = 1000 * server_cpu / len(results)
-    print(f"CPU per translation + step read: app {web + workers:.0f} ms (web server {web:.0f} ms, trace workers "
+    print(f"CPU per translation + view change: app {web + workers:.0f} ms (web server {web:.0f} ms, trace workers "
           f"{workers:.0f} ms), these clients {1000 * own_cpu / len(results):.0f} ms, all on the same "
           f"{cores} cores")
     print(f"errors: {len(errors)}; cross-talk: {len(crossed)}")

@@ -59,7 +59,13 @@ def python_figure(app_module, text, kind, layer, head, step) -> dict:
             "shapes": [[s["x0"], s["x1"], s["y0"], s["y1"]] for s in figure["layout"].get("shapes", [])]}
 
 
-def bars_shown(page, elem_id: str) -> dict:
+def bars_shown(page, elem_id: str, step: int) -> dict:
+    """The bars a chart shows once it has been redrawn for `step` (after the heatmap: see viz/stepping.js)."""
+    page.wait_for_function("""(step) => {
+        const plot = document.querySelector('#candidates .js-plotly-plot');
+        const colors = document.querySelector('#probabilities .js-plotly-plot')?.data[0].marker.color;
+        return plot?.layout.title.text.endsWith(`at step ${step}`) && colors?.indexOf('#d62728') === step - 1;
+    }""", arg=step, timeout=15000)
     return page.evaluate("""(id) => {
         const plot = document.querySelector(`#${id} .js-plotly-plot`);
         const [bars] = plot.data;
@@ -102,8 +108,8 @@ def test_every_step_drawn_in_the_browser_is_the_figure_python_builds(page, app_m
         assert drawn["y"] == expected["y"] and drawn["shapes"] == expected["shapes"]
         assert drawn["z"] == expected["z"]  # the same numbers, bit for bit through JSON
         trace = app_module.to_arrays(app_module.TRANSLATORS[MODEL].trace(LONG))
-        assert bars_shown(page, "candidates") == python_bars(candidates_figure(trace, step - 1))
-        assert bars_shown(page, "probabilities") == python_bars(translation_figure(trace, step - 1))
+        assert bars_shown(page, "candidates", step) == python_bars(candidates_figure(trace, step - 1))
+        assert bars_shown(page, "probabilities", step) == python_bars(translation_figure(trace, step - 1))
     page.get_by_label(CROSS).check()
     choose(page, "head", MEAN)
 
@@ -150,6 +156,22 @@ def test_buttons_keys_slider_and_number_box_agree_with_the_view(page, app_module
     page.press("#step input[type=number]", "Enter")
     page.wait_for_timeout(300)
     assert f"step {steps} of {steps}" in shown(page)["title"]
+
+
+def test_the_model_view_follows_the_step(page):
+    translate(page, LONG)
+    page.click("#next")
+    page.click("#next")
+    wait_for_step(page, 3)
+    page.get_by_text("Model view: every layer x head").click()
+    page.click("#model-view input")
+    overview = "() => document.querySelector('#overview .js-plotly-plot')?.layout?.title.text ?? ''"
+    page.wait_for_function(f"() => ({overview})().includes('step 3 of')", timeout=30000)
+    assert len(page.evaluate("() => document.querySelector('#overview .js-plotly-plot').data")) == 2 * 4
+    page.click("#next")
+    page.wait_for_function(f"() => ({overview})().includes('step 4 of')", timeout=15000)
+    page.click("#model-view input")
+    page.get_by_text("Model view: every layer x head").click()
 
 
 def test_clicks_at_ten_per_second_are_never_lost(page, app_module):

@@ -1,5 +1,7 @@
-// Stepping in the browser: the body of the app's `js=` event function (step, translation, view) => outputs.
-// Every figure here was built by viz/ in Python; this only picks what a step shows.
+// Stepping in the browser: the body of the app's `js=` event functions (step, translation, view) => outputs.
+// Every figure here was built by viz/ in Python; this only picks what a step shows. With `direct` (a step),
+// it redraws the plots on the page itself and returns the step's description; without (new figures after a
+// translation or a view change), it returns every view for Gradio to draw.
 //
 // `view.attention` (and `view.overview`) is a figure that viz/views.py built at the last step, as a gr.Plot
 // carries it (Plotly JSON), with `layout.meta` saying how it grows with the step: "rows" (cross-attention:
@@ -50,13 +52,31 @@ function barsAtStep(json, t) {
   return { type: "plotly", plot: JSON.stringify(figure), chart: null };
 }
 
-if (!translation || !view || !view.attention) return [null, null, null, "", null];
+if (!translation || !view || !view.attention) return direct ? [""] : [null, null, null, "", null];
 // The one place a step is clamped: 1..steps, whatever the slider, its number box or a button sent.
 const t = Math.min(Math.max(Math.round(Number(step)) || 1, 1), translation.steps) - 1;
-return [
-  figureAtStep(view.attention, t),
-  barsAtStep(translation.candidates, t),
-  barsAtStep(translation.probabilities, t),
-  translation.description[t],
-  view.overview ? figureAtStep(view.overview, t) : null,
-];
+const figures = {
+  attention: figureAtStep(view.attention, t),
+  candidates: barsAtStep(translation.candidates, t),
+  probabilities: barsAtStep(translation.probabilities, t),
+  overview: view.overview ? figureAtStep(view.overview, t) : null,
+};
+if (!direct) {
+  return [figures.attention, figures.candidates, figures.probabilities, translation.description[t], figures.overview];
+}
+// A step: redraw the plots already on the page with Plotly.react, as gr.Plot does (same layout settings and
+// config) but without the full second redraw of its Plots.resize, since a step never changes their size.
+// The heatmaps first; the bar charts once the browser has painted them.
+function draw(ids) {
+  for (const id of ids) {
+    const div = document.querySelector(`#${id} .js-plotly-plot`);
+    if (!figures[id] || !div || !window.Plotly) continue;
+    const figure = JSON.parse(figures[id].plot);
+    figure.layout.autosize = true;
+    figure.layout.margin = { ...figure.layout.margin, autoexpand: true };
+    window.Plotly.react(div, figure.data, figure.layout, { responsive: true });
+  }
+}
+draw(["attention", "overview"]);
+requestAnimationFrame(() => setTimeout(() => draw(["candidates", "probabilities"])));
+return [translation.description[t]];

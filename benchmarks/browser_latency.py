@@ -1,0 +1,145 @@
+"""What a user feels, in a real browser: page load, translate and step latency of the app on the shipped checkpoint.
+
+    python benchmarks/browser_latency.py [--model en-de] [--steps 20] [--tokens 20]
+
+Starts `python app.py` on a free loopback port and drives Debian's Chromium (headless, through Playwright) at
+1400x900. Prints the CPU, then: page load -> the first heatmap drawn; translate (click) -> the new heatmap
+drawn, over 5 sentences; Next (click) -> the heatmap redrawn at the next step, p50/p95 over `--steps` steps,
+in the single-head, all-heads and model views (for the model view, until its every-head figure is redrawn
+too); and where ten clicks at ten per second land. Times are taken inside the page, from the click to the
+first animation frame after Plotly has drawn the new step (what the user sees).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E402  (benchmarks/load.py)
+from model.checkpoint import load_checkpoint  # noqa: E402
+from model.evaluate import DEFAULT_DATA  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-quic", "--disable-sync"]
+
+# In the page: click `selector`, then wait (one animation frame at a time) until every plot in `plots` shows
+# `step N of` in its title; resolves to the milliseconds that took.
+CLICK_UNTIL_STEP = """async ([selector, step, plots]) => {
+    const drawn = () => plots.every(id => {
+        const plot = document.querySelector(`#${id} .js-plotly-plot`);
+        return plot && plot.layout && plot.layout.title.text.includes(`step ${step} of`);
+    });
+    const began = performance.now();
+    document.querySelector(selector).click();
+    await new Promise(resolve => { const check = () => drawn() ? resolve() : requestAnimationFrame(check); check(); });
+    return performance.now() - began;
+}"""
+
+
+def percentiles(values: list[float]) -> str:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return f"p50 {statistics.median(ordered):.0f} ms, p95 {p95:.0f} ms, max {ordered[-1]:.0f} ms (n={len(ordered)})"
+
+
+def wait_translated(page, text: str) -> None:
+    page.wait_for_function("""(text) => document.querySelector('#source textarea')?.value === text
+        && document.querySelector('#status textarea')?.value.startsWith('Translated')""", arg=text, timeout=60000)
+
+
+def step_latencies(page, steps: int, plots: list[str]) -> list[float]:
+    """Next, `steps - 1` times from step 1, each timed until `plots` show the new step."""
+    page.evaluate(CLICK_UNTIL_STEP, ["#first", 1, plots])
+    return [page.evaluate(CLICK_UNTIL_STEP, ["#next", step, plots]) for step in range(2, steps + 1)]
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    page.click(f"#{elem_id} input")
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoints", default=str(ROOT / "checkpoints"))
+    parser.add_argument("--model", default="en-de")
+    parser.add_argument("--data", default=DEFAULT_DATA)
+    parser.add_argument("--tokens", type=int, default=20, help="source sentence length to pick")
+    parser.add_argument("--steps", type=int, default=20, help="Next clicks to time per view (at most the steps)")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    translator = load_checkpoint(Path(args.checkpoints) / args.model)
+    candidates = pick_sentences(translator, args.data, 200, args.tokens)
+    # Sentences whose translation has enough steps to time `--steps` of them (and ten rapid clicks).
+    sentences = [s for s in candidates if len(translator.trace(s).target_tokens) > max(args.steps, 11)][:6]
+    steps = min(len(translator.trace(sentences[0]).target_tokens), args.steps + 1)
+    version = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"{cpu_model()}; {version}; model {args.model}; sentences of about {args.tokens} tokens")
+
+    port = free_port()
+    server = start_server(Path(args.checkpoints), port, 100, Path("/tmp") / f"browser-latency-{port}.log")
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            began = time.perf_counter()
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
+                                   ".includes('step 1 of')", timeout=120000)
+            print(f"page load -> first heatmap: {(time.perf_counter() - began) * 1000:.0f} ms")
+
+            translate = []
+            for text in sentences[1:]:
+                page.fill("#source textarea", text)
+                began = time.perf_counter()
+                page.click("#translate")
+                wait_translated(page, text)
+                page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title"
+                                       ".text.includes('step 1 of')")
+                translate.append((time.perf_counter() - began) * 1000)
+            print(f"translate -> heatmap: {percentiles(translate)}")
+
+            page.fill("#source textarea", sentences[0])
+            page.click("#translate")
+            wait_translated(page, sentences[0])
+            choose(page, "head", "Head 1")
+            page.wait_for_timeout(500)
+            print(f"Next -> heatmap, single head: {percentiles(step_latencies(page, steps, ['attention']))}")
+            choose(page, "head", "All heads")
+            page.wait_for_timeout(500)
+            print(f"Next -> heatmap, all heads:   {percentiles(step_latencies(page, steps, ['attention']))}")
+            choose(page, "head", "Head 1")
+            page.get_by_text("Model view: every layer x head").click()
+            page.click("#model-view input")
+            page.wait_for_function("() => document.querySelector('#overview .js-plotly-plot')", timeout=30000)
+            page.wait_for_timeout(500)
+            timed = step_latencies(page, steps, ["attention", "overview"])
+            print(f"Next -> heatmap and model view: {percentiles(timed)}")
+            page.click("#model-view input")
+
+            page.evaluate(CLICK_UNTIL_STEP, ["#first", 1, ["attention"]])
+            for _ in range(10):
+                page.click("#next", delay=0)
+                page.wait_for_timeout(100)
+            page.wait_for_timeout(1000)
+            landed = int(page.locator("#step input[type=number]").input_value())
+            title = page.evaluate("() => document.querySelector('#attention .js-plotly-plot').layout.title.text")
+            print(f"ten clicks at 10/s from step 1: the slider says step {landed}, the heatmap "
+                  f"{'agrees' if f'step {landed} of' in title else 'DISAGREES'}")
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
