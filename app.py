@@ -249,9 +249,8 @@ class Blocks(gr.Blocks):
 
 
 with Blocks(title="Transformer attention inspector") as demo:
-    gr.Markdown("**Transformer attention inspector**: translate a sentence, then step through greedy decoding "
-                "(buttons, slider, or ←/→) and inspect every layer and head of encoder self-attention, decoder "
-                "self-attention and cross-attention.")
+    gr.Markdown("**Transformer attention inspector**: translate, then step through greedy decoding (buttons, "
+                "slider or ←/→) and inspect every layer and head of every attention.")
     trace_state = gr.State(None, time_to_live=TRACE_TTL_S)
     # What the browser steps through without asking the server: per-step charts and the view's figures.
     translation_state = gr.JSON(None, visible=False, elem_id="translation-frames")
@@ -261,8 +260,8 @@ with Blocks(title="Transformer attention inspector") as demo:
         example = gr.Dropdown(examples_for(DEFAULT_MODEL), value=None, label="Examples (from the test set)",
                               elem_id="example", scale=3)
     with gr.Row(equal_height=True):
-        source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter",
-                            lines=1, max_lines=3, elem_id="source", scale=5)
+        source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter", show_label=False,
+                            lines=1, max_lines=3, elem_id="source", scale=5, container=False)
         translate_button = gr.Button("Translate", variant="primary", elem_id="translate", scale=1, min_width=100)
     with gr.Row(equal_height=True):
         translation = gr.Textbox(label="Translation (greedy)", interactive=False, elem_id="translation", scale=3)

@@ -1,6 +1,8 @@
-"""Take the README's screenshot of the real app on the shipped checkpoints.
+"""Take the README's screenshots of the real app on the shipped checkpoints: a desktop and a phone screen.
 
-    python tests/make_screenshot.py [--out tests/screenshots/app.png]
+    python tests/make_screenshot.py [--out tests/screenshots]
+
+Each is what the screen shows without scrolling (1400x900 and 390x844), a translation stepped to step 4.
 """
 
 import argparse
@@ -14,31 +16,43 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 import app  # noqa: E402
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
+SCREENS = {"app.png": dict(viewport={"width": 1400, "height": 900}),
+           "app-phone.png": dict(viewport={"width": 390, "height": 844}, is_mobile=True, device_scale_factor=2)}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots" / "app.png"))
+    parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots"))
     parser.add_argument("--sentence", default="A little girl in a pink dress is climbing the stairs to a wooden house.")
     args = parser.parse_args()
     app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1800})
-            page.goto(app.demo.local_url)
-            page.fill("#source textarea", args.sentence)
-            page.click("#translate")
-            page.wait_for_function("() => document.querySelector('#translation textarea').value.length > 0")
-            for _ in range(3):
-                page.click("#next")
-                page.wait_for_timeout(400)
-            page.wait_for_selector("#attention .js-plotly-plot")
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=args.out, full_page=True)
+            for name, screen in SCREENS.items():
+                page = browser.new_page(**screen)
+                page.goto(app.demo.local_url)
+                page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Translated')",
+                                       timeout=60000)
+                page.fill("#source textarea", args.sentence)
+                page.click("#translate")
+                page.wait_for_function("(text) => document.querySelector('#translation textarea').value.length > 0"
+                                       " && document.querySelector('#status textarea').value.startsWith('Translated')"
+                                       " && !document.querySelector('#translation textarea').value.startsWith('People')",
+                                       arg=args.sentence, timeout=60000)
+                for _ in range(3):
+                    page.click("#next")
+                    page.wait_for_timeout(300)
+                if screen["viewport"]["width"] < 600:  # on a phone, the step bar and the heatmap fill the screen
+                    page.locator("#step-bar").scroll_into_view_if_needed()
+                    page.evaluate("() => window.scrollBy(0, document.querySelector('#step-bar').getBoundingClientRect().top - 8)")
+                page.wait_for_timeout(500)
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(Path(args.out) / name))
+                print(f"saved {Path(args.out) / name}")
             browser.close()
     finally:
         app.demo.close()
-    print(f"saved {args.out}")
 
 
 if __name__ == "__main__":

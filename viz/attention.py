@@ -109,7 +109,7 @@ def title_text(lines: list[str]) -> str:
 def _title(lines: list[str]) -> dict:
     """A title of one or more lines that reserves its own space above the plot."""
     return dict(text=title_text(lines), automargin=True, yref="paper", y=1, yanchor="bottom", pad=dict(b=8),
-                x=0, xanchor="left", xref="paper", font=dict(size=13))
+                x=0.01, xanchor="left", xref="container", font=dict(size=13))
 
 
 def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
@@ -126,7 +126,7 @@ def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: 
     return _figure([heatmap], dict(
         title=_title([title] if isinstance(title, str) else title), margin=dict(l=10, r=10, t=10, b=10),
         height=height or max(340, 150 + 26 * len(query_tokens)), plot_bgcolor="white",
-        xaxis=_token_axis(key_tokens, title=dict(text=key_label), tickangle=-45, automargin=True),
+        xaxis=_token_axis(key_tokens, title=dict(text=key_label), automargin=True),  # Plotly turns crowded labels
         yaxis=_token_axis(query_tokens, title=dict(text=query_label), autorange="reversed", automargin=True),
         shapes=[] if highlight_row is None else [_row_outline(highlight_row, len(key_tokens))],
     ))

@@ -70,6 +70,12 @@ def step_title(trace: TraceArrays, step: int) -> str:
             f"predicts \"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f})")
 
 
+def step_heading(trace: TraceArrays, step: int) -> str:
+    """The step in a figure title, short enough for a phone: 'step 3 of 9: "hund" → "läuft" (p = 0.91)'."""
+    return (f"step {step + 1} of {trace.steps}: \"{trace.decoder_tokens[step]}\" → \"{trace.target_tokens[step]}\" "
+            f"(p = {trace.probabilities[step]:.2f})")
+
+
 def step_description(trace: TraceArrays, step: int) -> str:
     """The step in words: what the decoder read and chose, the prefix so far and the top candidates."""
     prefix = " ".join(trace.target_tokens[:step]) or "(empty)"
@@ -94,17 +100,17 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
     if head == ALL_HEADS:
         heads = weights.shape[1]
         return head_grid(weights[layer][None], queries, keys,
-                         [f"{kind}, layer {layer + 1}, all {heads} heads", step_title(trace, step)],
+                         [f"{kind}, layer {layer + 1}, all {heads} heads", step_heading(trace, step)],
                          row_labels=[""], col_labels=[f"head {h + 1}" for h in range(heads)],
                          highlight_row=highlight, panel_height=max(150, 14 * rows))
-    height = min(520, max(340, 150 + 22 * rows))
+    height = min(440, max(340, 150 + 22 * rows))  # with the step bar above it, fits a 900-pixel-high screen
     if head == MEAN:
         return attention_heatmap(weights[layer].mean(axis=0), queries, keys,
-                                 [f"{kind}, layer {layer + 1}, mean of heads", step_title(trace, step)], highlight,
+                                 [f"{kind}, layer {layer + 1}, mean of heads", step_heading(trace, step)], highlight,
                                  query_label, key_label, height)
     head = min(max(int(head), 0), weights.shape[1] - 1)
     return attention_heatmap(weights[layer, head], queries, keys,
-                             [f"{kind}, layer {layer + 1}, head {head + 1}", step_title(trace, step)], highlight,
+                             [f"{kind}, layer {layer + 1}, head {head + 1}", step_heading(trace, step)], highlight,
                              query_label, key_label, height)
 
 
@@ -112,7 +118,7 @@ def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
     """Every layer x head of one attention kind at `step`, as small multiples (a per-step model view)."""
     weights, queries, keys, highlight = trace.at_step(kind, step)
     layers, heads = weights.shape[:2]
-    return head_grid(weights, queries, keys, [f"{kind}: all layers x heads", step_title(trace, step)],
+    return head_grid(weights, queries, keys, [f"{kind}: all layers x heads", step_heading(trace, step)],
                      row_labels=[f"L{i + 1}" for i in range(layers)],
                      col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight,
                      panel_height=max(150, 14 * query_rows(trace, kind)))
@@ -157,5 +163,5 @@ def _steppable(figure: go.Figure, trace: TraceArrays, kind: str) -> str:
     """`figure` (built at the last step) as JSON, with how it grows per step and every step's title."""
     heading = figure.layout.title.text.split("<br>")[0]
     figure.layout.meta = {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
-                          "titles": [f"{heading}<br>{title_text([step_title(trace, t)])}" for t in range(trace.steps)]}
+                          "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}" for t in range(trace.steps)]}
     return figure.to_json()
