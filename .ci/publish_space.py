@@ -27,7 +27,8 @@ def space_files(root: Path = ROOT) -> list[Path]:
     """Every file the Space needs, relative to `root`: SPACE_PATTERNS and the images the README shows."""
     files = {path.relative_to(root) for pattern in SPACE_PATTERNS for path in root.glob(pattern) if path.is_file()}
     readme = (root / "README.md").read_text(encoding="utf-8")
-    files |= {Path(image) for image in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme) if (root / image).is_file()}
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme) + re.findall(r'<img src="([^"]+)"', readme)
+    files |= {Path(image) for image in images if (root / image).is_file()}
     return sorted(files)
 
 

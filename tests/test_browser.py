@@ -200,6 +200,16 @@ def test_switching_the_model_translates_again(page, app_module):
                            timeout=30000)
 
 
+def test_picking_an_example_translates_it(page, app_module):
+    translate(page, "A dog runs.")
+    sentence = app_module.examples_for(MODEL)[1]
+    choose(page, "example", sentence)
+    expected = app_module.TRANSLATORS[MODEL].trace(sentence).text
+    page.wait_for_function("(text) => document.querySelector('#translation textarea')?.value === text",
+                           arg=expected, timeout=30000)
+    assert page.locator("#source textarea").input_value() == sentence
+
+
 def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

@@ -43,7 +43,7 @@ def test_space_header_matches_requirements():
 
 
 def test_readme_image_exists():
-    for path in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README):
+    for path in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README) + re.findall(r'<img src="([^"]+)"', README):
         assert (ROOT / path).is_file(), path
 
 

@@ -14,6 +14,7 @@ They carry a compact template (see `TEMPLATE`) instead of plotly.py's whole defa
 from __future__ import annotations
 
 import html
+import json
 import unicodedata
 
 import numpy as np
@@ -173,18 +174,20 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
 def bar_step(tokens: list[str], probabilities: np.ndarray, title: str, highlight: int | None = None) -> dict:
     """What a probability bar chart shows: one bar per token (the `highlight` one in red), labels and title.
 
-    `probability_bars` draws it; a stepping figure carries one per step (`layout.meta.bars`), which
-    viz/stepping.js puts in place of the first."""
+    `probability_bars` draws it; a stepping figure carries one per step (`layout.meta.bars`, see
+    `stepping_json`), which viz/stepping.js puts in place of the figure's own."""
     probabilities = np.asarray(probabilities, dtype=float)
-    colors = [HIGHLIGHT if i == highlight else "#1f77b4" for i in range(len(tokens))]
     return {"x": positions(tokens), "y": probabilities.tolist(), "text": [f"{p:.2f}" for p in probabilities],
-            "colors": colors, "ticktext": escape(tokens), "title": title_text([title])}
+            "colors": bar_colors(len(tokens), highlight), "ticktext": escape(tokens), "title": title_text([title])}
 
 
-def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str, highlight: int | None = None,
-                     steps: list[dict] | None = None) -> go.Figure:
-    """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates);
-    `steps` (from `bar_step`) are what it shows at every step, for the browser to step through."""
+def bar_colors(count: int, highlight: int | None) -> list[str]:
+    return [HIGHLIGHT if i == highlight else "#1f77b4" for i in range(count)]
+
+
+def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str,
+                     highlight: int | None = None) -> go.Figure:
+    """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates)."""
     shown = bar_step(tokens, probabilities, title, highlight)
     bars = dict(type="bar", x=shown["x"], y=shown["y"], marker=dict(color=shown["colors"]), text=shown["text"],
                 hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>", textposition="outside")
@@ -192,5 +195,12 @@ def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str, h
         title=_title([title]), height=260, margin=dict(l=10, r=10, t=10, b=10),
         xaxis=_token_axis(tokens, tickangle=-45, automargin=True),
         yaxis=dict(range=[0, 1.15], title=dict(text="probability")), plot_bgcolor="white",
-        meta=None if steps is None else {"bars": steps},
     ))
+
+
+def stepping_json(figure: go.Figure, meta: dict) -> str:
+    """The figure as the JSON a gr.Plot carries, with `meta` (what viz/stepping.js needs to show every step) in
+    its layout. Added after plotly has encoded the figure: through plotly, it would be deep-copied twice."""
+    encoded = json.loads(figure.to_json())
+    encoded["layout"]["meta"] = meta
+    return json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))

@@ -42,13 +42,18 @@ function figureAtStep(json, t) {
   return { type: "plotly", plot: JSON.stringify(figure), chart: null };
 }
 
+// A bar chart's step: what differs from the figure's own bars (every field for a step's candidates, only
+// the highlight colours for the translation's probabilities).
 function barsAtStep(json, t) {
   const figure = JSON.parse(json);
   const bars = figure.layout.meta.bars[t];
-  Object.assign(figure.data[0], { x: bars.x, y: bars.y, text: bars.text });
-  figure.data[0].marker.color = bars.colors;
-  Object.assign(figure.layout.xaxis, { categoryarray: bars.x, tickvals: bars.x, ticktext: bars.ticktext });
-  figure.layout.title.text = bars.title;
+  const [trace] = figure.data;
+  if (bars.x) {
+    Object.assign(trace, { x: bars.x, y: bars.y, text: bars.text });
+    Object.assign(figure.layout.xaxis, { categoryarray: bars.x, tickvals: bars.x, ticktext: bars.ticktext });
+    figure.layout.title.text = bars.title;
+  }
+  trace.marker.color = bars.colors;
   return { type: "plotly", plot: JSON.stringify(figure), chart: null };
 }
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import attention_heatmap, bar_step, head_grid, probability_bars, title_text
+from viz.attention import (attention_heatmap, bar_colors, bar_step, head_grid, probability_bars, stepping_json,
+                            title_text)
 
 ENCODER, DECODER, CROSS = "Encoder self-attention", "Decoder self-attention", "Cross-attention"
 KINDS = (ENCODER, DECODER, CROSS)
@@ -124,29 +125,33 @@ def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
                      panel_height=max(150, 14 * query_rows(trace, kind)))
 
 
-def translation_figure(trace: TraceArrays, step: int | None = None, stepping: bool = False) -> go.Figure:
-    """The probability of every chosen token; the current step in red (with `stepping`, every step's bars too)."""
-    title = "probability of each chosen token"
-    steps = [bar_step(trace.target_tokens, trace.probabilities, title, t) for t in range(trace.steps)]
-    return probability_bars(trace.target_tokens, trace.probabilities, title, step, steps if stepping else None)
+def translation_figure(trace: TraceArrays, step: int | None = None) -> go.Figure:
+    """The probability of every chosen token; the current step in red."""
+    return probability_bars(trace.target_tokens, trace.probabilities, "probability of each chosen token", step)
 
 
-def candidates_figure(trace: TraceArrays, step: int, stepping: bool = False) -> go.Figure:
-    """The top-k candidates at `step`, the chosen one in red (with `stepping`, every step's candidates too)."""
-    def title(t):
-        return f"top-{len(trace.top_tokens[t])} candidates at step {t + 1}"
+def candidates_title(trace: TraceArrays, step: int) -> str:
+    return f"top-{len(trace.top_tokens[step])} candidates at step {step + 1}"
 
-    steps = [bar_step(trace.top_tokens[t], trace.top_probabilities[t], title(t), 0) for t in range(trace.steps)]
-    return probability_bars(trace.top_tokens[step], trace.top_probabilities[step], title(step), 0,
-                            steps if stepping else None)
+
+def candidates_figure(trace: TraceArrays, step: int) -> go.Figure:
+    """The top-k candidates at `step`, the chosen one in red."""
+    return probability_bars(trace.top_tokens[step], trace.top_probabilities[step], candidates_title(trace, step), 0)
 
 
 def translation_frames(trace: TraceArrays) -> dict:
-    """What changes with the step whatever the view: the candidates and probability charts (gr.Plot JSON that
-    carries every step's bars, for viz/stepping.js) and every step's description."""
-    return {"steps": trace.steps, "candidates": candidates_figure(trace, 0, stepping=True).to_json(),
-            "probabilities": translation_figure(trace, 0, stepping=True).to_json(),
-            "description": [step_description(trace, t) for t in range(trace.steps)]}
+    """What changes with the step whatever the view: the candidates and probability charts as gr.Plot JSON
+    whose `layout.meta.bars` hold every step's bars (viz/stepping.js), and every step's description.
+
+    A step's candidates differ in everything; the translation's probabilities only in the highlighted bar."""
+    steps = range(trace.steps)
+    candidates = [bar_step(trace.top_tokens[t], trace.top_probabilities[t], candidates_title(trace, t), 0)
+                  for t in steps]
+    probabilities = [{"colors": bar_colors(trace.steps, t)} for t in steps]
+    return {"steps": trace.steps,
+            "candidates": stepping_json(candidates_figure(trace, 0), {"bars": candidates}),
+            "probabilities": stepping_json(translation_figure(trace, 0), {"bars": probabilities}),
+            "description": [step_description(trace, t) for t in steps]}
 
 
 def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
@@ -162,6 +167,6 @@ def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, mode
 def _steppable(figure: go.Figure, trace: TraceArrays, kind: str) -> str:
     """`figure` (built at the last step) as JSON, with how it grows per step and every step's title."""
     heading = figure.layout.title.text.split("<br>")[0]
-    figure.layout.meta = {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
-                          "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}" for t in range(trace.steps)]}
-    return figure.to_json()
+    return stepping_json(figure, {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
+                                  "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}"
+                                             for t in range(trace.steps)]})
