@@ -39,7 +39,7 @@ function figureAtStep(json, t) {
     }
   }
   figure.layout.title.text = figure.layout.meta.titles[t];
-  return { type: "plotly", plot: JSON.stringify(figure), chart: null };
+  return figure;
 }
 
 // A bar chart's step: what differs from the figure's own bars (every field for a step's candidates, only
@@ -54,8 +54,11 @@ function barsAtStep(json, t) {
     figure.layout.title.text = bars.title;
   }
   trace.marker.color = bars.colors;
-  return { type: "plotly", plot: JSON.stringify(figure), chart: null };
+  return figure;
 }
+
+// A figure as a gr.Plot value.
+const asPlot = (figure) => (figure ? { type: "plotly", plot: JSON.stringify(figure), chart: null } : null);
 
 if (!translation || !view || !view.attention) return direct ? [""] : [null, null, null, "", null];
 // The one place a step is clamped: 1..steps, whatever the slider, its number box or a button sent.
@@ -67,7 +70,8 @@ const figures = {
   overview: view.overview ? figureAtStep(view.overview, t) : null,
 };
 if (!direct) {
-  return [figures.attention, figures.candidates, figures.probabilities, translation.description[t], figures.overview];
+  const { attention, candidates, probabilities, overview } = figures;
+  return [asPlot(attention), asPlot(candidates), asPlot(probabilities), translation.description[t], asPlot(overview)];
 }
 // A step: redraw the plots already on the page with Plotly.react, as gr.Plot does (same layout settings and
 // config) but without the full second redraw of its Plots.resize, since a step never changes their size.
@@ -75,8 +79,8 @@ if (!direct) {
 function draw(ids) {
   for (const id of ids) {
     const div = document.querySelector(`#${id} .js-plotly-plot`);
-    if (!figures[id] || !div || !window.Plotly) continue;
-    const figure = JSON.parse(figures[id].plot);
+    const figure = figures[id];
+    if (!figure || !div || !window.Plotly) continue;
     figure.layout.autosize = true;
     figure.layout.margin = { ...figure.layout.margin, autoexpand: true };
     window.Plotly.react(div, figure.data, figure.layout, { responsive: true });
