@@ -228,6 +228,20 @@ def trace_api(model: str, text: str, force: list[str] | None = None, mask: list[
             "decoder_attention": rounded(trace.decoder_attention), "cross_attention": rounded(trace.cross_attention)}
 
 
+def score_api(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None) -> dict:
+    """The teacher-forced log-probability of each of `target_tokens` (spelled as `/trace` returns them) as the
+    translation of `text` by checkpoint `model`, with the heads of `mask` switched off (kind.layer.head)."""
+    if not isinstance(model, str) or model not in TRANSLATORS:
+        raise gr.Error(f"unknown model {shown(model)}; loaded: {', '.join(TRANSLATORS) or 'none'}")
+    try:
+        scored = TRANSLATORS[model].score(text, target_tokens, mask)
+    except InputError as error:
+        raise gr.Error(str(error)) from None
+    return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
+            "log_probabilities": np.round(scored.log_probabilities.astype(np.float64), 6).tolist(),
+            "total_log_probability": round(scored.total, 6), "mask": sorted(set(mask or []))}
+
+
 # ---- layout -----------------------------------------------------------------------------------------
 
 class Blocks(gr.Blocks):
@@ -325,6 +339,7 @@ with Blocks(title="Transformer attention inspector") as demo:
         control.input(change_view, [trace_state, *settings], [layer_choice, head_choice, view_state, status],
                       api_name=control.elem_id.replace("-", "_"))
     gr.api(trace_api, api_name="trace", **trace_queue)
+    gr.api(score_api, api_name="score", **trace_queue)  # one teacher-forced pass, in this process
 
 demo.queue(default_concurrency_limit=VIEW_CONCURRENCY, max_size=64)
 

@@ -109,6 +109,20 @@ def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | 
     return [max(f, key=lambda item: item[0])[1] if f else [] for f in finished]
 
 
+@torch.inference_mode()
+def teacher_forced_log_probs(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int],
+                             gates: HeadGates | None = None) -> np.ndarray:
+    """The log-probability the model gives each of `tgt_ids` after the ones before it (one teacher-forced pass),
+    with <pad> and <sos> ruled out as decoding rules them out: for a greedy output, the log of its trace's
+    probabilities."""
+    src = torch.tensor([src_ids], dtype=torch.long)
+    tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]], dtype=torch.long)
+    logits, _ = model(src, tgt_in, gates=gates)
+    ruled_out = torch.tensor(NEVER_EMITTED)
+    log_probs = logits[0].float().index_fill(-1, ruled_out, float("-inf")).log_softmax(-1)  # (T, V)
+    return log_probs[torch.arange(len(tgt_ids)), torch.tensor(tgt_ids)].numpy()
+
+
 @dataclass
 class Trace:
     """One sentence decoded greedily, step by step: every choice, its alternatives and every attention map.

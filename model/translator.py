@@ -5,10 +5,11 @@ from __future__ import annotations
 import reprlib
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from model.batching import pad, token_batches
-from model.decoding import Trace, beam_search, greedy_trace, output_limit
+from model.decoding import Trace, beam_search, greedy_trace, output_limit, teacher_forced_log_probs
 from model.seq2seq import HeadGates, Seq2Seq, head_gates
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 
@@ -70,6 +71,19 @@ class TracedTranslation:
 
 
 @dataclass
+class TracedScore:
+    """A given translation scored by the model, teacher-forced: what `Translator.score` returns."""
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    log_probabilities: np.ndarray  # (T,) log-probability of each target token after the ones before it
+
+    @property
+    def total(self) -> float:
+        return float(self.log_probabilities.sum())
+
+
+@dataclass
 class Translator:
     """Everything needed to translate with one checkpoint; read-only once built, so users can share it."""
 
@@ -124,14 +138,10 @@ class Translator:
         `force`: target tokens (spelled as in `target_tokens`) that fix the first steps; decoding continues
         greedily after them. `mask`: heads to switch off, named `kind.layer.head` (e.g. "cross.2.5").
         """
-        tokens = self.src_tokenizer(checked_text(text))
-        if not tokens:
-            raise InputError("Type a sentence to translate: the input is empty.")
-        if len(tokens) > self.max_src_tokens:
-            raise InputError(f"The input has {len(tokens)} tokens; this model reads at most "
-                             f"{self.max_src_tokens}. Please shorten it.")
+        tokens = self.source_tokens(text)
         src_ids = self.encode_source(tokens)
-        force_ids = self.forced_ids(checked_strings(force, "force"), output_limit(self.model, len(src_ids)))
+        force_ids = self.target_ids(checked_strings(force, "force"), output_limit(self.model, len(src_ids)),
+                                    "Forced token")
         trace = greedy_trace(self.model, src_ids, top_k=top_k, force=force_ids,
                              gates=self.gates(checked_strings(mask, "mask")))
         itos = self.tgt_vocab.itos
@@ -145,21 +155,44 @@ class Translator:
             trace=trace,
         )
 
-    def forced_ids(self, tokens: list[str], limit: int) -> list[int]:
-        """Target ids of a forced prefix, or an InputError naming the first token the model cannot emit there."""
+    def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None) -> TracedScore:
+        """The teacher-forced log-probability of each of `target_tokens` (spelled as in a trace's
+        `target_tokens`) as a translation of `text`, with the heads of `mask` switched off."""
+        tokens = self.source_tokens(text)
+        src_ids = self.encode_source(tokens)
+        target = checked_strings(target_tokens, "target_tokens")
+        if not target:
+            raise InputError("Give the target tokens to score: the list is empty.")
+        tgt_ids = self.target_ids(target, self.model.config.max_len - 1, "Target token")
+        log_probs = teacher_forced_log_probs(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
+        return TracedScore(source_tokens=tokens + ["<eos>"], target_tokens=target, log_probabilities=log_probs)
+
+    def source_tokens(self, text: str) -> list[str]:
+        """The tokens the encoder will read (before <eos>), or an InputError saying why `text` cannot be read."""
+        tokens = self.src_tokenizer(checked_text(text))
+        if not tokens:
+            raise InputError("Type a sentence to translate: the input is empty.")
+        if len(tokens) > self.max_src_tokens:
+            raise InputError(f"The input has {len(tokens)} tokens; this model reads at most "
+                             f"{self.max_src_tokens}. Please shorten it.")
+        return tokens
+
+    def target_ids(self, tokens: list[str], limit: int, what: str) -> list[int]:
+        """Target ids of tokens the model must emit (a forced prefix, a translation to score), or an InputError
+        naming the first one it cannot emit there."""
         if len(tokens) > limit:
-            raise InputError(f"The forced prefix has {len(tokens)} tokens; this sentence's translation may have "
-                             f"at most {limit}.")
+            raise InputError(f"{len(tokens)} target tokens given; this sentence's translation may have at most "
+                             f"{limit}.")
         ids = []
         for position, token in enumerate(tokens):
             if token not in self.tgt_vocab:
                 hint = f" (did you mean {token.lower()!r}?)" if token.lower() in self.tgt_vocab else ""
-                raise InputError(f"Forced token {token!r} is not in the target vocabulary{hint}.")
+                raise InputError(f"{what} {token!r} is not in the target vocabulary{hint}.")
             token_id = self.tgt_vocab.stoi[token]
             if token_id in (PAD_ID, SOS_ID):
-                raise InputError(f"Forced token {token!r} is never emitted by the model.")
+                raise InputError(f"{what} {token!r} is never emitted by the model.")
             if token_id == EOS_ID and position < len(tokens) - 1:
-                raise InputError("Forced token '<eos>' ends the translation: it can only be the last one.")
+                raise InputError(f"{what} '<eos>' ends the translation: it can only be the last one.")
             ids.append(token_id)
         return ids
 

@@ -5,6 +5,7 @@ null, missing and extra arguments. After each request the server still translate
 import json
 
 import httpx
+import numpy as np
 import pytest
 
 MODEL = "toy-en-de"
@@ -92,6 +93,22 @@ def test_trace_forces_and_masks(server, app_module):
     assert result["target_tokens"] == expected.target_tokens and result["mask"] == ["cross.1.1", "encoder.2.3"]
 
 
+def test_score_returns_teacher_forced_log_probabilities(server, app_module):
+    traced = app_module.TRANSLATORS[MODEL].trace("A dog runs.")
+    event, answer = call(server, "score", json.dumps({"data": [MODEL, "A dog runs.", traced.target_tokens]}))
+    assert event == "complete"
+    result = answer[0]
+    assert result["target_tokens"] == traced.target_tokens and result["mask"] == []
+    assert result["log_probabilities"] == pytest.approx(list(np.log(traced.trace.probabilities)), abs=1e-5)
+    assert result["total_log_probability"] == pytest.approx(sum(result["log_probabilities"]), abs=1e-5)
+    for data, message in [([MODEL, "A dog runs."], "list is empty"), ([MODEL, "A dog.", "hund"], "list of strings"),
+                          ([MODEL, "A dog.", ["zebrafisch"]], "Target token 'zebrafisch' is not in"),
+                          ([MODEL, "A dog.", ["hund"], ["cross.9.9"]], "does not exist"),
+                          (["nope", "A dog.", ["hund"]], "unknown model 'nope'")]:
+        event, answer = call(server, "score", json.dumps({"data": data}))
+        assert event == "error" and message in answer, (data, answer)
+
+
 @pytest.mark.parametrize("body,status,message", [
     ('{"data": "A dog."}', "422", "list"),
     ('{"nodata": []}', "422", "data"),
@@ -146,7 +163,8 @@ def endpoints(server: str) -> dict[str, int]:
 
 def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
     offered = endpoints(server)
-    assert {"trace", "translate", "switch_model", "first_visit", "kind", "layer", "head", "model_view"} <= set(offered)
+    assert {"trace", "score", "translate", "switch_model", "first_visit", "kind", "layer", "head",
+            "model_view"} <= set(offered)
     for endpoint, count in offered.items():
         for name, junk in JUNK.items():
             data = junk * count

@@ -7,7 +7,7 @@ import torch
 
 from model.batching import pad
 from model.checkpoint import load_checkpoint
-from model.decoding import greedy_trace, next_token_logits
+from model.decoding import greedy_trace, next_token_logits, teacher_forced_log_probs
 from model.rnn import RNNConfig, RNNSeq2Seq
 from model.seq2seq import CROSS, DECODER, ENCODER, HeadGates, head_gates
 from model.transformer import Transformer
@@ -157,6 +157,16 @@ def test_forced_prefix_then_greedy_continuation(name):
     assert (trace.top_ids[:, 0] == probabilities.argmax(-1).numpy()).all()
 
 
+@pytest.mark.parametrize("name", ["post-LN sinusoidal", "pre-LN learned", "GRU 4 heads"])
+def test_teacher_forced_scores_of_a_greedy_output_are_its_trace_probabilities(name):
+    model = MODELS[name]()
+    layers, heads = model.heads()[CROSS]
+    for gates in (None, head_gates(model, [f"cross.{layers}.1", f"cross.1.{heads}"])):
+        trace = greedy_trace(model, SRC_IDS, max_len=8, gates=gates)
+        log_probs = teacher_forced_log_probs(model, SRC_IDS, trace.token_ids, gates)
+        np.testing.assert_allclose(np.exp(log_probs), trace.probabilities, rtol=1e-5, atol=1e-6)
+
+
 def test_head_names_are_checked_against_the_model(tiny_model):
     gates = head_gates(tiny_model, ["cross.2.4", "encoder.1.1", "cross.1.2"])
     assert gates.decoder is None
@@ -205,6 +215,22 @@ def test_translator_forces_a_prefix_spelled_as_its_target_tokens(en_de):
     assert forced.target_tokens[:2] == ["ein", "kleiner"] and forced.trace.forced == 2
     assert forced.text.startswith("Ein kleiner") and plain.trace.forced == 0
     assert en_de.trace("A dog runs in the park.", force=plain.target_tokens).target_tokens == plain.target_tokens
+
+
+def test_translator_scores_a_given_translation(en_de):
+    plain = en_de.trace("A dog runs in the park.")
+    scored = en_de.score("A dog runs in the park.", plain.target_tokens)
+    np.testing.assert_allclose(np.exp(scored.log_probabilities), plain.trace.probabilities, rtol=1e-5, atol=1e-6)
+    assert scored.target_tokens == plain.target_tokens and scored.source_tokens == plain.source_tokens
+    # Without its cross-attention the model finds its own translation far less likely.
+    blind = en_de.score("A dog runs in the park.", plain.target_tokens, mask=[f"cross.3.{h}" for h in range(1, 9)])
+    assert blind.total < scored.total - 1
+    other = en_de.score("A dog runs in the park.", ["eine", "katze", "schläft", ".", "<eos>"])
+    assert other.total < scored.total
+    for target, message in [([], "list is empty"), (["katzenhundxyz"], "Target token 'katzenhundxyz' is not in"),
+                            (["<sos>"], "never emitted"), ("hund", "list of strings")]:
+        with pytest.raises(InputError, match=message):
+            en_de.score("A dog.", target)
 
 
 @pytest.mark.parametrize("force,mask,message", [
