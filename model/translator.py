@@ -106,8 +106,9 @@ class Translator:
 
     @torch.no_grad()
     def translate_tokens(self, sentences: list[list[str]], beam_size: int = 1, max_tokens: int = 6000,
-                         length_penalty: float = 1.0) -> list[list[str]]:
-        """Translate tokenized sentences in length-bucketed batches; returns lower-cased target tokens.
+                         length_penalty: float = 1.0, gates: HeadGates | None = None) -> list[list[str]]:
+        """Translate tokenized sentences in length-bucketed batches (`gates` switching heads off); returns
+        lower-cased target tokens.
 
         A generated <unk> is dropped from the output: it stands for a word the vocabulary cannot spell,
         and as text it only hurts readers (and BLEU). Traces keep it, step by step.
@@ -117,8 +118,8 @@ class Translator:
         lengths = [len(i) for i in ids]
         for batch in token_batches(lengths, lengths, max_tokens // max(beam_size, 1)):
             src = pad([ids[i] for i in batch]).to(next(self.model.parameters()).device)
-            for i, hypothesis in zip(batch, beam_search(self.model, src, beam_size,
-                                                         length_penalty=length_penalty)):
+            for i, hypothesis in zip(batch, beam_search(self.model, src, beam_size, length_penalty=length_penalty,
+                                                         gates=gates)):
                 outputs[i] = self.tgt_vocab.decode(hypothesis, drop_unknown=True)
         return outputs
 

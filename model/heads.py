@@ -1,0 +1,158 @@
+"""Which heads matter: every attention head switched off alone, and the gradient importance of Michel et al.,
+2019 ("Are Sixteen Heads Really Better than One?"), over a whole split.
+
+    python -m model.heads --checkpoint checkpoints/en-de --split val
+
+For each head (named kind.layer.head): the change in greedy BLEU (tokenized, lower-cased) and in the mean
+teacher-forced log-likelihood per target token when that head alone is switched off, and its importance
+I_h = Σ_batches |∂L/∂ξ_h| at gates ξ = 1 (L: the batch's summed teacher-forced loss), normalised per layer
+(ℓ2). Then BLEU as heads are switched off in increasing importance (their Fig. 3). Writes heads.json into
+the checkpoint folder and prints the heads ranked by importance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from model.batching import make_batch, token_batches
+from model.checkpoint import load_checkpoint, write_json
+from model.data import load_pairs
+from model.evaluate import DEFAULT_DATA, score
+from model.seq2seq import HeadGates, head_gates, head_name
+from model.translator import Translator
+from model.vocab import PAD_ID
+
+HEADS = "heads.json"
+PRUNED_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def every_head(translator: Translator) -> list[str]:
+    """Every head of the model, by name, in kind, layer, head order."""
+    return [head_name(kind, layer, head) for kind, (layers, heads) in translator.model.heads().items()
+            for layer in range(layers) for head in range(heads)]
+
+
+def teacher_forced_batches(translator: Translator, sources: list[list[str]], targets: list[list[str]],
+                           max_tokens: int = 4000) -> list:
+    """Padded batches of (source ids, target ids) for teacher-forced passes."""
+    src_ids = [translator.encode_source(s[:translator.max_src_tokens]) for s in sources]
+    tgt_ids = [translator.tgt_vocab.encode(t[:translator.max_src_tokens]) for t in targets]
+    lengths = [len(s) for s in src_ids], [len(t) + 1 for t in tgt_ids]
+    return [make_batch([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
+            for batch in token_batches(*lengths, max_tokens)]
+
+
+def batch_loss(translator: Translator, batch, gates: HeadGates | None) -> tuple[torch.Tensor, int]:
+    """The batch's summed negative log-likelihood of its reference tokens (<eos> included), and their count."""
+    logits, _ = translator.model(batch.src, batch.tgt_in, gates=gates)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+                           reduction="sum")
+    return loss, batch.n_target_tokens
+
+
+@torch.no_grad()
+def log_likelihood(translator: Translator, batches: list, gates: HeadGates | None = None) -> float:
+    """Mean teacher-forced log-likelihood per reference token."""
+    total, count = 0.0, 0
+    for batch in batches:
+        loss, tokens = batch_loss(translator, batch, gates)
+        total, count = total + float(loss), count + tokens
+    return -total / count
+
+
+def greedy_bleu(translator: Translator, sources: list[list[str]], references: list[str],
+                gates: HeadGates | None = None) -> float:
+    """Tokenized lower-cased BLEU of greedy decoding (the app's decoding) with `gates`."""
+    return score(translator, translator.translate_tokens(sources, gates=gates), references)["bleu_tok_lc"]
+
+
+def gradient_importance(translator: Translator, batches: list) -> dict[str, float]:
+    """Michel et al.'s importance: Σ_batches |∂L/∂ξ_h| at ξ = 1, normalised to unit ℓ2 norm in each layer."""
+    shapes = translator.model.heads()
+    gates = HeadGates(**{kind: torch.ones(shape, requires_grad=True) for kind, shape in shapes.items()})
+    importance = {kind: torch.zeros(shape) for kind, shape in shapes.items()}
+    for batch in batches:
+        loss, _ = batch_loss(translator, batch, gates)
+        gradients = torch.autograd.grad(loss, [getattr(gates, kind) for kind in shapes])
+        for kind, gradient in zip(shapes, gradients):
+            importance[kind] += gradient.abs()
+    normalised = {}
+    for kind, values in importance.items():
+        values = values / values.norm(dim=-1, keepdim=True).clamp(min=1e-12)  # (L, H): per layer
+        for layer, head in ((layer, head) for layer in range(values.size(0)) for head in range(values.size(1))):
+            normalised[head_name(kind, layer, head)] = float(values[layer, head])
+    return normalised
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="checkpoint folder; heads.json is written into it")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k folder or hub id")
+    parser.add_argument("--split", default="val", choices=("train", "val", "test"))
+    parser.add_argument("--limit", type=int, help="only the first N sentences of the split")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    began = time.perf_counter()
+    translator = load_checkpoint(args.checkpoint)
+    pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+    if args.limit:
+        pairs = pairs.select(range(min(args.limit, len(pairs))))
+    sources = translator.src_tokenizer.tokenize_all(pairs["src"])
+    references = list(pairs["tgt"])
+    batches = teacher_forced_batches(translator, sources, translator.tgt_tokenizer.tokenize_all(references))
+    names = every_head(translator)
+
+    base_bleu, base_likelihood = greedy_bleu(translator, sources, references), log_likelihood(translator, batches)
+    importance = gradient_importance(translator, batches)
+    heads = {}
+    for name in tqdm(names, desc="one head off", file=sys.stderr):
+        gates = head_gates(translator.model, [name])
+        heads[name] = {"importance": round(importance[name], 6),
+                       "bleu_change": round(greedy_bleu(translator, sources, references, gates) - base_bleu, 2),
+                       "log_likelihood_change": round(log_likelihood(translator, batches, gates) - base_likelihood,
+                                                      5)}
+    order = sorted(names, key=lambda name: importance[name])  # least important first
+    pruning = [{"fraction": 0.0, "heads_off": 0, "bleu": base_bleu}]
+    for fraction in tqdm(PRUNED_FRACTIONS, desc="pruning", file=sys.stderr):
+        off = order[:round(fraction * len(order))]
+        pruning.append({"fraction": fraction, "heads_off": len(off),
+                        "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off))})
+    drop = next((point for point in pruning if point["bleu"] < base_bleu - 1), None)
+    report = {
+        "command": "python -m model.heads " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "split": args.split, "sentences": len(references), "date": datetime.date.today().isoformat(),
+        "hardware": f"{platform.machine()} CPU, {args.threads} threads",
+        "seconds": round(time.perf_counter() - began),
+        "bleu": base_bleu, "log_likelihood": round(base_likelihood, 5), "heads": heads,
+        "pruning": pruning,
+        # The first pruning point (fewest heads off) whose BLEU is more than 1 below all heads on.
+        "bleu_drops_by_1_at": None if drop is None else {key: drop[key] for key in ("fraction", "heads_off")},
+    }
+    write_json(Path(args.checkpoint) / HEADS, report)
+
+    print(f"{len(references)} sentences of {args.split}: greedy BLEU {base_bleu}, log-likelihood "
+          f"{base_likelihood:.4f} per token; {report['seconds']} s")
+    print(f"{'head':<12} {'importance':>10} {'BLEU change':>12} {'log-lik change':>15}")
+    for name in sorted(names, key=lambda name: -importance[name]):
+        head = heads[name]
+        print(f"{name:<12} {head['importance']:>10.3f} {head['bleu_change']:>12.2f} "
+              f"{head['log_likelihood_change']:>15.4f}")
+    print("pruning in increasing importance: "
+          + ", ".join(f"{p['heads_off']} off -> {p['bleu']}" for p in pruning))
+    print("BLEU never drops by more than 1" if drop is None else
+          f"BLEU drops by more than 1 with {drop['heads_off']} of {len(names)} heads off ({drop['fraction']:.0%})")
+
+
+if __name__ == "__main__":
+    main()

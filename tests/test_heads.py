@@ -1,0 +1,55 @@
+"""`python -m model.heads`: every head switched off alone, gradient importance, the pruning curve."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from model import heads
+from model.checkpoint import load_checkpoint
+from model.seq2seq import head_gates
+
+
+@pytest.fixture(scope="module")
+def report(toy_checkpoints, tmp_path_factory):
+    root, data = toy_checkpoints
+    folder = tmp_path_factory.mktemp("heads") / "toy-en-de"
+    shutil.copytree(root / "toy-en-de", folder)
+    heads.main(["--checkpoint", str(folder), "--data", str(data), "--split", "val", "--threads", "1"])
+    return folder, data, json.loads((folder / heads.HEADS).read_text())
+
+
+def test_every_head_is_measured_and_importance_is_normalised_per_layer(report):
+    folder, _, result = report
+    translator = load_checkpoint(folder)
+    assert list(result["heads"]) == heads.every_head(translator) and len(result["heads"]) == 3 * 2 * 4
+    for kind in ("encoder", "decoder", "cross"):
+        for layer in (1, 2):
+            values = [result["heads"][f"{kind}.{layer}.{h}"]["importance"] for h in range(1, 5)]
+            assert np.linalg.norm(values) == pytest.approx(1, abs=1e-4)
+    assert result["command"].startswith("python -m model.heads --checkpoint") and result["split"] == "val"
+    assert result["sentences"] == 30 and 0 <= result["bleu"] <= 100
+
+
+def test_a_heads_changes_are_what_switching_it_off_alone_gives(report):
+    folder, data, result = report
+    translator = load_checkpoint(folder)
+    pairs = heads.load_pairs(str(data), "val", "en", "de")
+    sources = translator.src_tokenizer.tokenize_all(pairs["src"])
+    batches = heads.teacher_forced_batches(translator, sources, translator.tgt_tokenizer.tokenize_all(pairs["tgt"]))
+    gates = head_gates(translator.model, ["decoder.1.2"])
+    change = heads.log_likelihood(translator, batches, gates) - heads.log_likelihood(translator, batches)
+    assert result["heads"]["decoder.1.2"]["log_likelihood_change"] == pytest.approx(change, abs=1e-4)
+    bleu = heads.greedy_bleu(translator, sources, list(pairs["tgt"]), gates)
+    assert result["heads"]["decoder.1.2"]["bleu_change"] == pytest.approx(bleu - result["bleu"], abs=0.01)
+
+
+def test_pruning_switches_heads_off_in_increasing_importance(report):
+    _, _, result = report
+    pruning = result["pruning"]
+    assert pruning[0] == {"fraction": 0.0, "heads_off": 0, "bleu": result["bleu"]}
+    assert [point["heads_off"] for point in pruning[1:]] == [round(f * 24) for f in heads.PRUNED_FRACTIONS]
+    assert pruning[-1]["bleu"] < result["bleu"]  # with 90% of the heads off, the toy translator breaks
+    drop = result["bleu_drops_by_1_at"]
+    assert drop is None or next(p for p in pruning if p["bleu"] < result["bleu"] - 1)["heads_off"] == drop["heads_off"]
