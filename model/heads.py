@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import shlex
 import sys
 import time
@@ -29,6 +28,7 @@ from model.checkpoint import load_checkpoint, write_json
 from model.data import load_pairs
 from model.evaluate import DEFAULT_DATA, score
 from model.seq2seq import HeadGates, head_gates, head_name
+from model.train import hardware
 from model.translator import Translator
 from model.vocab import PAD_ID
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "command": "python -m model.heads " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "split": args.split, "sentences": len(references), "date": datetime.date.today().isoformat(),
-        "hardware": f"{platform.machine()} CPU, {args.threads} threads",
+        "hardware": hardware(torch.device("cpu")),
         "seconds": round(time.perf_counter() - began),
         "bleu": base_bleu, "log_likelihood": round(base_likelihood, 5), "heads": heads,
         "pruning": pruning,
