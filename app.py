@@ -202,14 +202,19 @@ def first_visit(kind: str, layer: int, head: int | str, model_view: bool = False
             **translate(DEFAULT_MODEL, sentences[0], kind, layer, head, model_view)}
 
 
+def check_model(model: object) -> None:
+    """An API request's model: a loaded checkpoint's name, or a gr.Error listing the loaded ones."""
+    if not isinstance(model, str) or model not in TRANSLATORS:
+        raise gr.Error(f"unknown model {shown(model)}; loaded: {', '.join(TRANSLATORS) or 'none'}")
+
+
 def trace_api(model: str, text: str, force: list[str] | None = None, mask: list[str] | None = None) -> dict:
     """Translate `text` with checkpoint `model`; returns tokens, probabilities and every attention map as lists.
 
     `force`: target tokens that fix the first steps (spelled as in `target_tokens`); `mask`: heads to switch off,
     named kind.layer.head (kind encoder, decoder or cross; 1-based), e.g. "cross.2.5".
     """
-    if not isinstance(model, str) or model not in TRANSLATORS:
-        raise gr.Error(f"unknown model {shown(model)}; loaded: {', '.join(TRANSLATORS) or 'none'}")
+    check_model(model)
     try:
         traced = trace_text(model, text, force, mask)
     except InputError as error:
@@ -231,8 +236,7 @@ def trace_api(model: str, text: str, force: list[str] | None = None, mask: list[
 def score_api(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None) -> dict:
     """The teacher-forced log-probability of each of `target_tokens` (spelled as `/trace` returns them) as the
     translation of `text` by checkpoint `model`, with the heads of `mask` switched off (kind.layer.head)."""
-    if not isinstance(model, str) or model not in TRANSLATORS:
-        raise gr.Error(f"unknown model {shown(model)}; loaded: {', '.join(TRANSLATORS) or 'none'}")
+    check_model(model)
     try:
         scored = TRANSLATORS[model].score(text, target_tokens, mask)
     except InputError as error:
