@@ -11,6 +11,8 @@ Translation and view changes (kind, layer, head) go to the server; stepping is a
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import gradio as gr
@@ -23,7 +25,10 @@ from model.translator import InputError, TracedTranslation
 from model.vocab import CHARS
 from model.workers import TracePool, available_cores, can_fork
 from viz.attention import label, visible
-from viz.views import ALL_HEADS, CROSS, KINDS, MEAN, TraceArrays, translation_frames, view_frames
+from viz.views import (ALL_HEADS, CROSS, KIND_KEYS, KINDS, MEAN, TraceArrays, head_key, parse_head_key,
+                       translation_frames, view_frames)
+from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, beam_step_rows, comparison_figure, importance_figure,
+                        log_prob_change_figure, n_best_rows, token_differences)
 
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
 TOP_K = 5
@@ -59,6 +64,32 @@ KEYS_JS = """() => {
     if (button && document.querySelector(button)) { event.preventDefault(); document.querySelector(button).click(); }
   });
 }"""
+
+# A click on a candidate's bar branches there; a click on a head of the importance heatmap opens it. gr.Plot sends
+# no clicks to Python: the click fills the text field beside the plot and presses its button, as a user would.
+CLICKS_JS = """() => {
+  const targets = {candidates: ["#branch-word", "#branch"], importance: ["#open-head", "#open-head-button"]};
+  const bind = () => {
+    for (const [id, [field, button]] of Object.entries(targets)) {
+      const plot = document.querySelector(`#${id} .js-plotly-plot`);
+      if (!plot || !plot.on || plot.dataset.clicks) continue;
+      plot.dataset.clicks = "bound";
+      plot.on("plotly_click", (event) => {
+        const value = event.points && event.points[0] && event.points[0].customdata;
+        const input = document.querySelector(`${field} textarea, ${field} input`);
+        if (typeof value !== "string" || !input) return;
+        input.value = value;
+        input.dispatchEvent(new Event("input", {bubbles: true}));
+        setTimeout(() => document.querySelector(button).click(), 50);
+      });
+    }
+  };
+  new MutationObserver(bind).observe(document.body, {childList: true, subtree: true});
+}"""
+# The head switches as a layers x heads grid: one row of checkboxes per layer.
+CSS = "\n".join([".head-grid .wrap label { padding: 2px 6px; font-size: 0.85em; }"]
+                + [f".head-grid.heads-{n} .wrap {{ display: grid; grid-template-columns: repeat({n}, minmax(0, 1fr)); }}"
+                   for n in (1, 2, 4, 6, 8, 12, 16)])
 
 
 def model_choices() -> list[tuple[str, str]]:
@@ -96,14 +127,48 @@ def trace_text(model_name: str, text: str, force: list[str] | None = None,
     return TRANSLATORS[model_name].trace(text, **options)
 
 
-def to_arrays(traced: TracedTranslation) -> TraceArrays:
-    """The per-user state: a trace reduced to numpy arrays and token strings."""
+def to_arrays(traced: TracedTranslation, mask: list[str] | None = None) -> TraceArrays:
+    """The per-user state: a trace reduced to numpy arrays and token strings (`mask`: the heads it ran without)."""
     trace = traced.trace
     return TraceArrays(
         source_tokens=traced.source_tokens, decoder_tokens=traced.decoder_input_tokens,
         target_tokens=traced.target_tokens, probabilities=trace.probabilities, top_tokens=traced.top_tokens,
         top_probabilities=trace.top_probabilities, encoder=trace.encoder_attention,
-        decoder=trace.decoder_attention, cross=trace.cross_attention)
+        decoder=trace.decoder_attention, cross=trace.cross_attention, switched_off=frozenset(mask or ()),
+        forced=trace.forced)
+
+
+@dataclass
+class Decoding:
+    """One decoding of the sentence on screen: the greedy original, a branch, one with heads off, a beam hypothesis."""
+
+    name: str  # as the breadcrumb shows it
+    trace: TraceArrays
+    text: str  # the translation as text
+    force: list[str] = field(default_factory=list)  # the target tokens the user fixed
+    mask: list[str] = field(default_factory=list)  # the heads switched off, kind.layer.head
+    chosen: int | None = None  # a branch: the step (0-based) whose token the user chose
+    by_mask: bool = False  # made by switching heads off: a new mask replaces it rather than following it
+
+
+@dataclass
+class Trail:
+    """A user's decodings of one sentence, each made from the one before it (original → branch → ...), and which
+    one is on screen. Lives in a gr.State."""
+
+    model: str
+    source: str
+    decodings: list[Decoding]
+    shown: int = 0
+
+    @property
+    def current(self) -> Decoding:
+        return self.decodings[self.shown]
+
+    def followed_by(self, decoding: Decoding, after: int | None = None) -> Trail:
+        """The trail up to decoding `after` (default: the one shown), then `decoding`, shown."""
+        after = self.shown if after is None else after
+        return Trail(self.model, self.source, self.decodings[:after + 1] + [decoding], after + 1)
 
 
 def head_choices(trace: TraceArrays, kind: str) -> list[tuple[str, int | str]]:
@@ -125,6 +190,11 @@ def source_highlights(traced: TracedTranslation) -> list[tuple[str, str | None]]
             for token, unknown in zip(traced.source_tokens, traced.unknown)]
 
 
+def plural(count: int, noun: str) -> str:
+    """'1 head', '3 heads'."""
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
 def shown(value: object, limit: int = 60) -> str:
     """A value from a request, quoted for a message (repr spells out invisible and broken characters), cut short."""
     text = repr(value)
@@ -141,15 +211,75 @@ def translate(model_name: str, text: str, kind: str, layer: int, head: int | str
         traced = trace_text(model_name, text)
     except InputError as error:
         return {status: str(error)}
-    trace = to_arrays(traced)
+    trail = Trail(model_name, text, [Decoding("original", to_arrays(traced), traced.text)])
+    trace = trail.current.trace
+    return {**show(trail, 1, kind, layer, head, model_view), **head_panel(model_name, trace),
+            status: translate_status(traced, trace.available()), source_view: source_highlights(traced),
+            n_best: None, beam_steps: None, beam_open: gr.Dropdown(choices=[], value=None), beam_state: None}
+
+
+def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
+    """Put the trail's shown decoding on screen at step `at_step` (1-based): its translation, stepping figures and
+    views, the breadcrumb, its comparison with the decoding it came from and the heads it ran without."""
+    decoding = trail.current
+    trace = decoding.trace
     kinds = trace.available()
     kind = kind if kind in kinds else kinds[-1]
-    return {trace_state: trace, translation: traced.text, status: translate_status(traced, kinds),
-            source_view: source_highlights(traced), step: gr.Slider(maximum=max(trace.steps, 2), value=1,
-                                                                    interactive=trace.steps > 1),
+    at_step = min(max(int(at_step or 1), 1), trace.steps)
+    grids = {grid: sorted(name for name in decoding.mask if name.startswith(KIND_KEYS[grid_kind] + "."))
+             for grid, grid_kind in zip(mask_grids, KINDS)}
+    return {trail_state: trail, trace_state: trace,
+            translation: decoding.text,
+            step: gr.Slider(maximum=max(trace.steps, 2), value=at_step, interactive=trace.steps > 1),
             kind_choice: gr.Radio(choices=kinds, value=kind), translation_state: translation_frames(trace),
             **{button: gr.Button(interactive=True) for button in step_buttons},
-            **view_outputs(trace, kind, layer, head, model_view)}
+            breadcrumb: gr.Radio(choices=[(d.name, i) for i, d in enumerate(trail.decodings)], value=trail.shown,
+                                 visible=len(trail.decodings) > 1),
+            **comparison_outputs(trail), **grids, **view_outputs(trace, kind, layer, head, model_view)}
+
+
+def comparison_outputs(trail: Trail) -> dict:
+    """The shown decoding beside the one it came from: both token sequences with the differences marked, and
+    both per-token probabilities."""
+    if trail.shown == 0:
+        return {comparison: [("This is the greedy translation. Branch it (click a candidate or type a word) or "
+                              "switch heads off to compare.", None)], comparison_plot: None}
+    parent, child = trail.decodings[trail.shown - 1], trail.current
+    before, after = parent.trace.target_tokens, child.trace.target_tokens
+    parent_marks = token_differences(after, before)
+    child_marks = token_differences(before, after, child.chosen)
+    differing = [{i for i, (_, mark) in enumerate(marks) if mark in (DIFFERS, FORCED)}
+                 for marks in (parent_marks, child_marks)]
+    return {comparison: [(f"{parent.name}: ", None), *parent_marks, ("\n", None), (f"{child.name}: ", None),
+                         *child_marks],
+            comparison_plot: comparison_figure([(parent.name, before, parent.trace.probabilities),
+                                                (child.name, after, child.trace.probabilities)], differing)}
+
+
+def head_panel(model_name: str, trace: TraceArrays) -> dict:
+    """The head switches of a model's attention kinds (the GRU models have cross-attention only), and its
+    head-importance heatmap; the last mask's results cleared."""
+    kinds = trace.available()
+    grids = {grid: gr.CheckboxGroup(choices=[(f"L{layer + 1} H{head + 1}", head_key(kind, layer, head))
+                                             for layer in range(trace.layers(kind)) for head in range(trace.heads(kind))]
+                                    if kind in kinds else [], value=[], visible=kind in kinds,
+                                    elem_classes=["head-grid", f"heads-{trace.heads(kind) if kind in kinds else 0}"])
+             for grid, kind in zip(mask_grids, KINDS)}
+    note = ("Tick heads to switch them off: the sentence is translated again without them at once."
+            if len(kinds) == len(KINDS) else
+            "This model's encoder and decoder are GRUs: they have no self-attention, so only its cross-attention "
+            "heads can be switched off.")
+    return {**grids, mask_note: note, masked_translation: None, mask_effect_plot: None,
+            importance_plot: importance_plot_for(model_name, trace, IMPORTANCE_CHOICES[0])}
+
+
+def importance_plot_for(model_name: str, trace: TraceArrays, measure: str):
+    """The heatmap of one measure from the checkpoint's heads.json, or None when it has none."""
+    report = TRANSLATORS[model_name].head_report if model_name in TRANSLATORS else {}
+    if not report.get("heads") or measure not in IMPORTANCE_MEASURES:
+        return None
+    shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
+    return importance_figure(report["heads"], shapes, measure)
 
 
 def translate_status(traced: TracedTranslation, kinds: list[str]) -> str:
@@ -189,7 +319,8 @@ def switch_model(model_name: str, text: str, kind: str, layer: int, head: int | 
     outputs = {example: gr.Dropdown(choices=examples_for(model_name), value=None)}
     if (text or "").strip():
         return {**outputs, **translate(model_name, text, kind, layer, head, model_view)}
-    return {**outputs, trace_state: None, translation: "", translation_state: None, view_state: None,
+    return {**outputs, trace_state: None, trail_state: None, translation: "", translation_state: None,
+            view_state: None, breadcrumb: gr.Radio(choices=[], value=None, visible=False),
             status: f"Model {shown(model_name)} chosen: type or pick a sentence to translate."}
 
 
@@ -200,6 +331,176 @@ def first_visit(kind: str, layer: int, head: int | str, model_view: bool = False
         return {status: load_status() or "Type a sentence and press Enter."}
     return {source: sentences[0], example: sentences[0],
             **translate(DEFAULT_MODEL, sentences[0], kind, layer, head, model_view)}
+
+
+NOTHING_YET = "Translate a sentence first: there is nothing to change yet."
+IMPORTANCE_CHOICES = list(IMPORTANCE_MEASURES)
+
+
+def go_to(trail: Trail | None, index: int, at_step: int, kind: str, layer: int, head: int | str,
+          model_view: bool = False) -> dict:
+    """The breadcrumb: show another decoding of the trail (the ones after it stay until a new one is made)."""
+    if trail is None or not isinstance(index, int) or not 0 <= index < len(trail.decodings):
+        return {status: NOTHING_YET}
+    trail = Trail(trail.model, trail.source, trail.decodings, index)
+    return {**show(trail, at_step, kind, layer, head, model_view), status: f"Showing {trail.current.name}."}
+
+
+def branch(trail: Trail | None, at_step: int, word: str, kind: str, layer: int, head: int | str,
+           model_view: bool = False) -> dict:
+    """Make the shown decoding choose `word` at step `at_step` and decode greedily from there: a new branch."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    decoding = trail.current
+    word = (word or "").strip() if isinstance(word, str) else ""
+    if not word:
+        return {status: "Click a candidate in the chart, or type a word to choose at this step, then Branch."}
+    t = min(max(int(at_step or 1), 1), decoding.trace.steps) - 1
+    force = decoding.trace.target_tokens[:t] + [word]
+    try:
+        traced = trace_text(trail.model, trail.source, force, decoding.mask)
+    except InputError as error:
+        return {status: str(error)}
+    was = decoding.trace.target_tokens[t]
+    new = Decoding(f"{word} at step {t + 1}", to_arrays(traced, decoding.mask), traced.text, force, decoding.mask,
+                   chosen=t)
+    trail = trail.followed_by(new)
+    change = float(np.log(new.trace.probabilities).sum() - np.log(decoding.trace.probabilities).sum())
+    return {**show(trail, t + 1, kind, layer, head, model_view), branch_word: "",
+            status: f"Branch: step {t + 1} chooses \"{word}\" instead of \"{was}\", then greedy decoding goes on. "
+                    f"Log-probability {change:+.2f} against {decoding.name}."}
+
+
+def set_mask(trail: Trail | None, mask: list[str], at_step: int, kind: str, layer: int, head: int | str,
+             model_view: bool = False) -> dict:
+    """Translate the sentence again with the heads of `mask` switched off, show it beside the decoding it came from,
+    and score that decoding's tokens without those heads (teacher-forced): which words depended on them."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    base_index = trail.shown - 1 if trail.current.by_mask else trail.shown
+    base = trail.decodings[base_index]
+    mask = sorted(set(mask))
+    if mask == sorted(base.mask):  # every head the base ran with is on again: back to it
+        trail = Trail(trail.model, trail.source, trail.decodings[:base_index + 1], base_index)
+        return {**show(trail, at_step, kind, layer, head, model_view), masked_translation: None,
+                mask_effect_plot: None, status: f"All heads of {base.name} on again."}
+    try:
+        traced = trace_text(trail.model, trail.source, base.force, mask)
+        scored = TRANSLATORS[trail.model].score(trail.source, base.trace.target_tokens, mask)
+    except InputError as error:
+        return {status: str(error)}
+    off = len(set(mask) - set(base.mask))
+    new = Decoding(f"{plural(len(mask), 'head')} off", to_arrays(traced, mask), traced.text, base.force, mask,
+                   by_mask=True)
+    trail = trail.followed_by(new, after=base_index)
+    change = scored.log_probabilities - np.log(base.trace.probabilities)
+    same = new.trace.target_tokens == base.trace.target_tokens
+    return {**show(trail, at_step, kind, layer, head, model_view),
+            masked_translation: token_differences(base.trace.target_tokens, new.trace.target_tokens),
+            mask_effect_plot: log_prob_change_figure(
+                base.trace.target_tokens, change,
+                f"each token of {base.name}: log-probability with {plural(off, 'head')} off minus with them on"),
+            status: f"{plural(len(mask), 'head')} off: the translation " + ("does not change" if same else "changes")
+                    + f"; the log-probability of {base.name}'s tokens changes by {change.sum():+.2f} in all (the "
+                    "Switch heads off tab shows each token's change)."}
+
+
+def mask_from_grids(trail: Trail | None, encoder: list[str], decoder: list[str], cross: list[str], at_step: int,
+                    kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
+    """A head ticked or unticked in a grid."""
+    return set_mask(trail, [*(encoder or []), *(decoder or []), *(cross or [])], at_step, kind, layer, head,
+                    model_view)
+
+
+def mask_preset(preset: str, trail: Trail | None, at_step: int, kind: str, layer: int, head: int | str,
+                model_view: bool = False) -> dict:
+    """A preset mask over the heads of the kind in view: its layer in view off, all but the head in view, none."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    trace = trail.current.trace
+    kind = kind if kind in trace.available() else trace.available()[-1]
+    layer = min(max(layer if isinstance(layer, int) else 0, 0), trace.layers(kind) - 1)
+    names = [head_key(kind, layer, h) for h in range(trace.heads(kind))]
+    if preset == "layer":
+        mask = sorted(set(trail.current.mask) | set(names))
+    elif preset == "all but one":
+        if not isinstance(head, int):
+            return {status: "Choose one head in the Head list first: every other head of this attention goes off."}
+        mask = [head_key(kind, other_layer, h) for other_layer in range(trace.layers(kind))
+                for h in range(trace.heads(kind)) if (other_layer, h) != (layer, head)]
+    else:
+        mask = []
+    return set_mask(trail, mask, at_step, kind, layer, head, model_view)
+
+
+def open_head(trace: TraceArrays | None, name: str, model_view: bool = False) -> dict:
+    """Show one head, named kind.layer.head (a click on the importance heatmap, or typed), in the attention view."""
+    if trace is None:
+        return {status: NOTHING_YET}
+    parsed = parse_head_key(name)
+    if parsed is None or parsed[0] not in trace.available() or not (
+            0 <= parsed[1] < trace.layers(parsed[0]) and 0 <= parsed[2] < trace.heads(parsed[0])):
+        return {status: f"No head {shown(name)} in this model: name one as kind.layer.head, e.g. cross.2.5."}
+    kind, layer, head = parsed
+    return {kind_choice: gr.Radio(value=kind), **view_outputs(trace, kind, layer, head, model_view),
+            status: f"Showing {head_key(kind, layer, head)}."}
+
+
+def show_importance(trail: Trail | None, measure: str) -> dict:
+    """The importance heatmap of another measure."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    return {importance_plot: importance_plot_for(trail.model, trail.current.trace, measure)}
+
+
+def run_beam(trail: Trail | None) -> dict:
+    """Beam search of the sentence as evaluation runs it (with the heads of the shown decoding off): the n-best
+    list and the beam at every step."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    translator = TRANSLATORS[trail.model]
+    try:
+        traced = translator.beam(trail.source, mask=trail.current.mask)
+    except InputError as error:
+        return {status: str(error)}
+    beam = traced.beam
+    greedy = translator.to_text(traced.greedy_tokens[:-1] if traced.greedy_tokens[-1:] == ["<eos>"]
+                                else traced.greedy_tokens)
+    texts = [translator.to_text(traced.tokens(h)[:-1] if h.finished else traced.tokens(h)) for h in beam.n_best]
+    rows = n_best_rows([(text, h.score, h.log_probability, len(h.token_ids) + h.finished)
+                        for text, h in zip(texts, beam.n_best)], greedy)
+    steps = beam_step_rows([[(traced.tokens(h), h.log_probability, h.finished) for h in hypotheses]
+                            for hypotheses in beam.steps], traced.greedy_tokens)
+    masked = f", {plural(len(trail.current.mask), 'head')} off" if trail.current.mask else ""
+    return {n_best: rows, beam_steps: steps, beam_state: [traced.tokens(h) for h in beam.n_best],
+            beam_open: gr.Dropdown(choices=[(f"#{r}: {text}", r - 1) for r, text in enumerate(texts, start=1)],
+                                   value=None),
+            status: f"Beam search (beam {beam.beam_size}, length penalty {beam.length_penalty}{masked}): "
+                    f"{len(beam.n_best)} finished hypotheses in {len(beam.steps)} steps; "
+                    + ("the best one is the greedy translation." if texts and texts[0] == greedy else
+                       "the best one differs from the greedy translation.")}
+
+
+def open_hypothesis(trail: Trail | None, hypotheses: list[list[str]] | None, index: int, kind: str, layer: int,
+                    head: int | str, model_view: bool = False) -> dict:
+    """Show a beam hypothesis like a trace: its tokens forced, so every step's attention is its teacher-forced one."""
+    if trail is None or not hypotheses or not isinstance(index, int) or not 0 <= index < len(hypotheses):
+        return {status: "Run the beam search first, then choose one of its hypotheses."}
+    try:
+        traced = trace_text(trail.model, trail.source, hypotheses[index], trail.current.mask)
+    except InputError as error:
+        return {status: str(error)}
+    new = Decoding(f"beam #{index + 1}", to_arrays(traced, trail.current.mask), traced.text, hypotheses[index],
+                   trail.current.mask)
+    return {**show(trail.followed_by(new), 1, kind, layer, head, model_view),
+            status: f"Showing beam hypothesis #{index + 1} step by step, its attention read with its own tokens."}
+
+
+def select_hypothesis(trail: Trail | None, hypotheses: list[list[str]] | None, kind: str, layer: int,
+                      head: int | str, model_view: bool, selected: gr.SelectData) -> dict:
+    """A click on a row of the n-best table."""
+    index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
+    return open_hypothesis(trail, hypotheses, index, kind, layer, head, model_view)
 
 
 def check_model(model: object) -> None:
@@ -246,13 +547,37 @@ def score_api(model: str, text: str, target_tokens: list[str], mask: list[str] |
             "total_log_probability": round(scored.total, 6), "mask": sorted(set(mask or []))}
 
 
+def beam_api(model: str, text: str, beam_size: int | None = None, mask: list[str] | None = None) -> dict:
+    """Beam search of `text` with checkpoint `model` (its evaluation beam size unless `beam_size` is given; heads of
+    `mask` switched off): the n-best list, best first, with length-normalised scores as evaluation ranks them,
+    and the beam after every step; `on_greedy_path` marks the hypotheses that are a prefix of the greedy output."""
+    check_model(model)
+    translator = TRANSLATORS[model]
+    try:
+        traced = translator.beam(text, beam_size, mask)
+    except InputError as error:
+        raise gr.Error(str(error)) from None
+    beam = traced.beam
+    return {"source_tokens": traced.source_tokens, "beam_size": beam.beam_size,
+            "length_penalty": beam.length_penalty, "greedy_tokens": traced.greedy_tokens,
+            "n_best": [{"tokens": traced.tokens(h), "score": round(h.score, 6),
+                        "log_probability": round(h.log_probability, 6),
+                        "translation": translator.to_text(traced.tokens(h)[:len(h.token_ids)])} for h in beam.n_best],
+            "steps": [[{"tokens": traced.tokens(h), "log_probability": round(h.log_probability, 6),
+                        "finished": h.finished,
+                        "on_greedy_path": traced.tokens(h) == traced.greedy_tokens[:len(traced.tokens(h))]}
+                       for h in hypotheses] for hypotheses in beam.steps],
+            "mask": sorted(set(mask or []))}
+
+
 # ---- layout -----------------------------------------------------------------------------------------
 
 class Blocks(gr.Blocks):
     """gr.Blocks whose events answer a malformed request with a message, where Gradio's own answer is an empty error.
 
     Too few values: the trailing arguments of an API endpoint (its optional ones) arrive as None, which the
-    endpoint checks; a UI event names what it takes. The hook is a Gradio internal of the pinned version;
+    endpoint checks; a UI event names what it takes. A slider's value that is no number, or a checkbox group's
+    that is no list, is named too. The hook is a Gradio internal of the pinned version;
     tests/test_http_api.py sends such requests as raw HTTP.
     """
 
@@ -264,6 +589,11 @@ class Blocks(gr.Blocks):
             names = ", ".join(str(block.label or block.get_block_name()) for block in block_fn.inputs)
             raise gr.Error(f"This request sent {len(inputs)} values; this endpoint takes {len(block_fn.inputs)}: "
                            f"{names}.")
+        for block, value in zip(block_fn.inputs, inputs):  # values Gradio itself fails on with no message
+            if isinstance(block, gr.Slider) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise gr.Error(f"{block.label} must be a number, not {shown(value)}.")
+            if isinstance(block, gr.CheckboxGroup) and not isinstance(value, list):
+                raise gr.Error(f"{block.label} must be a list, not {shown(value)}.")
 
 
 with Blocks(title="Transformer attention inspector") as demo:
@@ -282,9 +612,12 @@ with Blocks(title="Transformer attention inspector") as demo:
                             lines=1, max_lines=3, elem_id="source", scale=5, container=False)
         translate_button = gr.Button("Translate", variant="primary", elem_id="translate", scale=1, min_width=100)
     with gr.Row(equal_height=True):
-        translation = gr.Textbox(label="Translation (greedy)", interactive=False, elem_id="translation", scale=3)
+        translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation", scale=3)
         status = gr.Textbox(value=load_status(), label="Status", interactive=False, lines=1, max_lines=3,
                             elem_id="status", scale=2)
+    trail_state = gr.State(None, time_to_live=TRACE_TTL_S)
+    breadcrumb = gr.Radio([], label="Decodings of this sentence: each made from the one before it (choose one to "
+                          "show it)", elem_id="breadcrumb", visible=False)
     with gr.Row():
         with gr.Column(scale=3, min_width=340):
             with gr.Row(equal_height=True, elem_id="step-bar"):
@@ -311,12 +644,67 @@ with Blocks(title="Transformer attention inspector") as demo:
                                          elem_id="source-tokens", scale=2)
         probabilities_plot = gr.Plot(show_label=False, elem_id="probabilities", scale=3)
 
+    # What if: each tab changes the decoding and puts the result on the screen above, beside where it came from.
+    with gr.Tabs(elem_id="what-if"):
+        with gr.Tab("Branch and compare", elem_id="branch-tab"):
+            gr.Markdown("Make the model choose another word at the step on screen: **click a candidate** in the "
+                        "chart above, or type a word. Greedy decoding goes on from there; the branch is stepped "
+                        "and inspected like the original, and can be branched again.")
+            with gr.Row(equal_height=True):
+                branch_word = gr.Textbox(label="Word to choose at this step", placeholder="a word of the target "
+                                         "vocabulary, then Enter", elem_id="branch-word", scale=3)
+                branch_button = gr.Button("Branch here", elem_id="branch", scale=1, min_width=100)
+            comparison = gr.HighlightedText(label="Compared with the decoding it came from",
+                                            color_map={DIFFERS: "red", FORCED: "orange"}, show_legend=True,
+                                            show_inline_category=False, elem_id="comparison")
+            comparison_plot = gr.Plot(show_label=False, elem_id="comparison-plot")
+        with gr.Tab("Switch heads off", elem_id="heads-tab"):
+            mask_note = gr.Markdown("Tick heads to switch them off.")
+            with gr.Row():
+                with gr.Column(scale=3, min_width=320):
+                    mask_grids = [gr.CheckboxGroup([], label=f"{kind}: heads off", elem_id=f"mask-{KIND_KEYS[kind]}",
+                                                   elem_classes=["head-grid"]) for kind in KINDS]
+                    with gr.Row():
+                        mask_layer = gr.Button("Switch off the layer in view", size="sm", elem_id="mask-layer")
+                        mask_all_but = gr.Button("Only the head in view on", size="sm", elem_id="mask-all-but")
+                        mask_reset = gr.Button("All heads on", size="sm", elem_id="mask-reset")
+                with gr.Column(scale=2, min_width=300):
+                    importance_measure = gr.Radio(IMPORTANCE_CHOICES, value=IMPORTANCE_CHOICES[0],
+                                                  label="Which heads matter (model/heads.py on the val split)",
+                                                  elem_id="importance-measure")
+                    importance_plot = gr.Plot(show_label=False, elem_id="importance")
+                    with gr.Row(equal_height=True):
+                        head_name_box = gr.Textbox(label="Open a head in the attention view",
+                                                   placeholder="kind.layer.head, e.g. cross.2.5", elem_id="open-head",
+                                                   scale=3)
+                        open_head_button = gr.Button("Open", elem_id="open-head-button", scale=1, min_width=80)
+            masked_translation = gr.HighlightedText(label="Translated with those heads off (words that differ in red)",
+                                                    color_map={DIFFERS: "red"}, show_inline_category=False,
+                                                    elem_id="masked-translation")
+            mask_effect_plot = gr.Plot(show_label=False, elem_id="mask-effect")
+        with gr.Tab("Beam search", elem_id="beam-tab"):
+            beam_state = gr.State(None, time_to_live=TRACE_TTL_S)  # the n-best hypotheses' tokens
+            with gr.Row(equal_height=True):
+                beam_button = gr.Button("Run beam search", variant="primary", elem_id="beam", scale=1, min_width=140)
+                beam_open = gr.Dropdown([], value=None, label="Open a hypothesis step by step", elem_id="beam-open",
+                                        scale=3)
+            n_best = gr.Dataframe(headers=["rank", "translation", "score", "log-probability", "tokens", "greedy"],
+                                  label="n-best list, best first (score: log-probability / length, as evaluation "
+                                  "ranks them); click a row to open it", interactive=False, elem_id="n-best")
+            beam_steps = gr.Dataframe(headers=["step", "rank", "hypothesis", "log-probability", "finished",
+                                               "greedy path"], label="The beam after every step",
+                                      interactive=False, max_height=420, elem_id="beam-steps")
+
     views = [attention_plot, candidates_plot, probabilities_plot, step_text, overview_plot]
     settings = [kind_choice, layer_choice, head_choice, model_view]
-    translate_outputs = [trace_state, translation, status, source_view, step, kind_choice, layer_choice, head_choice,
-                         translation_state, view_state, *step_buttons]
-    # Translations queue for the trace workers in their own group, so view changes (a few ms each) never wait
-    # behind them.
+    # Everything that shows one decoding (`show`), and what a new translation resets.
+    decoding_outputs = [trail_state, trace_state, translation, step, kind_choice, layer_choice, head_choice,
+                        translation_state, view_state, *step_buttons, breadcrumb, comparison, comparison_plot,
+                        *mask_grids, status]
+    translate_outputs = [*decoding_outputs, source_view, mask_note, importance_plot, masked_translation,
+                         mask_effect_plot, n_best, beam_steps, beam_open, beam_state]
+    # Model work queues for the trace workers in its own group, so view changes (a few ms each) never wait
+    # behind it.
     trace_queue = dict(concurrency_id="trace", concurrency_limit=TRACE_CONCURRENCY)
     translate_button.click(translate, [model_name, source, *settings], translate_outputs, api_name="translate",
                            **trace_queue)
@@ -328,6 +716,7 @@ with Blocks(title="Transformer attention inspector") as demo:
         translate, [model_name, source, *settings], translate_outputs, api_name="translate_example", **trace_queue)
     demo.load(first_visit, settings, [source, example, *translate_outputs], api_name="first_visit", **trace_queue)
     demo.load(None, js=KEYS_JS)
+    demo.load(None, js=CLICKS_JS)
 
     # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
     # box) redraws the step in the browser; new figures (a translation, a view change) are drawn by Gradio.
@@ -342,11 +731,39 @@ with Blocks(title="Transformer attention inspector") as demo:
     for control in settings:
         control.input(change_view, [trace_state, *settings], [layer_choice, head_choice, view_state, status],
                       api_name=control.elem_id.replace("-", "_"))
+
+    # What if: branch, switch heads off, open a head, beam search.
+    for trigger in (branch_button.click, branch_word.submit):
+        trigger(branch, [trail_state, step, branch_word, *settings], [*decoding_outputs, branch_word],
+                api_name="branch" if trigger == branch_button.click else "branch_enter", **trace_queue)
+    breadcrumb.input(go_to, [trail_state, breadcrumb, step, *settings], decoding_outputs, api_name="breadcrumb")
+    mask_outputs = [*decoding_outputs, masked_translation, mask_effect_plot]
+    for grid in mask_grids:
+        grid.input(mask_from_grids, [trail_state, *mask_grids, step, *settings], mask_outputs,
+                   api_name=grid.elem_id.replace("-", "_"), **trace_queue)
+    for button, preset in ((mask_layer, "layer"), (mask_all_but, "all but one"), (mask_reset, "none")):
+        button.click(partial(mask_preset, preset), [trail_state, step, *settings], mask_outputs,
+                     api_name=button.elem_id.replace("-", "_"), **trace_queue)
+    for trigger in (open_head_button.click, head_name_box.submit):
+        trigger(open_head, [trace_state, head_name_box, model_view],
+                [kind_choice, layer_choice, head_choice, view_state, status],
+                api_name="open_head" if trigger == open_head_button.click else "open_head_enter")
+    importance_measure.input(show_importance, [trail_state, importance_measure], [importance_plot, status],
+                             api_name="importance_measure")
+    beam_button.click(run_beam, trail_state, [n_best, beam_steps, beam_state, beam_open, status], api_name="beam_view",
+                      **trace_queue)
+    beam_open.input(open_hypothesis, [trail_state, beam_state, beam_open, *settings], decoding_outputs,
+                    api_name="open_hypothesis", **trace_queue)
+    # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
+    n_best.select(select_hypothesis, [trail_state, beam_state, *settings], decoding_outputs, api_visibility="private",
+                  **trace_queue)
+
     gr.api(trace_api, api_name="trace", **trace_queue)
     gr.api(score_api, api_name="score", **trace_queue)  # one teacher-forced pass, in this process
+    gr.api(beam_api, api_name="beam", **trace_queue)
 
 demo.queue(default_concurrency_limit=VIEW_CONCURRENCY, max_size=64)
 
 if __name__ == "__main__":
     # GRADIO_SERVER_NAME / GRADIO_SERVER_PORT choose the address (a Space sets them).
-    demo.launch(state_session_capacity=SESSION_CAPACITY)
+    demo.launch(state_session_capacity=SESSION_CAPACITY, css=CSS)

@@ -1,4 +1,5 @@
-"""Checkpoint folders: model.safetensors, config.json, vocab.json, metrics.json. Loading never unpickles."""
+"""Checkpoint folders: model.safetensors, config.json, vocab.json, metrics.json (and heads.json, written by
+model/heads.py). Loading never unpickles."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from model.transformer import ModelConfig, Transformer
 from model.translator import Translator
 from model.vocab import Tokenizer, Truecaser, Vocab
 
-WEIGHTS, CONFIG, VOCAB, METRICS = "model.safetensors", "config.json", "vocab.json", "metrics.json"
+WEIGHTS, CONFIG, VOCAB, METRICS, HEADS = \
+    "model.safetensors", "config.json", "vocab.json", "metrics.json", "heads.json"
 # config.json's "architecture" names the config class and the network it rebuilds.
 ARCHITECTURES = {"transformer": (ModelConfig, Transformer), "rnn": (RNNConfig, RNNSeq2Seq)}
 
@@ -138,8 +140,8 @@ def load_checkpoint(folder: str | Path) -> Translator:
     model = build_model(config)
     load_weights(model, folder / WEIGHTS)
     model.eval()
-    metrics = read_json(folder / METRICS) if (folder / METRICS).is_file() else {}
-    return Translator(model, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser, metrics)
+    metrics, heads = (read_json(folder / name) if (folder / name).is_file() else {} for name in (METRICS, HEADS))
+    return Translator(model, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser, metrics, heads)
 
 
 def load_all(root: str | Path) -> tuple[dict[str, Translator], dict[str, str]]:

@@ -61,6 +61,27 @@ def _strip(ids: list[int]) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class Hypothesis:
+    """A beam hypothesis: its tokens (no <sos>; a finished one without its <eos>), summed log-probability and
+    ranking score (log-probability / length**length_penalty, the length counting <eos>; for a live one, None)."""
+
+    token_ids: list[int]
+    log_probability: float
+    score: float | None = None
+    finished: bool = False
+
+
+@dataclass
+class BeamTrace:
+    """One sentence's beam search: the finished hypotheses best first, and the live beam after every step."""
+
+    n_best: list[Hypothesis]
+    steps: list[list[Hypothesis]]  # steps[t]: the beam after step t (finished ones that ended there included)
+    beam_size: int
+    length_penalty: float
+
+
 @torch.no_grad()
 def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | None = None,
                 length_penalty: float = 1.0, gates: HeadGates | None = None) -> list[list[int]]:
@@ -71,7 +92,25 @@ def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | 
     """
     if beam_size == 1:
         return greedy_decode(model, src, max_len, gates)
-    batch, k = src.size(0), beam_size
+    finished, _ = _beam(model, src, beam_size, max_len, length_penalty, gates)
+    return [max(f, key=lambda hypothesis: hypothesis.score).token_ids if f else [] for f in finished]
+
+
+@torch.no_grad()
+def beam_trace(model: Seq2Seq, src_ids: list[int], beam_size: int = 5, max_len: int | None = None,
+               length_penalty: float = 1.0, gates: HeadGates | None = None) -> BeamTrace:
+    """Beam search of one sentence (the same search as `beam_search`), recording the beam at every step."""
+    src = torch.tensor([src_ids], dtype=torch.long)
+    finished, steps = _beam(model, src, max(beam_size, 1), max_len, length_penalty, gates, record=True)
+    return BeamTrace(n_best=sorted(finished[0], key=lambda hypothesis: -hypothesis.score), steps=steps,
+                     beam_size=beam_size, length_penalty=length_penalty)
+
+
+def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penalty: float,
+          gates: HeadGates | None, record: bool = False) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
+    """The beam search behind `beam_search` and `beam_trace`: each sentence's finished hypotheses and, when
+    `record` (one sentence), the beam after every step."""
+    batch = src.size(0)
     memory, src_mask, _ = model.encode(src, gates=gates)
     memory = memory.repeat_interleave(k, dim=0)  # (B*K, S, d_model)
     src_mask = src_mask.repeat_interleave(k, dim=0)
@@ -79,7 +118,8 @@ def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | 
     scores = torch.zeros(batch, k, device=src.device)
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive
     sequences = torch.full((batch * k, 1), SOS_ID, dtype=torch.long, device=src.device)
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    history: list[list[Hypothesis]] = []
     limit = output_limit(model, src.size(1), max_len)
     for step in range(limit):
         logits, _ = model.decode(sequences[:, -1:], memory, src_mask, cache, gates=gates)
@@ -89,15 +129,21 @@ def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | 
         top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (B, 2K)
         top_beam, top_token = top_index // vocab, top_index % vocab
         ends = (top_token == EOS_ID) | (step == limit - 1)
+        ended_here = []
         # Hypotheses that end among the best K are finished; the rest of the beam continues without them.
         for b, rank in (ends[:, :k] & torch.isfinite(top_scores[:, :k])).nonzero().tolist():
             if len(finished[b]) < k:
                 beam_row = b * k + top_beam[b, rank].item()
                 ids = sequences[beam_row, 1:].tolist() + ([] if top_token[b, rank] == EOS_ID
                                                           else [top_token[b, rank].item()])
-                length = len(ids) + 1
-                finished[b].append((top_scores[b, rank].item() / length ** length_penalty, ids))
+                log_probability = top_scores[b, rank].item()
+                hypothesis = Hypothesis(ids, log_probability, log_probability / (len(ids) + 1) ** length_penalty,
+                                        finished=True)
+                finished[b].append(hypothesis)
+                ended_here.append(hypothesis)
         if all(len(f) >= k for f in finished):
+            if record:
+                history.append(ended_here)
             break
         alive_scores = top_scores.masked_fill(ends, float("-inf"))
         alive_scores, alive_rank = alive_scores.topk(k, dim=-1)  # (B, K)
@@ -106,7 +152,10 @@ def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | 
         scores = alive_scores
         sequences = torch.cat([sequences[rows], top_token.gather(1, alive_rank).view(-1, 1)], dim=1)
         cache = [layer.select(rows) for layer in cache]
-    return [max(f, key=lambda item: item[0])[1] if f else [] for f in finished]
+        if record:
+            history.append(ended_here + [Hypothesis(ids[1:], score) for ids, score
+                                         in zip(sequences.tolist(), scores[0].tolist()) if score > float("-inf")])
+    return finished, history
 
 
 @torch.inference_mode()

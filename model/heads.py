@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from model.batching import make_batch, token_batches
-from model.checkpoint import load_checkpoint, write_json
+from model.checkpoint import HEADS, load_checkpoint, write_json
 from model.data import load_pairs
 from model.evaluate import DEFAULT_DATA, score
 from model.seq2seq import HeadGates, head_gates, head_name
@@ -32,7 +32,6 @@ from model.train import hardware
 from model.translator import Translator
 from model.vocab import PAD_ID
 
-HEADS = "heads.json"
 PRUNED_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -126,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     pruning = [{"fraction": 0.0, "heads_off": 0, "bleu": base_bleu}]
     for fraction in tqdm(PRUNED_FRACTIONS, desc="pruning", file=sys.stderr):
         off = order[:round(fraction * len(order))]
+        if len(off) == pruning[-1]["heads_off"]:  # a model with few heads: the same point again
+            continue
         pruning.append({"fraction": fraction, "heads_off": len(off),
                         "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off))})
     drop = next((point for point in pruning if point["bleu"] < base_bleu - 1), None)

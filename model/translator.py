@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from model.batching import pad, token_batches
-from model.decoding import Trace, beam_search, greedy_trace, output_limit, teacher_forced_log_probs
+from model.decoding import (BeamTrace, Hypothesis, Trace, beam_search, beam_trace, greedy_decode, greedy_trace, output_limit,
+                            teacher_forced_log_probs)
 from model.seq2seq import HeadGates, Seq2Seq, head_gates
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 
@@ -84,6 +85,23 @@ class TracedScore:
 
 
 @dataclass
+class TracedBeam:
+    """One sentence's beam search with its tokens as strings: what `Translator.beam` returns."""
+
+    source_tokens: list[str]
+    greedy_tokens: list[str]  # the greedy translation (<eos> included unless it hit the length limit)
+    beam: BeamTrace
+    itos: list[str] = field(repr=False)  # the target vocabulary, id -> token
+
+    def tokens(self, hypothesis: Hypothesis) -> list[str]:
+        """A hypothesis's tokens, <eos> included when it finished."""
+        return [self.itos[i] for i in hypothesis.token_ids] + ["<eos>"] * hypothesis.finished
+
+
+MAX_BEAM_SIZE = 16
+
+
+@dataclass
 class Translator:
     """Everything needed to translate with one checkpoint; read-only once built, so users can share it."""
 
@@ -94,6 +112,7 @@ class Translator:
     tgt_vocab: Vocab
     truecaser: Truecaser
     metrics: dict = field(default_factory=dict)
+    head_report: dict = field(default_factory=dict)  # heads.json (model/heads.py): what each head is worth
 
     @property
     def max_src_tokens(self) -> int:
@@ -167,6 +186,25 @@ class Translator:
         tgt_ids = self.target_ids(target, self.model.config.max_len - 1, "Target token")
         log_probs = teacher_forced_log_probs(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
         return TracedScore(source_tokens=tokens + ["<eos>"], target_tokens=target, log_probabilities=log_probs)
+
+    def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None) -> TracedBeam:
+        """Beam search of one sentence as evaluation runs it (the checkpoint's beam size and length penalty unless
+        `beam_size` is given), recording the beam at every step, with the heads of `mask` switched off."""
+        decoding = self.metrics.get("decoding", {})
+        beam_size = decoding.get("beam_size", 5) if beam_size is None else beam_size
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or not 1 <= beam_size <= MAX_BEAM_SIZE:
+            raise InputError(f"The beam size must be a whole number from 1 to {MAX_BEAM_SIZE}, "
+                             f"not {reprlib.repr(beam_size)}.")
+        tokens = self.source_tokens(text)
+        src_ids = self.encode_source(tokens)
+        gates = self.gates(checked_strings(mask, "mask"))
+        beam = beam_trace(self.model, src_ids, beam_size, length_penalty=decoding.get("length_penalty", 1.0),
+                          gates=gates)
+        greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates)[0]
+        ended = len(greedy) < output_limit(self.model, len(src_ids))
+        return TracedBeam(source_tokens=tokens + ["<eos>"],
+                          greedy_tokens=[self.tgt_vocab.itos[i] for i in greedy] + ["<eos>"] * ended, beam=beam,
+                          itos=self.tgt_vocab.itos)
 
     def source_tokens(self, text: str) -> list[str]:
         """The tokens the encoder will read (before <eos>), or an InputError saying why `text` cannot be read."""

@@ -110,7 +110,8 @@ def app_module(toy_checkpoints):
 @pytest.fixture(scope="session")
 def server(app_module):
     """The app launched on a free loopback port; yields its URL."""
-    app_module.demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True)
+    app_module.demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
+                           css=app_module.CSS)
     yield app_module.demo.local_url
     app_module.demo.close()
 

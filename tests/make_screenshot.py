@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots"))
     parser.add_argument("--sentence", default="A little girl in a pink dress is climbing the stairs to a wooden house.")
     args = parser.parse_args()
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, css=app.CSS)
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)

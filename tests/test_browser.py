@@ -210,6 +210,42 @@ def test_picking_an_example_translates_it(page, app_module):
     assert page.locator("#source textarea").input_value() == sentence
 
 
+def status_starts(page, prefix: str) -> str:
+    page.wait_for_function("(prefix) => document.querySelector('#status textarea')?.value.startsWith(prefix)",
+                           arg=prefix, timeout=30000)
+    return page.locator("#status textarea").input_value()
+
+
+def test_click_a_candidate_to_branch_and_switch_a_head_off(page, app_module):
+    translator = app_module.TRANSLATORS[MODEL]
+    text = "A man plays with a red ball in the park."
+    translate(page, text)
+    page.click("#next")
+    page.click("#next")
+    wait_for_step(page, 3)
+    bars_shown(page, "candidates", 3)
+    word = translator.trace(text).top_tokens[2][1]
+    bar = page.locator("#candidates .js-plotly-plot .bars .point path").nth(1).bounding_box()
+    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2 - 20)  # above a short bar counts too
+    page.mouse.down()
+    page.mouse.up()
+    assert f'step 3 chooses "{word}"' in status_starts(page, "Branch")
+    expected = translator.trace(text, force=translator.trace(text).target_tokens[:2] + [word])
+    assert page.locator("#translation textarea").input_value() == expected.text
+    assert wait_for_step(page, 3)["title"].endswith(f"→ \"{word}\" (p = {expected.trace.probabilities[2]:.2f})")
+    assert page.get_by_label("original").count() == 1  # the breadcrumb goes back
+    page.get_by_role("tab", name="Switch heads off").click()
+    page.locator("#mask-cross label").first.click()
+    status_starts(page, "1 head off")
+    masked = translator.trace(text, force=expected.target_tokens[:3], mask=["cross.1.1"])
+    assert page.locator("#translation textarea").input_value() == masked.text
+    page.wait_for_function("() => document.querySelector('#mask-effect .js-plotly-plot')")
+    assert " ".join(masked.target_tokens) in " ".join(page.locator("#masked-translation").inner_text().split())
+    page.get_by_label("original").check()
+    status_starts(page, "Showing original")
+    assert page.locator("#translation textarea").input_value() == translator.trace(text).text
+
+
 def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

@@ -80,11 +80,13 @@ def positions(tokens: list[str]) -> list[str]:
     return [f"{i}: {t}" for i, t in enumerate(escape(tokens))]
 
 
-def _figure(data: list[dict], layout: dict) -> go.Figure:
+def plain_figure(data: list[dict], layout: dict) -> go.Figure:
+    """A figure from plain dicts, unvalidated, with the compact template."""
     return go.Figure(data=data, layout=dict(layout, template=TEMPLATE), _validate=False)
 
 
-def _token_axis(tokens: list[str], **extra) -> dict:
+def token_axis(tokens: list[str], **extra) -> dict:
+    """A category axis of tokens: unique "i: token" values, the bare tokens as tick labels."""
     return dict(type="category", categoryorder="array", categoryarray=positions(tokens),
                 tickmode="array", tickvals=positions(tokens), ticktext=escape(tokens), **extra)
 
@@ -107,7 +109,7 @@ def title_text(lines: list[str]) -> str:
     return "<br>".join(escape_text(line) for line in lines)
 
 
-def _title(lines: list[str]) -> dict:
+def title_layout(lines: list[str]) -> dict:
     """A title of one or more lines that reserves its own space above the plot."""
     return dict(text=title_text(lines), automargin=True, yref="paper", y=1, yanchor="bottom", pad=dict(b=8),
                 x=0.01, xanchor="left", xref="container", font=dict(size=13))
@@ -115,30 +117,43 @@ def _title(lines: list[str]) -> dict:
 
 def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
                       highlight_row: int | None = None, query_label: str = "query", key_label: str = "key",
-                      height: int | None = None) -> go.Figure:
+                      height: int | None = None, note: str | None = None) -> go.Figure:
     """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row.
 
-    `title` may be several lines; `height` defaults to one that grows with the number of queries."""
+    `title` may be several lines; `height` defaults to one that grows with the number of queries. `note` is
+    written across the map (for a switched-off head, whose weights are NaN: no colour at all)."""
     weights = np.asarray(weights)
     if weights.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(query_tokens)} queries x {len(key_tokens)} keys")
     heatmap = _heatmap(weights, query_tokens, key_tokens, colorscale=COLORSCALE,
                        colorbar=dict(title=dict(text="weight"), thickness=14))
-    return _figure([heatmap], dict(
-        title=_title([title] if isinstance(title, str) else title), margin=dict(l=10, r=10, t=10, b=10),
+    return plain_figure([heatmap], dict(
+        title=title_layout([title] if isinstance(title, str) else title), margin=dict(l=10, r=10, t=10, b=10),
         height=height or max(340, 150 + 26 * len(query_tokens)), plot_bgcolor="white",
-        xaxis=_token_axis(key_tokens, title=dict(text=key_label), automargin=True),  # Plotly turns crowded labels
-        yaxis=_token_axis(query_tokens, title=dict(text=query_label), autorange="reversed", automargin=True),
+        xaxis=token_axis(key_tokens, title=dict(text=key_label), automargin=True),  # Plotly turns crowded labels
+        yaxis=token_axis(query_tokens, title=dict(text=query_label), autorange="reversed", automargin=True),
         shapes=[] if highlight_row is None else [_row_outline(highlight_row, len(key_tokens))],
+        annotations=[] if note is None else [_note(note, 0.5, 0.5)],
     ))
+
+
+def _note(text: str, x: float, y: float) -> dict:
+    """Grey text over a plot area, in paper coordinates."""
+    return dict(text=escape_text(text), x=x, y=y, xref="paper", yref="paper", showarrow=False,
+                font=dict(size=13, color="#777"))
 
 
 def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
               row_labels: list[str], col_labels: list[str], highlight_row: int | None = None,
-              panel_height: int | None = None) -> go.Figure:
-    """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads."""
-    weights = np.asarray(weights)
+              panel_height: int | None = None, off: np.ndarray | None = None) -> go.Figure:
+    """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads.
+
+    `off` (R, C): panels of switched-off heads, drawn empty with a note instead of their unused weights."""
+    weights = np.asarray(weights, dtype=float)
     rows, cols = weights.shape[:2]
+    if off is not None and off.any():
+        weights = weights.copy()
+        weights[off] = np.nan
     gap_x, gap_y = 0.012, 0.25 / max(rows, 1) if rows > 1 else 0.0
     width, height = (1 - gap_x * (cols - 1)) / cols, (1 - gap_y * (rows - 1)) / rows
     data, layout, annotations, shapes = [], {}, [], []
@@ -148,27 +163,31 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
             n = r * cols + c + 1
             suffix = "" if n == 1 else str(n)
             name = f"{row_labels[r]} {col_labels[c]}".strip()
+            switched_off = off is not None and bool(off[r, c])
             data.append(_heatmap(weights[r, c], query_tokens, key_tokens, name, coloraxis="coloraxis",
                                  xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
             x0, y1 = c * (width + gap_x), 1 - r * (height + gap_y)
-            layout[f"xaxis{suffix}"] = _token_axis(key_tokens, domain=[x0, x0 + width], anchor=f"y{suffix}",
+            layout[f"xaxis{suffix}"] = token_axis(key_tokens, domain=[x0, x0 + width], anchor=f"y{suffix}",
                                                    showticklabels=show_x_labels, tickangle=-45,
                                                    tickfont=dict(size=9))
-            layout[f"yaxis{suffix}"] = _token_axis(query_tokens, domain=[y1 - height, y1], anchor=f"x{suffix}",
+            layout[f"yaxis{suffix}"] = token_axis(query_tokens, domain=[y1 - height, y1], anchor=f"x{suffix}",
                                                    autorange="reversed", showticklabels=c == 0,
                                                    tickfont=dict(size=9))
-            annotations.append(dict(text=escape_text(name), x=x0 + width / 2, y=y1, xref="paper", yref="paper",
-                                    xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=10)))
+            annotations.append(dict(text=escape_text(name + " (off)" * switched_off), x=x0 + width / 2, y=y1,
+                                    xref="paper", yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
+                                    font=dict(size=10)))
+            if switched_off:
+                annotations.append(_note("off", x0 + width / 2, y1 - height / 2))
             if highlight_row is not None:
                 shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
     panel = panel_height or max(150, 14 * len(query_tokens))
     layout.update(
-        title=_title([title] if isinstance(title, str) else title),
+        title=title_layout([title] if isinstance(title, str) else title),
         coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0, colorbar=dict(thickness=14)),
         height=int(130 + rows * panel * (1 + gap_y)), margin=dict(l=10, r=10, t=60, b=10),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
     )
-    return _figure(data, layout)
+    return plain_figure(data, layout)
 
 
 def bar_step(tokens: list[str], probabilities: np.ndarray, title: str, highlight: int | None = None) -> dict:
@@ -178,7 +197,8 @@ def bar_step(tokens: list[str], probabilities: np.ndarray, title: str, highlight
     `stepping_json`), which viz/stepping.js puts in place of the figure's own."""
     probabilities = np.asarray(probabilities, dtype=float)
     return {"x": positions(tokens), "y": probabilities.tolist(), "text": [f"{p:.2f}" for p in probabilities],
-            "colors": bar_colors(len(tokens), highlight), "ticktext": escape(tokens), "title": title_text([title])}
+            "colors": bar_colors(len(tokens), highlight), "ticktext": escape(tokens), "title": title_text([title]),
+            "customdata": list(tokens)}  # the bare tokens, for a click (never displayed: no template shows them)
 
 
 def bar_colors(count: int, highlight: int | None) -> list[str]:
@@ -190,10 +210,12 @@ def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str,
     """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates)."""
     shown = bar_step(tokens, probabilities, title, highlight)
     bars = dict(type="bar", x=shown["x"], y=shown["y"], marker=dict(color=shown["colors"]), text=shown["text"],
+                customdata=shown["customdata"],
                 hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>", textposition="outside")
-    return _figure([bars], dict(
-        title=_title([title]), height=260, margin=dict(l=10, r=10, t=10, b=10),
-        xaxis=_token_axis(tokens, tickangle=-45, automargin=True),
+    return plain_figure([bars], dict(
+        title=title_layout([title]), height=260, margin=dict(l=10, r=10, t=10, b=10),
+        hovermode="x",  # anywhere in a bar's column hovers (and clicks) it, however short the bar
+        xaxis=token_axis(tokens, tickangle=-45, automargin=True),
         yaxis=dict(range=[0, 1.15], title=dict(text="probability")), plot_bgcolor="white",
     ))
 

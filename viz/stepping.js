@@ -49,7 +49,7 @@ function barsAtStep(json, t) {
   const bars = figure.layout.meta.bars[t];
   const [trace] = figure.data;
   if (bars.x) {
-    Object.assign(trace, { x: bars.x, y: bars.y, text: bars.text });
+    Object.assign(trace, { x: bars.x, y: bars.y, text: bars.text, customdata: bars.customdata });
     Object.assign(figure.layout.xaxis, { categoryarray: bars.x, tickvals: bars.x, ticktext: bars.ticktext });
     figure.layout.title.text = bars.title;
   }

@@ -18,6 +18,23 @@ from viz.attention import (attention_heatmap, bar_colors, bar_step, head_grid, p
 ENCODER, DECODER, CROSS = "Encoder self-attention", "Decoder self-attention", "Cross-attention"
 KINDS = (ENCODER, DECODER, CROSS)
 MEAN, ALL_HEADS = "Mean of heads", "All heads"
+# How heads are named in masks and head tables (as the model names them): kind.layer.head, 1-based.
+KIND_KEYS = {ENCODER: "encoder", DECODER: "decoder", CROSS: "cross"}
+OFF = "switched off"
+
+
+def head_key(kind: str, layer: int, head: int) -> str:
+    """A head's name, "cross.2.5", from its kind (display name) and 0-based layer and head."""
+    return f"{KIND_KEYS[kind]}.{layer + 1}.{head + 1}"
+
+
+def parse_head_key(name: str) -> tuple[str, int, int] | None:
+    """(kind display name, 0-based layer, 0-based head) of a head's name, or None if it is no such name."""
+    parts = name.strip().lower().split(".") if isinstance(name, str) else []
+    kinds = {key: kind for kind, key in KIND_KEYS.items()}
+    if len(parts) != 3 or parts[0] not in kinds or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return kinds[parts[0]], int(parts[1]) - 1, int(parts[2]) - 1
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,8 @@ class TraceArrays:
     encoder: np.ndarray | None
     decoder: np.ndarray | None
     cross: np.ndarray
+    switched_off: frozenset[str] = frozenset()  # heads switched off while decoding, named as by `head_key`
+    forced: int = 0  # how many first steps were chosen by the user, not the model
 
     @property
     def steps(self) -> int:
@@ -53,6 +72,12 @@ class TraceArrays:
         if maps is None:
             raise ValueError(f"this model has no {kind.lower()}")
         return maps
+
+    def heads_off(self, kind: str) -> np.ndarray:
+        """(L, H) True where the head was switched off."""
+        layers, heads = self.maps(kind).shape[:2]
+        return np.array([[head_key(kind, layer, head) in self.switched_off for head in range(heads)]
+                         for layer in range(layers)], dtype=bool).reshape(layers, heads)
 
     def at_step(self, kind: str, step: int) -> tuple[np.ndarray, list[str], list[str], int | None]:
         """(L, H, Q, K) weights, query tokens, key tokens and the row to highlight at `step`."""
@@ -95,6 +120,7 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
     The figure's size depends on the view, not the step, so stepping redraws in place."""
     weights, queries, keys, highlight = trace.at_step(kind, step)
     layer = min(max(layer, 0), weights.shape[0] - 1)
+    off = trace.heads_off(kind)[layer]  # (H,)
     query_label = "source token" if kind == ENCODER else "decoder input (step)"
     key_label = "source token" if kind != DECODER else "decoder input"
     rows = query_rows(trace, kind)
@@ -103,13 +129,20 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
         return head_grid(weights[layer][None], queries, keys,
                          [f"{kind}, layer {layer + 1}, all {heads} heads", step_heading(trace, step)],
                          row_labels=[""], col_labels=[f"head {h + 1}" for h in range(heads)],
-                         highlight_row=highlight, panel_height=max(150, 14 * rows))
+                         highlight_row=highlight, panel_height=max(150, 14 * rows), off=off[None])
     height = min(440, max(340, 150 + 22 * rows))  # with the step bar above it, fits a 900-pixel-high screen
     if head == MEAN:
-        return attention_heatmap(weights[layer].mean(axis=0), queries, keys,
-                                 [f"{kind}, layer {layer + 1}, mean of heads", step_heading(trace, step)], highlight,
-                                 query_label, key_label, height)
+        # Switched-off heads added nothing to the layer's output: the mean is over the heads that were on.
+        on = ~off
+        mean = weights[layer][on].mean(axis=0) if on.any() else np.full(weights.shape[2:], np.nan)
+        name = "mean of heads" if on.all() else f"mean of the {on.sum()} heads on ({off.sum()} {OFF})"
+        return attention_heatmap(mean, queries, keys, [f"{kind}, layer {layer + 1}, {name}", step_heading(trace, step)],
+                                 highlight, query_label, key_label, height, note=None if on.any() else OFF)
     head = min(max(int(head), 0), weights.shape[1] - 1)
+    if off[head]:  # its weights were computed but never used: shown as no attention, not as attention
+        return attention_heatmap(np.full(weights.shape[2:], np.nan), queries, keys,
+                                 [f"{kind}, layer {layer + 1}, head {head + 1}: {OFF}", step_heading(trace, step)],
+                                 highlight, query_label, key_label, height, note=OFF)
     return attention_heatmap(weights[layer, head], queries, keys,
                              [f"{kind}, layer {layer + 1}, head {head + 1}", step_heading(trace, step)], highlight,
                              query_label, key_label, height)
@@ -122,7 +155,7 @@ def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
     return head_grid(weights, queries, keys, [f"{kind}: all layers x heads", step_heading(trace, step)],
                      row_labels=[f"L{i + 1}" for i in range(layers)],
                      col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight,
-                     panel_height=max(150, 14 * query_rows(trace, kind)))
+                     panel_height=max(150, 14 * query_rows(trace, kind)), off=trace.heads_off(kind))
 
 
 def translation_figure(trace: TraceArrays, step: int | None = None) -> go.Figure:

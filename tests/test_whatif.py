@@ -1,0 +1,282 @@
+"""What-if, with known answers: branches, switched-off heads, head importance and the beam, from the model code
+through the app's callbacks and its HTTP API."""
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.decoding import beam_search, beam_trace
+from model.translator import InputError
+from viz.views import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays
+from viz.whatif import DIFFERS, FORCED, token_differences
+
+from tests.conftest import SHIPPED
+from tests.test_http_api import call
+from tests.test_interventions import MODELS, SRC_IDS
+
+MODEL = "toy-en-de"
+SENTENCE = "A man plays with a red ball in the park."
+SETTINGS = (CROSS, 0, MEAN, False)  # kind, layer, head, model view
+
+
+@pytest.fixture(scope="module")
+def en_de():
+    return load_checkpoint(SHIPPED / "en-de")
+
+
+def translated(app_module, text=SENTENCE, model=MODEL):
+    """The trail a translation leaves in the user's state."""
+    return app_module.translate(model, text, *SETTINGS)[app_module.trail_state]
+
+
+def shown(app_module, outputs):
+    """The decoding a callback put on screen."""
+    trail = outputs[app_module.trail_state]
+    return trail, trail.current
+
+
+# ---- the beam ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["post-LN sinusoidal", "GRU 4 heads"])
+@pytest.mark.parametrize("beam_size", [1, 3, 5])
+def test_the_beams_best_hypothesis_is_what_batched_beam_search_returns(name, beam_size):
+    model = MODELS[name]()
+    traced = beam_trace(model, SRC_IDS, beam_size, max_len=12)
+    assert traced.n_best[0].token_ids == beam_search(model, torch.tensor([SRC_IDS]), beam_size, max_len=12)[0]
+    scores = [h.score for h in traced.n_best]
+    assert scores == sorted(scores, reverse=True) and len(traced.n_best) <= beam_size
+    for h in traced.n_best:  # a score is the log-probability over the length (<eos> counted)
+        assert h.finished and h.score == pytest.approx(h.log_probability / (len(h.token_ids) + 1))
+    for step, hypotheses in enumerate(traced.steps[:-1], start=1):
+        live = [h for h in hypotheses if not h.finished]
+        assert live and all(len(h.token_ids) == step for h in live)
+        assert [h.log_probability for h in live] == sorted((h.log_probability for h in live), reverse=True)
+
+
+def test_the_beam_on_the_shipped_model_is_what_evaluation_translates(en_de):
+    """`model.evaluate` translates with Translator.translate_tokens (beam 5): the beam view's best is that output."""
+    for text in ("A man in a blue shirt is standing on a ladder cleaning windows.", "Two dogs play in the snow.",
+                 "A little girl climbing into a wooden playhouse."):
+        traced = en_de.beam(text)
+        assert traced.beam.beam_size == en_de.metrics["decoding"]["beam_size"] == 5
+        best = traced.tokens(traced.beam.n_best[0])
+        assert best[-1] == "<eos>"
+        assert best[:-1] == en_de.translate_tokens([en_de.source_tokens(text)], beam_size=5)[0]
+        greedy = en_de.trace(text).target_tokens
+        assert traced.greedy_tokens == greedy
+        # The hypotheses marked as on the greedy path are the greedy output's prefixes, step by step.
+        for step, hypotheses in enumerate(traced.beam.steps[:len(greedy) - 1], start=1):
+            assert greedy[:step] in [traced.tokens(h) for h in hypotheses]
+
+
+def test_a_beam_size_must_be_a_small_whole_number(en_de):
+    for bad in (0, 17, 2.5, "5", True):
+        with pytest.raises(InputError, match="beam size"):
+            en_de.beam("A dog.", bad)
+
+
+# ---- branches ----------------------------------------------------------------------------------------------
+
+def test_branching_with_the_greedy_token_reproduces_the_original(app_module):
+    trail = translated(app_module)
+    original = trail.current.trace
+    for step in (1, 3, original.steps):
+        outputs = app_module.branch(trail, step, original.target_tokens[step - 1], *SETTINGS)
+        _, branch = shown(app_module, outputs)
+        for field in ("target_tokens", "decoder_tokens", "top_tokens"):
+            assert getattr(branch.trace, field) == getattr(original, field)
+        for field in ("probabilities", "top_probabilities", "encoder", "decoder", "cross"):
+            np.testing.assert_array_equal(getattr(branch.trace, field), getattr(original, field))
+        assert outputs[app_module.step].value == step  # the view stays at the step that was branched
+
+
+def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_origin(app_module):
+    trail = translated(app_module)
+    original = trail.current.trace
+    step = 3
+    word = next(t for t in original.top_tokens[step - 1][1:] if t != "<eos>")  # the second-best candidate, say
+    outputs = app_module.branch(trail, step, word, *SETTINGS)
+    trail, branch = shown(app_module, outputs)
+    assert branch.force == original.target_tokens[:step - 1] + [word]
+    assert branch.trace.target_tokens[:step] == branch.force and branch.trace.forced == step  # the prefix, exactly
+    expected = app_module.TRANSLATORS[MODEL].trace(SENTENCE, force=branch.force)
+    assert branch.trace.target_tokens == expected.target_tokens and outputs[app_module.translation] == expected.text
+    assert [d.name for d in trail.decodings] == ["original", f"{word} at step {step}"] and trail.shown == 1
+    assert outputs[app_module.breadcrumb].visible
+    marks = outputs[app_module.comparison]
+    assert (f"{word} ", FORCED) in marks and outputs[app_module.comparison_plot] is not None
+    assert f'chooses "{word}" instead of "{original.target_tokens[step - 1]}"' in outputs[app_module.status]
+    # A branch of the branch, then back along the breadcrumb: the decodings after the one shown stay until a new one.
+    again = app_module.branch(trail, 1, branch.trace.top_tokens[0][1], *SETTINGS)[app_module.trail_state]
+    assert len(again.decodings) == 3 and again.decodings[1] is branch
+    back = app_module.go_to(again, 0, 1, *SETTINGS)
+    assert back[app_module.trail_state].shown == 0 and back[app_module.translation] == trail.decodings[0].text
+    assert len(back[app_module.trail_state].decodings) == 3
+    fork = app_module.branch(back[app_module.trail_state], 2, word, *SETTINGS)[app_module.trail_state]
+    assert len(fork.decodings) == 2 and fork.decodings[1].chosen == 1
+
+
+def test_a_branch_needs_a_word_the_model_can_emit(app_module):
+    trail = translated(app_module)
+    for word, message in (("", "Click a candidate"), ("Zzyzx", "not in the target vocabulary"),
+                          ("<sos>", "never emitted")):
+        outputs = app_module.branch(trail, 2, word, *SETTINGS)
+        assert message in outputs[app_module.status] and app_module.trail_state not in outputs
+    assert "Translate a sentence first" in app_module.branch(None, 1, "Hund", *SETTINGS)[app_module.status]
+
+
+def test_differences_are_a_word_level_diff():
+    assert token_differences(["a", "b", "c"], ["a", "x", "b", "c"], chosen=1) == [
+        ("a ", None), ("x ", FORCED), ("b ", None), ("c ", None)]
+    assert token_differences(["a", "b"], ["a", "c"]) == [("a ", None), ("c ", DIFFERS)]
+
+
+# ---- switched-off heads ------------------------------------------------------------------------------------
+
+def test_switching_heads_off_translates_again_and_scores_the_original_without_them(app_module):
+    trail = translated(app_module)
+    original = trail.current.trace
+    mask = ["cross.1.1", "cross.1.2", "decoder.1.3"]
+    outputs = app_module.mask_from_grids(trail, [], ["decoder.1.3"], ["cross.1.1", "cross.1.2"], 2, *SETTINGS)
+    trail, masked = shown(app_module, outputs)
+    translator = app_module.TRANSLATORS[MODEL]
+    expected = translator.trace(SENTENCE, mask=mask)
+    assert masked.trace.target_tokens == expected.target_tokens and masked.trace.switched_off == frozenset(mask)
+    assert [d.name for d in trail.decodings] == ["original", "3 heads off"]
+    assert outputs[app_module.mask_grids[2]] == ["cross.1.1", "cross.1.2"]
+    # Each original token's log-probability without the heads minus with them, as /score gives it.
+    change = json.loads(outputs[app_module.mask_effect_plot].to_json())["data"][0]["y"]
+    scored = translator.score(SENTENCE, original.target_tokens, mask).log_probabilities
+    np.testing.assert_allclose(change, scored - np.log(original.probabilities), atol=1e-5)
+    # One more head: it replaces the masked decoding (not a child of it); all heads on again: back to the original.
+    more = app_module.mask_from_grids(trail, [], [], ["cross.1.1"], 2, *SETTINGS)[app_module.trail_state]
+    assert [d.name for d in more.decodings] == ["original", "1 head off"]
+    reset = app_module.mask_preset("none", more, 2, *SETTINGS)
+    assert reset[app_module.trail_state].decodings == [trail.decodings[0]] and reset[app_module.mask_effect_plot] is None
+
+
+def test_a_switched_off_head_is_drawn_as_off_not_as_attention(app_module):
+    trail = translated(app_module)
+    trail = app_module.mask_from_grids(trail, [], [], ["cross.2.1"], 1, *SETTINGS)[app_module.trail_state]
+    trace = trail.current.trace
+    last = trace.steps - 1
+
+    def attention(head):
+        frames = app_module.change_view(trace, CROSS, 1, head, True)[app_module.view_state]
+        return json.loads(frames["attention"]), json.loads(frames["overview"])
+
+    single, overview = attention(0)
+    assert all(value is None for row in single["data"][0]["z"] for value in row)
+    assert "switched off" in single["layout"]["title"]["text"]
+    assert any(note["text"] == "switched off" for note in single["layout"]["annotations"])
+    mean, _ = attention(MEAN)  # the mean of the heads that were on
+    np.testing.assert_allclose(mean["data"][0]["z"], trace.cross[1, 1:, :last + 1].mean(axis=0), atol=1e-6)
+    assert "mean of the 3 heads on" in mean["layout"]["title"]["text"]
+    grid, _ = attention(ALL_HEADS)
+    assert all(v is None for row in grid["data"][0]["z"] for v in row)
+    assert all(v is not None for row in grid["data"][1]["z"] for v in row)
+    offs = [panel for panel in overview["data"] if all(v is None for row in panel["z"] for v in row)]
+    assert len(offs) == 1 and offs[0]["meta"] == "L2 H1"
+
+
+def test_mask_presets_work_on_the_head_in_view(app_module):
+    trail = translated(app_module)
+    layer = app_module.mask_preset("layer", trail, 1, DECODER, 1, MEAN)[app_module.trail_state]
+    assert layer.current.mask == ["decoder.2.1", "decoder.2.2", "decoder.2.3", "decoder.2.4"]
+    only = app_module.mask_preset("all but one", trail, 1, ENCODER, 0, 2)[app_module.trail_state]
+    assert len(only.current.mask) == 2 * 4 - 1 and "encoder.1.3" not in only.current.mask
+    assert "Choose one head" in app_module.mask_preset("all but one", trail, 1, ENCODER, 0, MEAN)[app_module.status]
+
+
+def test_the_gru_model_offers_only_cross_attention_heads(app_module):
+    outputs = app_module.translate("toy-rnn", "a dog runs .", *SETTINGS)
+    encoder, decoder, cross = (outputs[grid] for grid in app_module.mask_grids)
+    assert not encoder.visible and not decoder.visible and cross.visible
+    heads = app_module.TRANSLATORS["toy-rnn"].model.config.n_heads
+    assert [value for _, value in cross.choices] == [f"cross.1.{h}" for h in range(1, heads + 1)]
+    assert "GRU" in outputs[app_module.mask_note] and "only its cross-attention" in outputs[app_module.mask_note]
+
+
+def test_opening_a_head_by_name(app_module):
+    trace = translated(app_module).current.trace
+    outputs = app_module.open_head(trace, "decoder.2.3")
+    assert outputs[app_module.kind_choice].value == DECODER
+    assert outputs[app_module.layer_choice].value == 1 and outputs[app_module.head_choice].value == 2
+    assert "layer 2, head 3" in json.loads(outputs[app_module.view_state]["attention"])["layout"]["title"]["text"]
+    for bad in ("cross.9.1", "cross.1", "<b>x</b>", None, "mlp.1.1"):
+        assert "No head" in app_module.open_head(trace, bad)[app_module.status]
+
+
+def test_the_importance_heatmap_names_every_head_of_the_shipped_model(en_de):
+    from viz.whatif import IMPORTANCE_MEASURES, importance_figure
+
+    report = en_de.head_report
+    trace = TraceArrays(["a"], ["<sos>"], ["b"], np.ones(1), [["b"]], np.ones((1, 1)), np.zeros((3, 8, 1, 1)),
+                        np.zeros((3, 8, 1, 1)), np.zeros((3, 8, 1, 1)))
+    shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
+    for measure, (key, _) in IMPORTANCE_MEASURES.items():
+        figure = json.loads(importance_figure(report["heads"], shapes, measure).to_json())
+        names = [name for panel in figure["data"] for row in panel["customdata"] for name in row]
+        assert sorted(names) == sorted(report["heads"])
+        cross = figure["data"][2]
+        assert cross["z"][1][4] == report["heads"]["cross.2.5"][key]
+
+
+# ---- the beam in the app and the API -----------------------------------------------------------------------
+
+def test_the_beam_view_lists_hypotheses_and_opens_one_as_a_trace(app_module):
+    trail = translated(app_module)
+    outputs = app_module.run_beam(trail)
+    rows, hypotheses = outputs[app_module.n_best], outputs[app_module.beam_state]
+    translator = app_module.TRANSLATORS[MODEL]
+    best = translator.translate_tokens([translator.source_tokens(SENTENCE)], beam_size=5)[0]
+    assert hypotheses[0] == best + ["<eos>"] and rows[0][1] == translator.to_text(best)
+    assert [row[0] for row in rows] == list(range(1, len(rows) + 1))
+    assert outputs[app_module.beam_steps] and "Beam search (beam 5" in outputs[app_module.status]
+    opened = app_module.open_hypothesis(trail, hypotheses, len(hypotheses) - 1, *SETTINGS)
+    _, decoding = shown(app_module, opened)
+    assert decoding.trace.target_tokens == hypotheses[-1] and decoding.name == f"beam #{len(hypotheses)}"
+    assert "Run the beam search first" in app_module.open_hypothesis(trail, None, 0, *SETTINGS)[app_module.status]
+
+
+@pytest.mark.slow
+def test_beam_and_branch_through_raw_http(server, app_module):
+    translator = app_module.TRANSLATORS[MODEL]
+    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, 3]}))
+    assert event == "complete"
+    beam = answer[0]
+    best = translator.translate_tokens([translator.source_tokens(SENTENCE)], beam_size=3)[0]
+    assert beam["beam_size"] == 3 and beam["n_best"][0]["tokens"] == best + ["<eos>"]
+    assert all(any(h["on_greedy_path"] for h in step) for step in beam["steps"][:len(beam["greedy_tokens"]) - 1])
+    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, "five"]}))
+    assert event == "error" and "beam size" in answer
+    # A branch through /trace: force a prefix, the rest is greedy.
+    greedy = translator.trace(SENTENCE)
+    event, answer = call(server, "trace", json.dumps({"data": [MODEL, SENTENCE, greedy.target_tokens[:2]]}))
+    assert event == "complete" and answer[0]["target_tokens"] == greedy.target_tokens and answer[0]["forced"] == 2
+    assert httpx.get(f"{server.rstrip('/')}/gradio_api/info", timeout=30).json()["named_endpoints"]["/beam"]
+
+
+# ---- which heads matter, on the real model and data --------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_least_important_head_matters_less_for_val_bleu_than_the_most_important(en_de):
+    from model.data import load_pairs
+    from model.evaluate import DEFAULT_DATA
+    from model.heads import greedy_bleu
+    from model.seq2seq import head_gates
+
+    try:
+        pairs = load_pairs(DEFAULT_DATA, "val", "en", "de")
+    except (FileNotFoundError, OSError) as error:
+        pytest.skip(f"Multi30k is not beside the project: {error}")
+    ranked = sorted(en_de.head_report["heads"], key=lambda name: en_de.head_report["heads"][name]["importance"])
+    sources, references = en_de.src_tokenizer.tokenize_all(pairs["src"]), list(pairs["tgt"])
+    base = greedy_bleu(en_de, sources, references)
+    least, most = (abs(greedy_bleu(en_de, sources, references, head_gates(en_de.model, [name])) - base)
+                   for name in (ranked[0], ranked[-1]))
+    assert least < most, (ranked[0], least, ranked[-1], most)

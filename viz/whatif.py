@@ -1,0 +1,127 @@
+"""What-if views: two decodings of one sentence compared, the effect of switched-off heads, head importance and
+the beam. Plain numbers and token lists in, Plotly figures (or table rows) out.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import numpy as np
+import plotly.graph_objects as go
+
+from viz.attention import (COLORSCALE, HIGHLIGHT, escape_text, plain_figure, positions, title_layout, title_text,
+                           token_axis, visible)
+from viz.views import KIND_KEYS, KINDS, head_key
+
+SAME, DIFFERS, FORCED = None, "differs", "chosen by you"
+# What an importance heatmap can show, from a checkpoint's heads.json (model/heads.py): (label, key, colour bar).
+IMPORTANCE_MEASURES = {
+    "importance (Michel et al.)": ("importance", "|∂L/∂ξ|, per layer"),
+    "BLEU change with the head off": ("bleu_change", "Δ BLEU"),
+    "log-likelihood change with the head off": ("log_likelihood_change", "Δ log-lik"),
+}
+DIVERGING = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red below zero, blue above
+
+
+def token_differences(original: list[str], other: list[str], chosen: int | None = None) -> list[tuple[str, str | None]]:
+    """`other`'s tokens for a gr.HighlightedText: the token at step `chosen` marked as chosen by the user, and the
+    tokens that are not in `original` at the same place (a word-level diff) marked as differing."""
+    matcher = difflib.SequenceMatcher(a=original, b=other, autojunk=False)
+    same = {j for block in matcher.get_matching_blocks() for j in range(block.b, block.b + block.size)}
+    return [(visible(token) + " ", FORCED if i == chosen else SAME if i in same else DIFFERS)
+            for i, token in enumerate(other)]
+
+
+def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: list[set[int]]) -> go.Figure:
+    """Each decoding's per-token probabilities, one bar chart per row (name, tokens, probabilities) above the
+    next; tokens at the positions in `differing[row]` in red. The titles give each one's total log-probability."""
+    data, layout = [], {}
+    gap, count = 0.3, len(rows)
+    height = (1 - gap * (count - 1)) / count
+    annotations = []
+    for r, ((name, tokens, probabilities), marked) in enumerate(zip(rows, differing)):
+        suffix = "" if r == 0 else str(r + 1)
+        probabilities = np.asarray(probabilities, dtype=float)
+        top = 1 - r * (height + gap)
+        data.append(dict(type="bar", x=positions(tokens), y=probabilities.tolist(), xaxis=f"x{suffix}",
+                         text=[f"{p:.2f}" for p in probabilities], textposition="outside", cliponaxis=False,
+                         yaxis=f"y{suffix}", marker=dict(color=[HIGHLIGHT if i in marked else "#1f77b4"
+                                                                for i in range(len(tokens))]),
+                         hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>"))
+        layout[f"xaxis{suffix}"] = token_axis(tokens, anchor=f"y{suffix}", tickangle=-45, tickfont=dict(size=10))
+        layout[f"yaxis{suffix}"] = dict(domain=[max(top - height, 0), top], range=[0, 1.2], anchor=f"x{suffix}",
+                                        title=dict(text="p"))
+        total = float(np.log(np.clip(probabilities, 1e-30, None)).sum())
+        annotations.append(dict(text=title_text([f"{name}: log-probability {total:.2f}"]), x=0, y=top,
+                                xref="paper", yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
+                                font=dict(size=12)))
+    layout.update(title=title_layout(["probability of each token, tokens that differ in red"]), annotations=annotations,
+                  height=220 * count + 60, margin=dict(l=10, r=10, t=60, b=10), showlegend=False,
+                  plot_bgcolor="white")
+    return plain_figure(data, layout)
+
+
+def log_prob_change_figure(tokens: list[str], change: np.ndarray, title: str) -> go.Figure:
+    """One bar per token: its log-probability with heads switched off minus with every head on (teacher-forced),
+    red where the token lost probability."""
+    change = np.asarray(change, dtype=float)
+    bars = dict(type="bar", x=positions(tokens), y=change.tolist(), text=[f"{c:+.2f}" for c in change],
+                textposition="outside", marker=dict(color=[HIGHLIGHT if c < 0 else "#1f77b4" for c in change]),
+                hovertemplate="%{x}<br>Δ log-probability %{y:+.3f}<extra></extra>")
+    span = max(0.5, float(np.abs(change).max(initial=0)) * 1.25)
+    return plain_figure([bars], dict(
+        title=title_layout([title]), height=280, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",
+        xaxis=token_axis(tokens, tickangle=-45, automargin=True),
+        yaxis=dict(range=[-span, span], title=dict(text="Δ log-probability"), zeroline=True),
+    ))
+
+
+def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]], measure: str) -> go.Figure:
+    """A layers x heads heatmap per attention kind of one measure from heads.json (`shapes`: kind display name ->
+    (layers, heads)); each cell carries its head's name (customdata), so a click can open that head."""
+    key, unit = IMPORTANCE_MEASURES[measure]
+    kinds = [kind for kind in KINDS if kind in shapes]
+    values = {kind: np.array([[heads.get(head_key(kind, layer, head), {}).get(key, np.nan) for head in range(h)]
+                              for layer in range(layers)], dtype=float) for kind, (layers, h) in shapes.items()}
+    finite = np.concatenate([v[np.isfinite(v)] for v in values.values()] + [np.zeros(1)])
+    span = float(np.abs(finite).max()) or 1.0
+    scale = dict(colorscale=COLORSCALE, cmin=0.0, cmax=span) if key == "importance" else \
+        dict(colorscale=DIVERGING, cmin=-span, cmax=span)
+    gap = 0.06
+    width = (1 - gap * (len(kinds) - 1)) / len(kinds)
+    data, layout = [], {}
+    for i, kind in enumerate(kinds):
+        suffix = "" if i == 0 else str(i + 1)
+        layers, count = shapes[kind]
+        names = [[head_key(kind, layer, head) for head in range(count)] for layer in range(layers)]
+        data.append(dict(type="heatmap", z=values[kind].tolist(), x=[f"H{h + 1}" for h in range(count)],
+                         y=[f"L{layer + 1}" for layer in range(layers)], customdata=names, coloraxis="coloraxis",
+                         xaxis=f"x{suffix}", yaxis=f"y{suffix}", xgap=1, ygap=1,
+                         hovertemplate="%{customdata}<br>" + escape_text(unit) + " %{z:.3f}<extra></extra>"))
+        x0 = i * (width + gap)
+        layout[f"xaxis{suffix}"] = dict(domain=[x0, x0 + width], anchor=f"y{suffix}", tickfont=dict(size=9),
+                                        title=dict(text=KIND_KEYS[kind], font=dict(size=11)))
+        layout[f"yaxis{suffix}"] = dict(anchor=f"x{suffix}", autorange="reversed", tickfont=dict(size=9))
+    layout.update(title=title_layout([f"{measure}: click a head to open it"]),
+                  coloraxis=dict(**scale, colorbar=dict(thickness=12, title=dict(text=escape_text(unit)))),
+                  height=260, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white")
+    return plain_figure(data, layout)
+
+
+def n_best_rows(hypotheses: list[tuple[str, float, float, int]], greedy: str) -> list[list]:
+    """Table rows of a beam's finished hypotheses (translation, score, log-probability, tokens), best first:
+    rank, translation, score, log-probability, tokens, and whether it is the greedy translation."""
+    return [[rank, text, round(score, 4), round(log_probability, 4), length, "✓" if text == greedy else ""]
+            for rank, (text, score, log_probability, length) in enumerate(hypotheses, start=1)]
+
+
+def beam_step_rows(steps: list[list[tuple[list[str], float, bool]]], greedy_tokens: list[str]) -> list[list]:
+    """Table rows of the beam at every step, from each step's hypotheses (tokens, log-probability, finished):
+    step, rank, the hypothesis, its log-probability, whether it finished, whether it is on the greedy path."""
+    rows = []
+    for step, hypotheses in enumerate(steps, start=1):
+        for rank, (tokens, log_probability, finished) in enumerate(hypotheses, start=1):
+            on_greedy_path = tokens == greedy_tokens[:len(tokens)]
+            rows.append([step, rank, " ".join(visible(t) for t in tokens), round(log_probability, 4),
+                         "finished" if finished else "", "✓" if on_greedy_path else ""])
+    return rows
