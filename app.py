@@ -459,19 +459,22 @@ def run_beam(trail: Trail | None) -> dict:
     if trail is None:
         return {status: NOTHING_YET}
     translator = TRANSLATORS[trail.model]
+    mask = trail.current.mask
+    greedy = next((d.trace.target_tokens for d in trail.decodings if not d.force and sorted(d.mask) == sorted(mask)),
+                  None)  # the trail's greedy decoding with these heads off, if it has one
     try:
-        traced = translator.beam(trail.source, mask=trail.current.mask)
+        traced = translator.beam(trail.source, mask=mask, greedy_tokens=greedy)
     except InputError as error:
         return {status: str(error)}
     beam = traced.beam
     greedy = translator.to_text(traced.greedy_tokens[:-1] if traced.greedy_tokens[-1:] == ["<eos>"]
                                 else traced.greedy_tokens)
-    texts = [translator.to_text(traced.tokens(h)[:-1] if h.finished else traced.tokens(h)) for h in beam.n_best]
+    texts = [translator.to_text(traced.tokens(h)[:len(h.token_ids)]) for h in beam.n_best]
     rows = n_best_rows([(text, h.score, h.log_probability, len(h.token_ids) + h.finished)
                         for text, h in zip(texts, beam.n_best)], greedy)
     steps = beam_step_rows([[(traced.tokens(h), h.log_probability, h.finished) for h in hypotheses]
                             for hypotheses in beam.steps], traced.greedy_tokens)
-    masked = f", {plural(len(trail.current.mask), 'head')} off" if trail.current.mask else ""
+    masked = f", {plural(len(mask), 'head')} off" if mask else ""
     return {n_best: rows, beam_steps: steps, beam_state: [traced.tokens(h) for h in beam.n_best],
             beam_open: gr.Dropdown(choices=[(f"#{r}: {text}", r - 1) for r, text in enumerate(texts, start=1)],
                                    value=None),

@@ -1,10 +1,11 @@
-"""Server-side latency of the app on the shipped checkpoint: a translation, view changes, what they send.
+"""Server-side latency of the app on the shipped checkpoint: a translation, view changes, what-if, what they send.
 
     python benchmarks/app_latency.py [--checkpoint en-de] [--runs 9]
 
 Calls the app's own callbacks (what a request runs, minus the network) and prints medians, including the
 JSON encoding of what the browser receives. Stepping needs no request: benchmarks/browser_latency.py
-measures it in a browser.
+measures it in a browser. The what-if table compares a branch, a re-translation with a head switched off and
+the beam view with a plain translation of the same sentence, in the same run (goal: each within 1.5x).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def median_ms(fn, runs: int) -> float:
 
 def json_bytes(outputs: dict) -> int:
     """Bytes of the JSON Gradio sends for a callback's outputs (figures travel as JSON strings)."""
-    return len(orjson.dumps([value for value in outputs.values() if isinstance(value, (dict, str))]))
+    return len(orjson.dumps([value for value in outputs.values() if isinstance(value, (dict, str, list))]))
 
 
 def main() -> None:
@@ -74,6 +75,27 @@ def main() -> None:
         sizes = [json_bytes(translate())] + [json_bytes(view()) for view in views.values()]
         print(f"| {tokens} | {trace.steps} | " + " | ".join(f"{t:.1f}" for t in times)
               + " | " + " / ".join(f"{b:,}" for b in sizes) + " |")
+    what_if(args.checkpoint, SENTENCES[1], args.runs)
+
+
+def what_if(checkpoint: str, sentence: str, runs: int) -> None:
+    """A branch, a head switched off and the beam view of one sentence, against its plain translation."""
+    trail = app.translate(checkpoint, sentence, CROSS, 0, MEAN)[app.trail_state]
+    trace = trail.current.trace
+    middle = trace.steps // 2
+    word = next(t for t in trace.top_tokens[middle][1:] if t != "<eos>")
+    calls = {"translate (trace, charts, view)": lambda: app.translate(checkpoint, sentence, CROSS, 0, MEAN),
+             f'branch: step {middle + 1} chooses "{word}"': lambda: app.branch(trail, middle + 1, word, CROSS, 0, MEAN),
+             "one head off (cross.2.5): trace + score of the original":
+                 lambda: app.set_mask(trail, ["cross.2.5"], 1, CROSS, 0, MEAN),
+             "beam view (checkpoint's beam size)": lambda: app.run_beam(trail)}
+    times = {name: median_ms(lambda call=call: json_bytes(call()), runs) for name, call in calls.items()}
+    plain = times["translate (trace, charts, view)"]
+    print(f"\nwhat-if on a {len(trail.current.trace.source_tokens) - 1}-token sentence ({trace.steps} steps)")
+    print("| request | ms | x translate | JSON bytes |")
+    print("|---|---|---|---|")
+    for name, call in calls.items():
+        print(f"| {name} | {times[name]:.1f} | {times[name] / plain:.2f} | {json_bytes(call()):,} |")
 
 
 if __name__ == "__main__":

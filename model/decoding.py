@@ -151,7 +151,8 @@ def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penal
                 + top_beam.gather(1, alive_rank)).view(-1)  # (B*K,)
         scores = alive_scores
         sequences = torch.cat([sequences[rows], top_token.gather(1, alive_rank).view(-1, 1)], dim=1)
-        cache = [layer.select(rows) for layer in cache]
+        # A hypothesis only ever moves within its own sentence's K rows, whose memory is the same.
+        cache = [layer.select(rows, memory=False) for layer in cache]
         if record:
             history.append(ended_here + [Hypothesis(ids[1:], score) for ids, score
                                          in zip(sequences.tolist(), scores[0].tolist()) if score > float("-inf")])

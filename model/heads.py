@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     print("pruning in increasing importance: "
           + ", ".join(f"{p['heads_off']} off -> {p['bleu']}" for p in pruning))
     print("BLEU never drops by more than 1" if drop is None else
-          f"BLEU drops by more than 1 with {drop['heads_off']} of {len(names)} heads off ({drop['fraction']:.0%})")
+          f"BLEU drops by more than 1 with {drop['heads_off']} of {len(names)} heads off "
+          f"({drop['heads_off'] / len(names):.0%})")
 
 
 if __name__ == "__main__":

@@ -52,10 +52,12 @@ class RNNCache:
     cross_keys: Tensor | None = None  # (B, H, S, d_head)
     cross_values: Tensor | None = None
 
-    def select(self, index: Tensor) -> RNNCache:
-        """The state of the batch rows `index` (beam search reorders hypotheses with it)."""
+    def select(self, index: Tensor, memory: bool = True) -> RNNCache:
+        """The state of the batch rows `index` (beam search reorders hypotheses with it); `memory=False` keeps the
+        cross-attention keys and values as they are (rows of the same sentence hold the same)."""
+        cross = (self.cross_keys, self.cross_values)
         return RNNCache(*(None if t is None else t.index_select(0, index)
-                          for t in (self.hidden, self.cross_keys, self.cross_values)))
+                          for t in (self.hidden, *(cross if memory else ()))), *(() if memory else cross))
 
 
 class RNNSeq2Seq(nn.Module):

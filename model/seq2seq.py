@@ -69,8 +69,9 @@ class HeadGates:
 class Cache(Protocol):
     """One decoder layer's state between steps."""
 
-    def select(self, index: Tensor) -> Cache:
-        """The state of the batch rows `index` (beam search reorders hypotheses with it)."""
+    def select(self, index: Tensor, memory: bool = True) -> Cache:
+        """The state of the batch rows `index` (beam search reorders hypotheses with it); `memory=False` keeps
+        what was computed from the encoder's memory as it is (rows of the same sentence hold the same)."""
 
 
 class Seq2Seq(Protocol):

@@ -66,10 +66,13 @@ class LayerCache:
     cross_keys: Tensor | None = None  # (B, H, S, d_head), computed once from memory
     cross_values: Tensor | None = None
 
-    def select(self, index: Tensor) -> LayerCache:
-        """The cache of the batch rows `index` (beam search reorders hypotheses with it)."""
-        return LayerCache(*(None if t is None else t.index_select(0, index) for t in
-                            (self.self_keys, self.self_values, self.cross_keys, self.cross_values)))
+    def select(self, index: Tensor, memory: bool = True) -> LayerCache:
+        """The cache of the batch rows `index` (beam search reorders hypotheses with it); `memory=False` keeps the
+        cross-attention keys and values as they are (rows of the same sentence hold the same)."""
+        cross = (self.cross_keys, self.cross_values)
+        return LayerCache(*(None if t is None else t.index_select(0, index)
+                            for t in (self.self_keys, self.self_values, *(cross if memory else ()))),
+                          *(() if memory else cross))
 
 
 def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,

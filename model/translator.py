@@ -187,9 +187,12 @@ class Translator:
         log_probs = teacher_forced_log_probs(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
         return TracedScore(source_tokens=tokens + ["<eos>"], target_tokens=target, log_probabilities=log_probs)
 
-    def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None) -> TracedBeam:
+    def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None,
+             greedy_tokens: list[str] | None = None) -> TracedBeam:
         """Beam search of one sentence as evaluation runs it (the checkpoint's beam size and length penalty unless
-        `beam_size` is given), recording the beam at every step, with the heads of `mask` switched off."""
+        `beam_size` is given), recording the beam at every step, with the heads of `mask` switched off.
+
+        `greedy_tokens`: the greedy translation with that mask, when the caller has it (else it is decoded)."""
         decoding = self.metrics.get("decoding", {})
         beam_size = decoding.get("beam_size", 5) if beam_size is None else beam_size
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or not 1 <= beam_size <= MAX_BEAM_SIZE:
@@ -200,10 +203,11 @@ class Translator:
         gates = self.gates(checked_strings(mask, "mask"))
         beam = beam_trace(self.model, src_ids, beam_size, length_penalty=decoding.get("length_penalty", 1.0),
                           gates=gates)
-        greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates)[0]
-        ended = len(greedy) < output_limit(self.model, len(src_ids))
-        return TracedBeam(source_tokens=tokens + ["<eos>"],
-                          greedy_tokens=[self.tgt_vocab.itos[i] for i in greedy] + ["<eos>"] * ended, beam=beam,
+        if greedy_tokens is None:
+            greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates)[0]
+            ended = len(greedy) < output_limit(self.model, len(src_ids))
+            greedy_tokens = [self.tgt_vocab.itos[i] for i in greedy] + ["<eos>"] * ended
+        return TracedBeam(source_tokens=tokens + ["<eos>"], greedy_tokens=greedy_tokens, beam=beam,
                           itos=self.tgt_vocab.itos)
 
     def source_tokens(self, text: str) -> list[str]:
