@@ -203,8 +203,11 @@ def shown(value: object, limit: int = 60) -> str:
 
 # ---- callbacks: thin wrappers around model/ and viz/; each returns its outputs by component --------------
 
-def translate(model_name: str, text: str, kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
-    """Trace a translation once and send the browser everything stepping needs; a failure keeps what is shown."""
+def translate(model_name: str, text: str, kind: str, layer: int, head: int | str, model_view: bool = False,
+              previous: Trail | None = None) -> dict:
+    """Trace a translation once and send the browser everything stepping needs; a failure keeps what is shown.
+
+    The head switches and importance heatmap are sent only for a new model (`previous`: the last trail)."""
     if model_name not in TRANSLATORS:
         return {status: f"Choose a model: {shown(model_name)} is not loaded. " + load_status()}
     try:
@@ -213,9 +216,11 @@ def translate(model_name: str, text: str, kind: str, layer: int, head: int | str
         return {status: str(error)}
     trail = Trail(model_name, text, [Decoding("original", to_arrays(traced), traced.text)])
     trace = trail.current.trace
-    return {**show(trail, 1, kind, layer, head, model_view), **head_panel(model_name, trace),
+    same_model = previous is not None and previous.model == model_name
+    return {**show(trail, 1, kind, layer, head, model_view), **({} if same_model else head_panel(model_name, trace)),
             status: translate_status(traced, trace.available()), source_view: source_highlights(traced),
-            n_best: None, beam_steps: None, beam_open: gr.Dropdown(choices=[], value=None), beam_state: None}
+            masked_translation: None, mask_effect_plot: None, n_best: None, beam_steps: None,
+            beam_open: gr.Dropdown(choices=[], value=None), beam_state: None}
 
 
 def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
@@ -258,7 +263,7 @@ def comparison_outputs(trail: Trail) -> dict:
 
 def head_panel(model_name: str, trace: TraceArrays) -> dict:
     """The head switches of a model's attention kinds (the GRU models have cross-attention only), and its
-    head-importance heatmap; the last mask's results cleared."""
+    head-importance heatmap."""
     kinds = trace.available()
     grids = {grid: gr.CheckboxGroup(choices=[(f"L{layer + 1} H{head + 1}", head_key(kind, layer, head))
                                              for layer in range(trace.layers(kind)) for head in range(trace.heads(kind))]
@@ -269,8 +274,8 @@ def head_panel(model_name: str, trace: TraceArrays) -> dict:
             if len(kinds) == len(KINDS) else
             "This model's encoder and decoder are GRUs: they have no self-attention, so only its cross-attention "
             "heads can be switched off.")
-    return {**grids, mask_note: note, masked_translation: None, mask_effect_plot: None,
-            importance_plot: importance_plot_for(model_name, trace, IMPORTANCE_CHOICES[0])}
+    return {**grids, mask_note: note, importance_plot: importance_plot_for(model_name, trace, IMPORTANCE_CHOICES[0]),
+            importance_measure: IMPORTANCE_CHOICES[0]}
 
 
 def importance_plot_for(model_name: str, trace: TraceArrays, measure: str):
@@ -700,23 +705,26 @@ with Blocks(title="Transformer attention inspector") as demo:
 
     views = [attention_plot, candidates_plot, probabilities_plot, step_text, overview_plot]
     settings = [kind_choice, layer_choice, head_choice, model_view]
-    # Everything that shows one decoding (`show`), and what a new translation resets.
-    decoding_outputs = [trail_state, trace_state, translation, step, kind_choice, layer_choice, head_choice,
-                        translation_state, view_state, *step_buttons, breadcrumb, comparison, comparison_plot,
-                        *mask_grids, status]
-    translate_outputs = [*decoding_outputs, source_view, mask_note, importance_plot, masked_translation,
-                         mask_effect_plot, n_best, beam_steps, beam_open, beam_state]
+    # Everything that shows one decoding (`show`), and what a new translation resets; the API's /translate
+    # answers in this order (its first values as before the what-if outputs existed).
+    decoding_outputs = [trace_state, translation, status, step, kind_choice, layer_choice, head_choice,
+                        translation_state, view_state, *step_buttons, trail_state, breadcrumb, comparison,
+                        comparison_plot, *mask_grids]
+    translate_outputs = [*decoding_outputs[:3], source_view, *decoding_outputs[3:], mask_note, importance_measure,
+                         importance_plot, masked_translation, mask_effect_plot, n_best, beam_steps, beam_open,
+                         beam_state]
     # Model work queues for the trace workers in its own group, so view changes (a few ms each) never wait
     # behind it.
     trace_queue = dict(concurrency_id="trace", concurrency_limit=TRACE_CONCURRENCY)
-    translate_button.click(translate, [model_name, source, *settings], translate_outputs, api_name="translate",
-                           **trace_queue)
-    source.submit(translate, [model_name, source, *settings], translate_outputs, api_name="translate_enter",
-                  **trace_queue)
+    translate_button.click(translate, [model_name, source, *settings, trail_state], translate_outputs,
+                           api_name="translate", **trace_queue)
+    source.submit(translate, [model_name, source, *settings, trail_state], translate_outputs,
+                  api_name="translate_enter", **trace_queue)
     model_name.change(switch_model, [model_name, source, *settings], [example, *translate_outputs],
                       api_name="switch_model", **trace_queue)
     example.input(lambda text: text or "", example, source, api_name="use_example").then(
-        translate, [model_name, source, *settings], translate_outputs, api_name="translate_example", **trace_queue)
+        translate, [model_name, source, *settings, trail_state], translate_outputs, api_name="translate_example",
+        **trace_queue)
     demo.load(first_visit, settings, [source, example, *translate_outputs], api_name="first_visit", **trace_queue)
     demo.load(None, js=KEYS_JS)
     demo.load(None, js=CLICKS_JS)

@@ -8,6 +8,11 @@ drawn, over 5 sentences; Next (click) -> the heatmap redrawn at the next step, p
 in the single-head, all-heads and model views (for the model view, until its every-head figure is redrawn
 too); and where ten clicks at ten per second land. Times are taken inside the page, from the click to the
 first animation frame after Plotly has drawn the new step (what the user sees).
+
+Then what-if, on the same 5 sentences, each against a plain translation of the same sentence: a branch (Branch
+with the second candidate at step 1 -> its heatmap drawn), a head switched off (a tick in the cross-attention
+grid -> the masked translation and its per-token chart drawn) and the beam view (Run beam search -> the n-best
+table filled), timed from the click by Python's clock like the translations.
 """
 
 from __future__ import annotations
@@ -65,6 +70,46 @@ def step_latencies(page, steps: int, plots: list[str]) -> list[float]:
 def choose(page, elem_id: str, option: str) -> None:
     page.click(f"#{elem_id} input")
     page.get_by_role("option", name=option, exact=True).click()
+
+
+def timed(page, action, done: str, arg=None) -> float:
+    """Milliseconds from `action()` until the page function `done` holds."""
+    began = time.perf_counter()
+    action()
+    page.wait_for_function(done, arg=arg, timeout=60000)
+    return (time.perf_counter() - began) * 1000
+
+
+def what_if(page, translator, sentences: list[str]) -> None:
+    """Per sentence: translate, branch at step 1, one cross-attention head off, the beam view; prints each one's
+    p50 and its ratio to translating."""
+    times = {"translate": [], "branch": [], "one head off": [], "beam view": []}
+    status = "(prefix) => document.querySelector('#status textarea')?.value.startsWith(prefix)"
+    for text in sentences:
+        page.fill("#source textarea", text)
+        times["translate"].append(timed(page, lambda: page.click("#translate"), """(text) =>
+            document.querySelector('#status textarea')?.value.startsWith('Translated')
+            && document.querySelector('#attention .js-plotly-plot')?.layout?.title.text.includes('step 1 of')""",
+                                        text))
+        page.wait_for_timeout(300)
+        word = translator.trace(text).top_tokens[0][1]
+        page.get_by_role("tab", name="Branch and compare").click()
+        page.fill("#branch-word textarea", word)
+        times["branch"].append(timed(page, lambda: page.click("#branch"), """(word) =>
+            document.querySelector('#status textarea')?.value.startsWith('Branch')
+            && document.querySelector('#attention .js-plotly-plot')?.layout?.title.text.includes(`→ "${word}"`)""",
+                                     word))
+        page.get_by_role("tab", name="Switch heads off").click()
+        times["one head off"].append(timed(page, lambda: page.locator("#mask-cross label").first.click(), """() =>
+            document.querySelector('#status textarea')?.value.startsWith('1 head off')
+            && document.querySelector('#mask-effect .js-plotly-plot')?.layout?.title.text.includes('1 head off')"""))
+        page.get_by_role("tab", name="Beam search").click()
+        times["beam view"].append(timed(page, lambda: page.click("#beam"), """() =>
+            document.querySelector('#status textarea')?.value.startsWith('Beam search')
+            && document.querySelectorAll('#n-best tbody tr').length > 0"""))
+    plain = statistics.median(times["translate"])
+    for name, values in times.items():
+        print(f"what-if {name}: {percentiles(values)}; p50 {statistics.median(values) / plain:.2f}x translate")
 
 
 def main() -> None:
@@ -125,6 +170,8 @@ def main() -> None:
             timed = step_latencies(page, steps, ["attention", "overview"])
             print(f"Next -> heatmap and model view: {percentiles(timed)}")
             page.click("#model-view input")
+
+            what_if(page, translator, sentences[1:])
 
             page.evaluate(CLICK_UNTIL_STEP, ["#first", 1, ["attention"]])
             for _ in range(10):

@@ -2,7 +2,9 @@
 
     python tests/make_screenshot.py [--out tests/screenshots]
 
-Each is what the screen shows without scrolling (1400x900 and 390x844), a translation stepped to step 4.
+Each is what the screen shows without scrolling (1400x900 and 390x844), a translation stepped to step 4. Then
+one desktop screenshot per what-if view, scrolled to it: a branch (the second candidate at step 4, beside the
+original), three cross-attention heads of layer 2 switched off, and the beam.
 """
 
 import argparse
@@ -18,6 +20,46 @@ from tests.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
 SCREENS = {"app.png": dict(viewport={"width": 1400, "height": 900}),
            "app-phone.png": dict(viewport={"width": 390, "height": 844}, is_mobile=True, device_scale_factor=2)}
+
+
+def status_starts(page, prefix: str) -> None:
+    page.wait_for_function("(prefix) => document.querySelector('#status textarea')?.value.startsWith(prefix)",
+                           arg=prefix, timeout=60000)
+
+
+def save(page, out: Path, name: str, top: str) -> None:
+    """The screen scrolled so that `top` (a selector) is at its top."""
+    page.wait_for_timeout(800)
+    page.evaluate("(top) => window.scrollTo(0, window.scrollY + document.querySelector(top).getBoundingClientRect()"
+                  ".top - 8)", top)
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(out / name))
+    print(f"saved {out / name}")
+
+
+def what_if(page, out: Path) -> None:
+    """A branch, heads switched off and the beam, each as a screenshot of its tab."""
+    bar = page.locator("#candidates .js-plotly-plot .bars .point path").nth(1).bounding_box()
+    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2 - 20)
+    page.mouse.down()
+    page.mouse.up()
+    status_starts(page, "Branch")
+    page.get_by_role("tab", name="Branch and compare").click()
+    save(page, out, "branch.png", "#what-if")
+    page.get_by_label("original").check()
+    status_starts(page, "Showing original")
+    page.get_by_role("tab", name="Switch heads off").click()
+    for head in ("L2 H1", "L2 H3", "L2 H5"):
+        page.locator("#mask-cross label", has_text=head).click()
+        page.wait_for_timeout(1500)
+    status_starts(page, "3 heads off")
+    save(page, out, "heads.png", "#what-if")
+    page.click("#mask-reset")
+    status_starts(page, "All heads")
+    page.get_by_role("tab", name="Beam search").click()
+    page.click("#beam")
+    status_starts(page, "Beam search")
+    save(page, out, "beam.png", "#what-if")
 
 
 def main() -> None:
@@ -50,6 +92,8 @@ def main() -> None:
                 Path(args.out).mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(Path(args.out) / name))
                 print(f"saved {Path(args.out) / name}")
+                if screen["viewport"]["width"] >= 600:
+                    what_if(page, Path(args.out))
             browser.close()
     finally:
         app.demo.close()

@@ -1,5 +1,7 @@
 """Figure builders: the heatmap shows exactly the requested slice, labels are inert text, duplicates stay apart."""
 
+import dataclasses
+
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -8,6 +10,7 @@ import pytest
 from viz.attention import attention_heatmap, escape, label, probability_bars
 from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure,
                        candidates_figure, overview_figure, translation_figure)
+from viz.whatif import IMPORTANCE_MEASURES, comparison_figure, importance_figure, log_prob_change_figure
 
 HOSTILE = '<img src=x onerror="alert(1)">'
 
@@ -103,6 +106,17 @@ def test_figures_pass_plotly_full_validation(trace):
     """Figures are built without per-property validation for speed; here they get the full check."""
     figures = [attention_figure(trace, CROSS, 1, head, 3) for head in (0, MEAN, ALL_HEADS)]
     figures += [overview_figure(trace, DECODER, 4), translation_figure(trace, 2), candidates_figure(trace, 2)]
+    off = dataclasses.replace(trace, switched_off=frozenset({"cross.2.1", "decoder.1.2"}))  # heads drawn as off
+    figures += [attention_figure(off, CROSS, 1, head, 3) for head in (0, MEAN, ALL_HEADS)]
+    figures += [overview_figure(off, DECODER, 4)]
+    tokens = trace.target_tokens
+    figures += [comparison_figure([("original", tokens, trace.probabilities), ("branch", tokens[::-1],
+                                                                               trace.probabilities)], [set(), {1}]),
+                log_prob_change_figure(tokens, np.linspace(-1, 1, len(tokens)), "change")]
+    heads = {f"{kind}.{layer}.{head}": {"importance": 0.5, "bleu_change": -0.2, "log_likelihood_change": 0.01}
+             for kind in ("encoder", "decoder", "cross") for layer in (1, 2) for head in (1, 2)}
+    shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
+    figures += [importance_figure(heads, shapes, measure) for measure in IMPORTANCE_MEASURES]
     for figure in figures:
         go.Figure(figure.to_dict())  # raises on any invalid property or value
 

@@ -34,7 +34,8 @@ def token_differences(original: list[str], other: list[str], chosen: int | None 
 
 def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: list[set[int]]) -> go.Figure:
     """Each decoding's per-token probabilities, one bar chart per row (name, tokens, probabilities) above the
-    next; tokens at the positions in `differing[row]` in red. The titles give each one's total log-probability."""
+    next; tokens at the positions in `differing[row]` in red. Each chart's heading gives its total
+    log-probability."""
     data, layout = [], {}
     gap, count = 0.3, len(rows)
     height = (1 - gap * (count - 1)) / count
@@ -52,11 +53,12 @@ def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: 
         layout[f"yaxis{suffix}"] = dict(domain=[max(top - height, 0), top], range=[0, 1.2], anchor=f"x{suffix}",
                                         title=dict(text="p"))
         total = float(np.log(np.clip(probabilities, 1e-30, None)).sum())
-        annotations.append(dict(text=title_text([f"{name}: log-probability {total:.2f}"]), x=0, y=top,
+        annotations.append(dict(text=title_text([f"{name}: log-probability {total:.2f}; each token's probability, "
+                                                 "those that differ in red"]), x=0, y=top,
                                 xref="paper", yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
                                 font=dict(size=12)))
-    layout.update(title=title_layout(["probability of each token, tokens that differ in red"]), annotations=annotations,
-                  height=220 * count + 60, margin=dict(l=10, r=10, t=60, b=10), showlegend=False,
+    layout.update(annotations=annotations, height=220 * count + 60, margin=dict(l=10, r=10, t=40, b=10),
+                  showlegend=False,
                   plot_bgcolor="white")
     return plain_figure(data, layout)
 
