@@ -3,9 +3,10 @@
     python app.py            # http://127.0.0.1:7860
 
 Layout and event wiring only: model work is in `model/`, figures in `viz/`.
-Loaded checkpoints are read-only module globals; each user's trace lives in a `gr.State`.
-Translation and view changes (kind, layer, head) go to the server; stepping is a redraw in the browser
-(viz/stepping.js) from figures the page already holds.
+Loaded checkpoints are read-only module globals; each user's trace lives in a `gr.State`, with the decodings
+of the sentence they made (branches, heads switched off, beam hypotheses: a `Trail`).
+Translation, what-if and view changes (kind, layer, head) go to the server; stepping is a redraw in the
+browser (viz/stepping.js) from figures the page already holds.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, beam_step_rows, co
 
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
 TOP_K = 5
+IMPORTANCE_CHOICES = list(IMPORTANCE_MEASURES)  # what the head-importance heatmap can show
+NOTHING_YET = "Translate a sentence first: there is nothing to change yet."
 # Memory bounds for a public server: Gradio keeps per-session data for at most this many sessions
 # (the least recently used are dropped first), and a trace is freed an hour after its last update.
 SESSION_CAPACITY = int(os.environ.get("SESSION_CAPACITY", "1000"))
@@ -87,9 +90,9 @@ CLICKS_JS = """() => {
   new MutationObserver(bind).observe(document.body, {childList: true, subtree: true});
 }"""
 # The head switches as a layers x heads grid: one row of checkboxes per layer.
+GRID = ".head-grid.heads-{n} .wrap {{ display: grid; grid-template-columns: repeat({n}, minmax(0, 1fr)); }}"
 CSS = "\n".join([".head-grid .wrap label { padding: 2px 6px; font-size: 0.85em; }"]
-                + [f".head-grid.heads-{n} .wrap {{ display: grid; grid-template-columns: repeat({n}, minmax(0, 1fr)); }}"
-                   for n in (1, 2, 4, 6, 8, 12, 16)])
+                + [GRID.format(n=n) for n in (1, 2, 4, 6, 8, 12, 16)])
 
 
 def model_choices() -> list[tuple[str, str]]:
@@ -265,9 +268,11 @@ def head_panel(model_name: str, trace: TraceArrays) -> dict:
     """The head switches of a model's attention kinds (the GRU models have cross-attention only), and its
     head-importance heatmap."""
     kinds = trace.available()
-    grids = {grid: gr.CheckboxGroup(choices=[(f"L{layer + 1} H{head + 1}", head_key(kind, layer, head))
-                                             for layer in range(trace.layers(kind)) for head in range(trace.heads(kind))]
-                                    if kind in kinds else [], value=[], visible=kind in kinds,
+    def switches(kind: str) -> list[tuple[str, str]]:
+        return [(f"L{layer + 1} H{head + 1}", head_key(kind, layer, head))
+                for layer in range(trace.layers(kind)) for head in range(trace.heads(kind))]
+
+    grids = {grid: gr.CheckboxGroup(choices=switches(kind) if kind in kinds else [], value=[], visible=kind in kinds,
                                     elem_classes=["head-grid", f"heads-{trace.heads(kind) if kind in kinds else 0}"])
              for grid, kind in zip(mask_grids, KINDS)}
     note = ("Tick heads to switch them off: the sentence is translated again without them at once."
@@ -336,10 +341,6 @@ def first_visit(kind: str, layer: int, head: int | str, model_view: bool = False
         return {status: load_status() or "Type a sentence and press Enter."}
     return {source: sentences[0], example: sentences[0],
             **translate(DEFAULT_MODEL, sentences[0], kind, layer, head, model_view)}
-
-
-NOTHING_YET = "Translate a sentence first: there is nothing to change yet."
-IMPORTANCE_CHOICES = list(IMPORTANCE_MEASURES)
 
 
 def go_to(trail: Trail | None, index: int, at_step: int, kind: str, layer: int, head: int | str,
@@ -465,15 +466,14 @@ def run_beam(trail: Trail | None) -> dict:
         return {status: NOTHING_YET}
     translator = TRANSLATORS[trail.model]
     mask = trail.current.mask
-    greedy = next((d.trace.target_tokens for d in trail.decodings if not d.force and sorted(d.mask) == sorted(mask)),
-                  None)  # the trail's greedy decoding with these heads off, if it has one
+    greedy_tokens = next((d.trace.target_tokens for d in trail.decodings
+                          if not d.force and sorted(d.mask) == sorted(mask)), None)  # the trail's, if it has it
     try:
-        traced = translator.beam(trail.source, mask=mask, greedy_tokens=greedy)
+        traced = translator.beam(trail.source, mask=mask, greedy_tokens=greedy_tokens)
     except InputError as error:
         return {status: str(error)}
     beam = traced.beam
-    greedy = translator.to_text(traced.greedy_tokens[:-1] if traced.greedy_tokens[-1:] == ["<eos>"]
-                                else traced.greedy_tokens)
+    greedy = translator.to_text([token for token in traced.greedy_tokens if token != "<eos>"])
     texts = [translator.to_text(traced.tokens(h)[:len(h.token_ids)]) for h in beam.n_best]
     rows = n_best_rows([(text, h.score, h.log_probability, len(h.token_ids) + h.finished)
                         for text, h in zip(texts, beam.n_best)], greedy)

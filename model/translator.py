@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from model.batching import pad, token_batches
-from model.decoding import (BeamTrace, Hypothesis, Trace, beam_search, beam_trace, greedy_decode, greedy_trace, output_limit,
-                            teacher_forced_log_probs)
+from model.decoding import (BeamTrace, Hypothesis, Trace, beam_search, beam_trace, greedy_decode, greedy_trace,
+                            output_limit, teacher_forced_log_probs)
 from model.seq2seq import HeadGates, Seq2Seq, head_gates
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 

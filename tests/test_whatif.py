@@ -156,7 +156,8 @@ def test_switching_heads_off_translates_again_and_scores_the_original_without_th
     more = app_module.mask_from_grids(trail, [], [], ["cross.1.1"], 2, *SETTINGS)[app_module.trail_state]
     assert [d.name for d in more.decodings] == ["original", "1 head off"]
     reset = app_module.mask_preset("none", more, 2, *SETTINGS)
-    assert reset[app_module.trail_state].decodings == [trail.decodings[0]] and reset[app_module.mask_effect_plot] is None
+    assert reset[app_module.trail_state].decodings == [trail.decodings[0]]
+    assert reset[app_module.mask_effect_plot] is None
 
 
 def test_a_switched_off_head_is_drawn_as_off_not_as_attention(app_module):
