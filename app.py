@@ -216,14 +216,15 @@ def translate(model_name: str, text: str, kind: str, layer: int, head: int | str
     try:
         traced = trace_text(model_name, text)
     except InputError as error:
-        return {status: str(error)}
+        kept = f" The translation on screen is still that of {shown(previous.source)}." if previous else ""
+        return {status: str(error) + kept}
     trail = Trail(model_name, text, [Decoding("original", to_arrays(traced), traced.text)])
     trace = trail.current.trace
     same_model = previous is not None and previous.model == model_name
     return {**show(trail, 1, kind, layer, head, model_view), **({} if same_model else head_panel(model_name, trace)),
             status: translate_status(traced, trace.available()), source_view: source_highlights(traced),
             masked_translation: None, mask_effect_plot: None, n_best: None, beam_steps: None,
-            beam_open: gr.Dropdown(choices=[], value=None), beam_state: None}
+            beam_open: gr.Dropdown(choices=[], value=None), beam_state: None, branch_word: ""}
 
 
 def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
@@ -325,13 +326,34 @@ def change_view(trace: TraceArrays | None, kind: str, layer: int, head: int | st
 
 
 def switch_model(model_name: str, text: str, kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
-    """A new model: its examples, and the sentence on screen translated again with it (or the views cleared)."""
+    """A new model: its examples, and the sentence on screen translated again with it. When there is none, or it
+    cannot be translated with this model, the views are cleared: nothing of the last model stays usable."""
     outputs = {example: gr.Dropdown(choices=examples_for(model_name), value=None)}
     if (text or "").strip():
-        return {**outputs, **translate(model_name, text, kind, layer, head, model_view)}
-    return {**outputs, trace_state: None, trail_state: None, translation: "", translation_state: None,
-            view_state: None, breadcrumb: gr.Radio(choices=[], value=None, visible=False),
-            status: f"Model {shown(model_name)} chosen: type or pick a sentence to translate."}
+        translated = translate(model_name, text, kind, layer, head, model_view)
+        if trail_state in translated:
+            return {**outputs, **translated}
+        return {**outputs, **cleared(), status: f"Model {shown(model_name)} chosen. {translated[status]}"}
+    return {**outputs, **cleared(), status: f"Model {shown(model_name)} chosen: type or pick a sentence to translate."}
+
+
+def cleared() -> dict:
+    """Every view of a translation emptied, and what-if with nothing to work on."""
+    return {trace_state: None, trail_state: None, translation: "", translation_state: None, view_state: None,
+            source_view: None, breadcrumb: gr.Radio(choices=[], value=None, visible=False),
+            comparison: None, comparison_plot: None, importance_plot: None, masked_translation: None,
+            mask_effect_plot: None, n_best: None, beam_steps: None, beam_state: None, branch_word: "",
+            beam_open: gr.Dropdown(choices=[], value=None), mask_note: "Translate a sentence to switch heads off.",
+            **{grid: gr.CheckboxGroup(choices=[], value=[], visible=False) for grid in mask_grids}}
+
+
+def use_example(sentence: str, model_name: str, text: str, kind: str, layer: int, head: int | str,
+                model_view: bool = False, previous: Trail | None = None) -> dict:
+    """An example picked: put it in the source box and translate it (nothing when it is already what is shown)."""
+    if not sentence or (previous is not None and (previous.model, previous.source) == (model_name, sentence)
+                        and text == sentence):
+        return {source: text if isinstance(text, str) else ""}  # as it is (Gradio needs one output at least)
+    return {source: sentence, **translate(model_name, sentence, kind, layer, head, model_view, previous)}
 
 
 def first_visit(kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
@@ -362,6 +384,8 @@ def branch(trail: Trail | None, at_step: int, word: str, kind: str, layer: int, 
     if not word:
         return {status: "Click a candidate in the chart, or type a word to choose at this step, then Branch."}
     t = min(max(int(at_step or 1), 1), decoding.trace.steps) - 1
+    if word == decoding.trace.target_tokens[t]:
+        return {status: f"Step {t + 1} already chooses \"{word}\": click another candidate or type another word."}
     force = decoding.trace.target_tokens[:t] + [word]
     try:
         traced = trace_text(trail.model, trail.source, force, decoding.mask)
@@ -370,11 +394,14 @@ def branch(trail: Trail | None, at_step: int, word: str, kind: str, layer: int, 
     was = decoding.trace.target_tokens[t]
     new = Decoding(f"{word} at step {t + 1}", to_arrays(traced, decoding.mask), traced.text, force, decoding.mask,
                    chosen=t)
+    replaced = len(trail.decodings) - trail.shown - 1
     trail = trail.followed_by(new)
     change = float(np.log(new.trace.probabilities).sum() - np.log(decoding.trace.probabilities).sum())
     return {**show(trail, t + 1, kind, layer, head, model_view), branch_word: "",
             status: f"Branch: step {t + 1} chooses \"{word}\" instead of \"{was}\", then greedy decoding goes on. "
-                    f"Log-probability {change:+.2f} against {decoding.name}."}
+                    f"Log-probability {change:+.2f} against {decoding.name}."
+                    + (f" It replaces the {plural(replaced, 'decoding')} that followed {decoding.name}." if replaced
+                       else "")}
 
 
 def set_mask(trail: Trail | None, mask: list[str], at_step: int, kind: str, layer: int, head: int | str,
@@ -420,7 +447,8 @@ def mask_from_grids(trail: Trail | None, encoder: list[str], decoder: list[str],
 
 def mask_preset(preset: str, trail: Trail | None, at_step: int, kind: str, layer: int, head: int | str,
                 model_view: bool = False) -> dict:
-    """A preset mask over the heads of the kind in view: its layer in view off, all but the head in view, none."""
+    """A preset mask over the heads of the kind in view: its layer in view off, all but the head in view (the other
+    kinds' switches stay as they are), or every head on."""
     if trail is None:
         return {status: NOTHING_YET}
     trace = trail.current.trace
@@ -432,8 +460,9 @@ def mask_preset(preset: str, trail: Trail | None, at_step: int, kind: str, layer
     elif preset == "all but one":
         if not isinstance(head, int):
             return {status: "Choose one head in the Head list first: every other head of this attention goes off."}
-        mask = [head_key(kind, other_layer, h) for other_layer in range(trace.layers(kind))
-                for h in range(trace.heads(kind)) if (other_layer, h) != (layer, head)]
+        others = [name for name in trail.current.mask if not name.startswith(KIND_KEYS[kind] + ".")]
+        mask = others + [head_key(kind, other_layer, h) for other_layer in range(trace.layers(kind))
+                         for h in range(trace.heads(kind)) if (other_layer, h) != (layer, head)]
     else:
         mask = []
     return set_mask(trail, mask, at_step, kind, layer, head, model_view)
@@ -446,7 +475,10 @@ def open_head(trace: TraceArrays | None, name: str, model_view: bool = False) ->
     parsed = parse_head_key(name)
     if parsed is None or parsed[0] not in trace.available() or not (
             0 <= parsed[1] < trace.layers(parsed[0]) and 0 <= parsed[2] < trace.heads(parsed[0])):
-        return {status: f"No head {shown(name)} in this model: name one as kind.layer.head, e.g. cross.2.5."}
+        sizes = ", ".join(f"{KIND_KEYS[k]}: {trace.layers(k)} layers x {trace.heads(k)} heads"
+                          for k in trace.available())
+        return {status: f"No head {shown(name)} in this model ({sizes}): name one as kind.layer.head, 1-based, "
+                        "e.g. cross.2.5."}
     kind, layer, head = parsed
     return {kind_choice: gr.Radio(value=kind), **view_outputs(trace, kind, layer, head, model_view),
             status: f"Showing {head_key(kind, layer, head)}."}
@@ -480,7 +512,9 @@ def run_beam(trail: Trail | None) -> dict:
     steps = beam_step_rows([[(traced.tokens(h), h.log_probability, h.finished) for h in hypotheses]
                             for hypotheses in beam.steps], traced.greedy_tokens)
     masked = f", {plural(len(mask), 'head')} off" if mask else ""
-    return {n_best: rows, beam_steps: steps, beam_state: [traced.tokens(h) for h in beam.n_best],
+    ran_from = {"force": trail.current.force, "mask": mask}  # hypotheses open after this decoding
+    return {n_best: rows, beam_steps: steps,
+            beam_state: {"from": ran_from, "hypotheses": [traced.tokens(h) for h in beam.n_best]},
             beam_open: gr.Dropdown(choices=[(f"#{r}: {text}", r - 1) for r, text in enumerate(texts, start=1)],
                                    value=None),
             status: f"Beam search (beam {beam.beam_size}, length penalty {beam.length_penalty}{masked}): "
@@ -489,26 +523,32 @@ def run_beam(trail: Trail | None) -> dict:
                        "the best one differs from the greedy translation.")}
 
 
-def open_hypothesis(trail: Trail | None, hypotheses: list[list[str]] | None, index: int, kind: str, layer: int,
-                    head: int | str, model_view: bool = False) -> dict:
-    """Show a beam hypothesis like a trace: its tokens forced, so every step's attention is its teacher-forced one."""
-    if trail is None or not hypotheses or not isinstance(index, int) or not 0 <= index < len(hypotheses):
+def open_hypothesis(trail: Trail | None, beam: dict | None, index: int, kind: str, layer: int, head: int | str,
+                    model_view: bool = False) -> dict:
+    """Show a beam hypothesis like a trace: its tokens forced, so every step's attention is its teacher-forced one.
+
+    It follows the decoding the beam ran from (replacing a hypothesis opened before), to compare with that."""
+    hypotheses = beam["hypotheses"] if beam else []
+    if trail is None or not isinstance(index, int) or not 0 <= index < len(hypotheses):
         return {status: "Run the beam search first, then choose one of its hypotheses."}
+    mask = beam["from"]["mask"]
     try:
-        traced = trace_text(trail.model, trail.source, hypotheses[index], trail.current.mask)
+        traced = trace_text(trail.model, trail.source, hypotheses[index], mask)
     except InputError as error:
         return {status: str(error)}
-    new = Decoding(f"beam #{index + 1}", to_arrays(traced, trail.current.mask), traced.text, hypotheses[index],
-                   trail.current.mask)
-    return {**show(trail.followed_by(new), 1, kind, layer, head, model_view),
+    ran_from = next((i for i, d in enumerate(trail.decodings)
+                     if (d.force, d.mask) == (beam["from"]["force"], mask)), trail.shown)
+    new = Decoding(f"beam #{index + 1}", to_arrays(traced, mask), traced.text, hypotheses[index], mask)
+    return {**show(trail.followed_by(new, after=ran_from), 1, kind, layer, head, model_view),
+            beam_open: index,
             status: f"Showing beam hypothesis #{index + 1} step by step, its attention read with its own tokens."}
 
 
-def select_hypothesis(trail: Trail | None, hypotheses: list[list[str]] | None, kind: str, layer: int,
-                      head: int | str, model_view: bool, selected: gr.SelectData) -> dict:
+def select_hypothesis(trail: Trail | None, beam: dict | None, kind: str, layer: int, head: int | str,
+                      model_view: bool, selected: gr.SelectData) -> dict:
     """A click on a row of the n-best table."""
     index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
-    return open_hypothesis(trail, hypotheses, index, kind, layer, head, model_view)
+    return open_hypothesis(trail, beam, index, kind, layer, head, model_view)
 
 
 def check_model(model: object) -> None:
@@ -674,7 +714,8 @@ with Blocks(title="Transformer attention inspector") as demo:
                                                    elem_classes=["head-grid"]) for kind in KINDS]
                     with gr.Row():
                         mask_layer = gr.Button("Switch off the layer in view", size="sm", elem_id="mask-layer")
-                        mask_all_but = gr.Button("Only the head in view on", size="sm", elem_id="mask-all-but")
+                        mask_all_but = gr.Button("Of this attention, only the head in view on", size="sm",
+                                                 elem_id="mask-all-but")
                         mask_reset = gr.Button("All heads on", size="sm", elem_id="mask-reset")
                 with gr.Column(scale=2, min_width=300):
                     importance_measure = gr.Radio(IMPORTANCE_CHOICES, value=IMPORTANCE_CHOICES[0],
@@ -691,7 +732,8 @@ with Blocks(title="Transformer attention inspector") as demo:
                                                     elem_id="masked-translation")
             mask_effect_plot = gr.Plot(show_label=False, elem_id="mask-effect")
         with gr.Tab("Beam search", elem_id="beam-tab"):
-            beam_state = gr.State(None, time_to_live=TRACE_TTL_S)  # the n-best hypotheses' tokens
+            # The n-best hypotheses' tokens, and the force and mask of the decoding the beam ran from.
+            beam_state = gr.State(None, time_to_live=TRACE_TTL_S)
             with gr.Row(equal_height=True):
                 beam_button = gr.Button("Run beam search", variant="primary", elem_id="beam", scale=1, min_width=140)
                 beam_open = gr.Dropdown([], value=None, label="Open a hypothesis step by step", elem_id="beam-open",
@@ -712,7 +754,7 @@ with Blocks(title="Transformer attention inspector") as demo:
                         comparison_plot, *mask_grids]
     translate_outputs = [*decoding_outputs[:3], source_view, *decoding_outputs[3:], mask_note, importance_measure,
                          importance_plot, masked_translation, mask_effect_plot, n_best, beam_steps, beam_open,
-                         beam_state]
+                         beam_state, branch_word]
     # Model work queues for the trace workers in its own group, so view changes (a few ms each) never wait
     # behind it.
     trace_queue = dict(concurrency_id="trace", concurrency_limit=TRACE_CONCURRENCY)
@@ -722,9 +764,10 @@ with Blocks(title="Transformer attention inspector") as demo:
                   api_name="translate_enter", **trace_queue)
     model_name.change(switch_model, [model_name, source, *settings], [example, *translate_outputs],
                       api_name="switch_model", **trace_queue)
-    example.input(lambda text: text or "", example, source, api_name="use_example").then(
-        translate, [model_name, source, *settings, trail_state], translate_outputs, api_name="translate_example",
-        **trace_queue)
+    example.input(use_example, [example, model_name, source, *settings, trail_state], [source, *translate_outputs],
+                  api_name="use_example", **trace_queue)
+    # Typing a sentence of one's own leaves the examples (so closing their list never brings one back).
+    source.input(None, None, example, js="() => null")
     demo.load(first_visit, settings, [source, example, *translate_outputs], api_name="first_visit", **trace_queue)
     demo.load(None, js=KEYS_JS)
     demo.load(None, js=CLICKS_JS)
@@ -763,11 +806,11 @@ with Blocks(title="Transformer attention inspector") as demo:
                              api_name="importance_measure")
     beam_button.click(run_beam, trail_state, [n_best, beam_steps, beam_state, beam_open, status], api_name="beam_view",
                       **trace_queue)
-    beam_open.input(open_hypothesis, [trail_state, beam_state, beam_open, *settings], decoding_outputs,
+    beam_open.input(open_hypothesis, [trail_state, beam_state, beam_open, *settings], [*decoding_outputs, beam_open],
                     api_name="open_hypothesis", **trace_queue)
     # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
-    n_best.select(select_hypothesis, [trail_state, beam_state, *settings], decoding_outputs, api_visibility="private",
-                  **trace_queue)
+    n_best.select(select_hypothesis, [trail_state, beam_state, *settings], [*decoding_outputs, beam_open],
+                  api_visibility="private", **trace_queue)
 
     gr.api(trace_api, api_name="trace", **trace_queue)
     gr.api(score_api, api_name="score", **trace_queue)  # one teacher-forced pass, in this process

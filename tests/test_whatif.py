@@ -85,13 +85,17 @@ def test_branching_with_the_greedy_token_reproduces_the_original(app_module):
     trail = translated(app_module)
     original = trail.current.trace
     for step in (1, 3, original.steps):
-        outputs = app_module.branch(trail, step, original.target_tokens[step - 1], *SETTINGS)
-        _, branch = shown(app_module, outputs)
+        # What a branch decodes (the prefix up to step t forced, then greedy) is the original, array for array.
+        force = original.target_tokens[:step]
+        branch = app_module.to_arrays(app_module.trace_text(MODEL, SENTENCE, force))
         for field in ("target_tokens", "decoder_tokens", "top_tokens"):
-            assert getattr(branch.trace, field) == getattr(original, field)
+            assert getattr(branch, field) == getattr(original, field)
         for field in ("probabilities", "top_probabilities", "encoder", "decoder", "cross"):
-            np.testing.assert_array_equal(getattr(branch.trace, field), getattr(original, field))
-        assert outputs[app_module.step].value == step  # the view stays at the step that was branched
+            np.testing.assert_array_equal(getattr(branch, field), getattr(original, field))
+        assert branch.forced == step
+        # In the app, that click changes nothing and says so.
+        outputs = app_module.branch(trail, step, original.target_tokens[step - 1], *SETTINGS)
+        assert "already chooses" in outputs[app_module.status] and app_module.trail_state not in outputs
 
 
 def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_origin(app_module):
@@ -110,14 +114,21 @@ def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_or
     marks = outputs[app_module.comparison]
     assert (f"{word} ", FORCED) in marks and outputs[app_module.comparison_plot] is not None
     assert f'chooses "{word}" instead of "{original.target_tokens[step - 1]}"' in outputs[app_module.status]
+    assert outputs[app_module.step].value == step  # the view stays at the step that was branched
+    # The chosen candidate is the red bar at that step, and the step says it was given, not predicted.
+    frames = outputs[app_module.translation_state]
+    bars = json.loads(frames["candidates"])["layout"]["meta"]["bars"][step - 1]
+    assert bars["colors"][branch.trace.top_tokens[step - 1].index(word)] == "#d62728"
+    assert f'is given "{word}"' in frames["description"][step - 1]
     # A branch of the branch, then back along the breadcrumb: the decodings after the one shown stay until a new one.
     again = app_module.branch(trail, 1, branch.trace.top_tokens[0][1], *SETTINGS)[app_module.trail_state]
     assert len(again.decodings) == 3 and again.decodings[1] is branch
     back = app_module.go_to(again, 0, 1, *SETTINGS)
     assert back[app_module.trail_state].shown == 0 and back[app_module.translation] == trail.decodings[0].text
     assert len(back[app_module.trail_state].decodings) == 3
-    fork = app_module.branch(back[app_module.trail_state], 2, word, *SETTINGS)[app_module.trail_state]
-    assert len(fork.decodings) == 2 and fork.decodings[1].chosen == 1
+    forked = app_module.branch(back[app_module.trail_state], 2, original.top_tokens[1][1], *SETTINGS)
+    assert len(forked[app_module.trail_state].decodings) == 2 and forked[app_module.trail_state].current.chosen == 1
+    assert "replaces the 2 decodings that followed original" in forked[app_module.status]
 
 
 def test_a_branch_needs_a_word_the_model_can_emit(app_module):
@@ -188,8 +199,10 @@ def test_mask_presets_work_on_the_head_in_view(app_module):
     trail = translated(app_module)
     layer = app_module.mask_preset("layer", trail, 1, DECODER, 1, MEAN)[app_module.trail_state]
     assert layer.current.mask == ["decoder.2.1", "decoder.2.2", "decoder.2.3", "decoder.2.4"]
-    only = app_module.mask_preset("all but one", trail, 1, ENCODER, 0, 2)[app_module.trail_state]
-    assert len(only.current.mask) == 2 * 4 - 1 and "encoder.1.3" not in only.current.mask
+    only = app_module.mask_preset("all but one", layer, 1, ENCODER, 0, 2)[app_module.trail_state]
+    encoder_off = [name for name in only.current.mask if name.startswith("encoder.")]
+    assert len(encoder_off) == 2 * 4 - 1 and "encoder.1.3" not in encoder_off
+    assert set(layer.current.mask) <= set(only.current.mask)  # the other kinds' switches stay
     assert "Choose one head" in app_module.mask_preset("all but one", trail, 1, ENCODER, 0, MEAN)[app_module.status]
 
 
@@ -200,6 +213,24 @@ def test_the_gru_model_offers_only_cross_attention_heads(app_module):
     heads = app_module.TRANSLATORS["toy-rnn"].model.config.n_heads
     assert [value for _, value in cross.choices] == [f"cross.1.{h}" for h in range(1, heads + 1)]
     assert "GRU" in outputs[app_module.mask_note] and "only its cross-attention" in outputs[app_module.mask_note]
+
+
+def test_a_model_switch_that_cannot_translate_leaves_nothing_of_the_last_model(app_module):
+    translated(app_module)
+    outputs = app_module.switch_model("toy-rnn", "a " * 200, *SETTINGS)
+    assert outputs[app_module.trail_state] is None and outputs[app_module.trace_state] is None
+    assert "Model 'toy-rnn' chosen" in outputs[app_module.status] and "tokens" in outputs[app_module.status]
+    assert all(not outputs[grid].visible for grid in app_module.mask_grids)
+    assert outputs[app_module.importance_plot] is None and outputs[app_module.source_view] is None
+
+
+def test_an_example_already_on_screen_is_not_translated_again(app_module):
+    sentence = app_module.examples_for(MODEL)[0]
+    trail = translated(app_module, sentence)
+    assert app_module.use_example(sentence, MODEL, sentence, *SETTINGS, trail) == {app_module.source: sentence}
+    assert app_module.use_example(None, MODEL, "Two dogs.", *SETTINGS, trail) == {app_module.source: "Two dogs."}
+    picked = app_module.use_example(sentence, MODEL, "Two dogs.", *SETTINGS, trail)
+    assert picked[app_module.source] == sentence and picked[app_module.trail_state].source == sentence
 
 
 def test_opening_a_head_by_name(app_module):
@@ -232,15 +263,19 @@ def test_the_importance_heatmap_names_every_head_of_the_shipped_model(en_de):
 def test_the_beam_view_lists_hypotheses_and_opens_one_as_a_trace(app_module):
     trail = translated(app_module)
     outputs = app_module.run_beam(trail)
-    rows, hypotheses = outputs[app_module.n_best], outputs[app_module.beam_state]
+    rows, beam = outputs[app_module.n_best], outputs[app_module.beam_state]
+    hypotheses = beam["hypotheses"]
     translator = app_module.TRANSLATORS[MODEL]
     best = translator.translate_tokens([translator.source_tokens(SENTENCE)], beam_size=5)[0]
     assert hypotheses[0] == best + ["<eos>"] and rows[0][1] == translator.to_text(best)
     assert [row[0] for row in rows] == list(range(1, len(rows) + 1))
     assert outputs[app_module.beam_steps] and "Beam search (beam 5" in outputs[app_module.status]
-    opened = app_module.open_hypothesis(trail, hypotheses, len(hypotheses) - 1, *SETTINGS)
-    _, decoding = shown(app_module, opened)
+    opened = app_module.open_hypothesis(trail, beam, len(hypotheses) - 1, *SETTINGS)
+    trail_now, decoding = shown(app_module, opened)
     assert decoding.trace.target_tokens == hypotheses[-1] and decoding.name == f"beam #{len(hypotheses)}"
+    # Another hypothesis replaces it: each is compared with the decoding the beam ran from.
+    again = app_module.open_hypothesis(trail_now, beam, 1, *SETTINGS)[app_module.trail_state]
+    assert [d.name for d in again.decodings] == ["original", "beam #2"]
     assert "Run the beam search first" in app_module.open_hypothesis(trail, None, 0, *SETTINGS)[app_module.status]
 
 

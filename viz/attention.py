@@ -155,7 +155,9 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
         weights = weights.copy()
         weights[off] = np.nan
     gap_x, gap_y = 0.012, 0.25 / max(rows, 1) if rows > 1 else 0.0
-    width, height = (1 - gap_x * (cols - 1)) / cols, (1 - gap_y * (rows - 1)) / rows
+    panel = panel_height or max(150, 14 * len(query_tokens))
+    label_room = 16 / (rows * panel)  # the first row's panel names sit below the title, not on it
+    width, height = (1 - gap_x * (cols - 1)) / cols, (1 - label_room - gap_y * (rows - 1)) / rows
     data, layout, annotations, shapes = [], {}, [], []
     show_x_labels = rows == 1 and len(key_tokens) * cols <= 80
     for r in range(rows):
@@ -166,11 +168,11 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
             switched_off = off is not None and bool(off[r, c])
             data.append(_heatmap(weights[r, c], query_tokens, key_tokens, name, coloraxis="coloraxis",
                                  xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
-            x0, y1 = c * (width + gap_x), 1 - r * (height + gap_y)
+            x0, y1 = c * (width + gap_x), 1 - label_room - r * (height + gap_y)
             layout[f"xaxis{suffix}"] = token_axis(key_tokens, domain=[x0, x0 + width], anchor=f"y{suffix}",
                                                    showticklabels=show_x_labels, tickangle=-45,
                                                    tickfont=dict(size=9))
-            layout[f"yaxis{suffix}"] = token_axis(query_tokens, domain=[y1 - height, y1], anchor=f"x{suffix}",
+            layout[f"yaxis{suffix}"] = token_axis(query_tokens, domain=[max(0.0, y1 - height), y1], anchor=f"x{suffix}",
                                                    autorange="reversed", showticklabels=c == 0,
                                                    tickfont=dict(size=9))
             annotations.append(dict(text=escape_text(name + " (off)" * switched_off), x=x0 + width / 2, y=y1,
@@ -180,7 +182,6 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
                 annotations.append(_note("off", x0 + width / 2, y1 - height / 2))
             if highlight_row is not None:
                 shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
-    panel = panel_height or max(150, 14 * len(query_tokens))
     layout.update(
         title=title_layout([title] if isinstance(title, str) else title),
         coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0, colorbar=dict(thickness=14)),

@@ -91,9 +91,10 @@ class TraceArrays:
 
 
 def step_title(trace: TraceArrays, step: int) -> str:
-    """'step 3 of 9: reads "hund", predicts "läuft" (p = 0.91)'."""
+    """'step 3 of 9: reads "hund", predicts "läuft" (p = 0.91)'; a forced step 'is given "läuft"'."""
+    chooses = "is given" if step < trace.forced else "predicts"
     return (f"step {step + 1} of {trace.steps}: reads \"{trace.decoder_tokens[step]}\", "
-            f"predicts \"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f})")
+            f"{chooses} \"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f})")
 
 
 def step_heading(trace: TraceArrays, step: int) -> str:
@@ -135,7 +136,8 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
         # Switched-off heads added nothing to the layer's output: the mean is over the heads that were on.
         on = ~off
         mean = weights[layer][on].mean(axis=0) if on.any() else np.full(weights.shape[2:], np.nan)
-        name = "mean of heads" if on.all() else f"mean of the {on.sum()} heads on ({off.sum()} {OFF})"
+        name = ("mean of heads" if on.all() else f"mean of the {on.sum()} heads on ({off.sum()} {OFF})" if on.any()
+                else f"all {off.sum()} heads {OFF}")
         return attention_heatmap(mean, queries, keys, [f"{kind}, layer {layer + 1}, {name}", step_heading(trace, step)],
                                  highlight, query_label, key_label, height, note=None if on.any() else OFF)
     head = min(max(int(head), 0), weights.shape[1] - 1)
@@ -167,9 +169,16 @@ def candidates_title(trace: TraceArrays, step: int) -> str:
     return f"top-{len(trace.top_tokens[step])} candidates at step {step + 1}"
 
 
+def chosen_rank(trace: TraceArrays, step: int) -> int | None:
+    """Where the chosen token is among the step's candidates (0 unless the step was forced), or None."""
+    candidates = trace.top_tokens[step]
+    return candidates.index(trace.target_tokens[step]) if trace.target_tokens[step] in candidates else None
+
+
 def candidates_figure(trace: TraceArrays, step: int) -> go.Figure:
     """The top-k candidates at `step`, the chosen one in red."""
-    return probability_bars(trace.top_tokens[step], trace.top_probabilities[step], candidates_title(trace, step), 0)
+    return probability_bars(trace.top_tokens[step], trace.top_probabilities[step], candidates_title(trace, step),
+                            chosen_rank(trace, step))
 
 
 def translation_frames(trace: TraceArrays) -> dict:
@@ -178,8 +187,8 @@ def translation_frames(trace: TraceArrays) -> dict:
 
     A step's candidates differ in everything; the translation's probabilities only in the highlighted bar."""
     steps = range(trace.steps)
-    candidates = [bar_step(trace.top_tokens[t], trace.top_probabilities[t], candidates_title(trace, t), 0)
-                  for t in steps]
+    candidates = [bar_step(trace.top_tokens[t], trace.top_probabilities[t], candidates_title(trace, t),
+                           chosen_rank(trace, t)) for t in steps]
     probabilities = [{"colors": bar_colors(trace.steps, t)} for t in steps]
     return {"steps": trace.steps,
             "candidates": stepping_json(candidates_figure(trace, 0), {"bars": candidates}),
