@@ -28,8 +28,9 @@ from model.workers import TracePool, available_cores, can_fork
 from viz.attention import label, visible
 from viz.views import (ALL_HEADS, CROSS, KIND_KEYS, KINDS, MEAN, TraceArrays, head_key, parse_head_key,
                        translation_frames, view_frames)
-from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, beam_step_rows, comparison_figure, importance_figure,
-                        log_prob_change_figure, n_best_rows, token_differences)
+from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, beam_step_rows, comparison_figure, contribution_figure,
+                        importance_figure, log_prob_change_figure, n_best_rows, source_share_figure,
+                        token_differences)
 
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
 TOP_K = 5
@@ -244,6 +245,7 @@ def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, mod
             **{button: gr.Button(interactive=True) for button in step_buttons},
             breadcrumb: gr.Radio(choices=[(d.name, i) for i, d in enumerate(trail.decodings)], value=trail.shown,
                                  visible=len(trail.decodings) > 1),
+            source_share_plot: None, contribution_plot: None,  # measured for another decoding: asked for again
             **comparison_outputs(trail), **grids, **view_outputs(trace, kind, layer, head, model_view)}
 
 
@@ -491,6 +493,25 @@ def show_importance(trail: Trail | None, measure: str) -> dict:
     return {importance_plot: importance_plot_for(trail.model, trail.current.trace, measure)}
 
 
+def measure_contributions(trail: Trail | None) -> dict:
+    """Where each word of the decoding on screen came from: its ALTI+ source share, and the full map."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    decoding = trail.current
+    trace = decoding.trace
+    measured = TRANSLATORS[trail.model].contributions(trail.source, trace.target_tokens, decoding.mask)
+    if measured is None:
+        return {source_share_plot: None, contribution_plot: None,
+                status: "This GRU model has no residual stream for ALTI+ to decompose: its cross-attention "
+                        "(the Cross-attention view) is what shows where its words look in the source."}
+    shares = measured.source_contribution
+    return {source_share_plot: source_share_figure(trace.target_tokens, shares),
+            contribution_plot: contribution_figure(measured.decoder, trace.target_tokens, trace.source_tokens,
+                                                   trace.decoder_tokens),
+            status: f"Contributions of {decoding.name}: {shares.mean():.0%} of each word's prediction came from the "
+                    f"source on average ({shares.min():.0%} to {shares.max():.0%})."}
+
+
 def run_beam(trail: Trail | None) -> dict:
     """Beam search of the sentence as evaluation runs it (with the heads of the shown decoding off): the n-best
     list and the beam at every step."""
@@ -557,15 +578,21 @@ def check_model(model: object) -> None:
         raise gr.Error(f"unknown model {shown(model)}; loaded: {', '.join(TRANSLATORS) or 'none'}")
 
 
-def trace_api(model: str, text: str, force: list[str] | None = None, mask: list[str] | None = None) -> dict:
+def trace_api(model: str, text: str, force: list[str] | None = None, mask: list[str] | None = None,
+              contributions: bool | None = None) -> dict:
     """Translate `text` with checkpoint `model`; returns tokens, probabilities and every attention map as lists.
 
     `force`: target tokens that fix the first steps (spelled as in `target_tokens`); `mask`: heads to switch off,
-    named kind.layer.head (kind encoder, decoder or cross; 1-based), e.g. "cross.2.5".
+    named kind.layer.head (kind encoder, decoder or cross; 1-based), e.g. "cross.2.5". `source_contribution`:
+    per generated token, the share of its prediction that came from the source (ALTI+; None for a GRU model);
+    `contributions` true adds the full ALTI+ maps.
     """
     check_model(model)
+    if contributions is not None and not isinstance(contributions, bool):
+        raise gr.Error(f"contributions must be true or false, not {shown(contributions)}")
     try:
         traced = trace_text(model, text, force, mask)
+        measured = TRANSLATORS[model].contributions(text, traced.target_tokens, mask)
     except InputError as error:
         raise gr.Error(str(error)) from None
     trace = traced.trace
@@ -579,7 +606,11 @@ def trace_api(model: str, text: str, force: list[str] | None = None, mask: list[
             "probabilities": rounded(trace.probabilities), "top_tokens": traced.top_tokens,
             "top_probabilities": rounded(trace.top_probabilities),
             "encoder_attention": rounded(trace.encoder_attention),
-            "decoder_attention": rounded(trace.decoder_attention), "cross_attention": rounded(trace.cross_attention)}
+            "decoder_attention": rounded(trace.decoder_attention), "cross_attention": rounded(trace.cross_attention),
+            "source_contribution": None if measured is None else rounded(measured.source_contribution),
+            **({"contributions": None if measured is None else {"encoder": rounded(measured.encoder),
+                                                                "decoder": rounded(measured.decoder)}}
+               if contributions else {})}
 
 
 def score_api(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None) -> dict:
@@ -745,13 +776,23 @@ with Blocks(title="Transformer attention inspector") as demo:
                                                "greedy path"], label="The beam after every step",
                                       interactive=False, max_height=420, elem_id="beam-steps")
 
+        with gr.Tab("Where each word came from", elem_id="sources-tab"):
+            gr.Markdown("How much of each word's prediction came from the source sentence and how much from the "
+                        "translation so far (ALTI+, Ferrando et al. 2022): every layer's attention, residual "
+                        "connections and layer norms decomposed token by token, not just attention weights. A word "
+                        "that owes little to the source is a sign of hallucination (Dale et al. 2023).")
+            contributions_button = gr.Button("Measure where each word came from", variant="primary",
+                                             elem_id="contributions")
+            source_share_plot = gr.Plot(show_label=False, elem_id="source-share")
+            contribution_plot = gr.Plot(show_label=False, elem_id="contribution-map")
+
     views = [attention_plot, candidates_plot, probabilities_plot, step_text, overview_plot]
     settings = [kind_choice, layer_choice, head_choice, model_view]
     # Everything that shows one decoding (`show`), and what a new translation resets; the API's /translate
     # answers in this order (its first values as before the what-if outputs existed).
     decoding_outputs = [trace_state, translation, status, step, kind_choice, layer_choice, head_choice,
                         translation_state, view_state, *step_buttons, trail_state, breadcrumb, comparison,
-                        comparison_plot, *mask_grids]
+                        comparison_plot, *mask_grids, source_share_plot, contribution_plot]
     translate_outputs = [*decoding_outputs[:3], source_view, *decoding_outputs[3:], mask_note, importance_measure,
                          importance_plot, masked_translation, mask_effect_plot, n_best, beam_steps, beam_open,
                          beam_state, branch_word]
@@ -811,6 +852,9 @@ with Blocks(title="Transformer attention inspector") as demo:
     # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
     n_best.select(select_hypothesis, [trail_state, beam_state, *settings], [*decoding_outputs, beam_open],
                   api_visibility="private", **trace_queue)
+
+    contributions_button.click(measure_contributions, trail_state, [source_share_plot, contribution_plot, status],
+                               api_name="contributions_view", **trace_queue)
 
     gr.api(trace_api, api_name="trace", **trace_queue)
     gr.api(score_api, api_name="score", **trace_queue)  # one teacher-forced pass, in this process

@@ -5,7 +5,8 @@
 Calls the app's own callbacks (what a request runs, minus the network) and prints medians, including the
 JSON encoding of what the browser receives. Stepping needs no request: benchmarks/browser_latency.py
 measures it in a browser. The what-if table compares a branch, a re-translation with a head switched off and
-the beam view with a plain translation of the same sentence, in the same run (goal: each within 1.5x).
+the beam view with a plain translation of the same sentence, in the same run (goal: each within 1.5x), and
+the ALTI+ contributions of the translation on screen (goal: within 1.5x of the plain trace).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def median_ms(fn, runs: int) -> float:
 
 def json_bytes(outputs: dict) -> int:
     """Bytes of the JSON Gradio sends for a callback's outputs (figures travel as JSON strings)."""
-    return len(orjson.dumps([value for value in outputs.values() if isinstance(value, (dict, str, list))]))
+    sent = [value.to_json() if hasattr(value, "to_plotly_json") else value for value in outputs.values()]
+    return len(orjson.dumps([value for value in sent if isinstance(value, (dict, str, list))]))
 
 
 def main() -> None:
@@ -88,7 +90,8 @@ def what_if(checkpoint: str, sentence: str, runs: int) -> None:
              f'branch: step {middle + 1} chooses "{word}"': lambda: app.branch(trail, middle + 1, word, CROSS, 0, MEAN),
              "one head off (cross.2.5): trace + score of the original":
                  lambda: app.set_mask(trail, ["cross.2.5"], 1, CROSS, 0, MEAN),
-             "beam view (checkpoint's beam size)": lambda: app.run_beam(trail)}
+             "beam view (checkpoint's beam size)": lambda: app.run_beam(trail),
+             "where each word came from (ALTI+ contributions)": lambda: app.measure_contributions(trail)}
     times = {name: median_ms(lambda call=call: json_bytes(call()), runs) for name, call in calls.items()}
     plain = times["translate (trace, charts, view)"]
     print(f"\nwhat-if on a {len(trail.current.trace.source_tokens) - 1}-token sentence ({trace.steps} steps)")

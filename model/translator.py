@@ -9,9 +9,11 @@ import numpy as np
 import torch
 
 from model.batching import pad, token_batches
+from model.contributions import Contributions, alti_plus
 from model.decoding import (BeamTrace, Hypothesis, Trace, beam_search, beam_trace, greedy_decode, greedy_trace,
                             output_limit, teacher_forced_log_probs)
 from model.seq2seq import HeadGates, Seq2Seq, head_gates
+from model.transformer import Transformer
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 
 
@@ -209,6 +211,18 @@ class Translator:
             greedy_tokens = [self.tgt_vocab.itos[i] for i in greedy] + ["<eos>"] * ended
         return TracedBeam(source_tokens=tokens + ["<eos>"], greedy_tokens=greedy_tokens, beam=beam,
                           itos=self.tgt_vocab.itos)
+
+    def contributions(self, text: str, target_tokens: list[str], mask: list[str] | None = None
+                      ) -> Contributions | None:
+        """ALTI+ of `target_tokens` (spelled as in a trace) as the translation of `text` (model/contributions.py),
+        with the heads of `mask` switched off; None for a model without a residual stream to decompose (the GRU
+        models)."""
+        if not isinstance(self.model, Transformer):
+            return None
+        src_ids = self.encode_source(self.source_tokens(text))
+        tgt_ids = self.target_ids(checked_strings(target_tokens, "target_tokens"), self.model.config.max_len - 1,
+                                  "Target token")
+        return alti_plus(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
 
     def source_tokens(self, text: str) -> list[str]:
         """The tokens the encoder will read (before <eos>), or an InputError saying why `text` cannot be read."""

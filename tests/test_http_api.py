@@ -65,6 +65,7 @@ TRACE_CASES = {  # name: (the JSON "data" list, a phrase of the expected error m
     "an unknown head": (f'["{MODEL}", "A dog.", [], ["cross.7.1"]]', "head 'cross.7.1' does not exist"),
     "a malformed head name": (f'["{MODEL}", "A dog.", null, ["cross"]]', "'cross' is not a head name"),
     "a self-attention head of the GRU": ('["toy-rnn", "A dog.", null, ["decoder.1.1"]]', "no 'decoder' attention"),
+    "contributions as a string": (f'["{MODEL}", "A dog.", null, null, "yes"]', "contributions must be true or false"),
 }
 
 
@@ -77,9 +78,25 @@ def test_trace_answers_bad_requests_clearly(server, still_serving, name):
 
 def test_trace_fills_missing_optional_arguments_and_ignores_extra_ones(server, app_module):
     expected = app_module.TRANSLATORS[MODEL].trace("A dog runs.").text
-    for data in ([MODEL, "A dog runs."], [MODEL, "A dog runs.", None, None], [MODEL, "A dog runs.", [], [], "x"]):
+    for data in ([MODEL, "A dog runs."], [MODEL, "A dog runs.", None, None],
+                 [MODEL, "A dog runs.", [], [], False, "x"]):
         event, answer = call(server, "trace", json.dumps({"data": data}))
         assert event == "complete" and answer[0]["translation"] == expected
+
+
+def test_trace_gives_each_words_source_contribution_and_the_maps_on_request(server, app_module):
+    translator = app_module.TRANSLATORS[MODEL]
+    traced = translator.trace("A dog runs.")
+    measured = translator.contributions("A dog runs.", traced.target_tokens)
+    event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs."]}))
+    assert event == "complete" and "contributions" not in answer[0]
+    np.testing.assert_allclose(answer[0]["source_contribution"], measured.source_contribution, atol=1e-4)
+    event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", None, None, True]}))
+    maps = answer[0]["contributions"]
+    np.testing.assert_allclose(maps["decoder"], measured.decoder, atol=1e-4)
+    assert np.array(maps["encoder"]).shape == (len(traced.source_tokens),) * 2
+    event, answer = call(server, "trace", json.dumps({"data": ["toy-rnn", "A dog runs.", None, None, True]}))
+    assert answer[0]["source_contribution"] is None and answer[0]["contributions"] is None
 
 
 def test_trace_forces_and_masks(server, app_module):

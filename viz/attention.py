@@ -117,16 +117,18 @@ def title_layout(lines: list[str]) -> dict:
 
 def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
                       highlight_row: int | None = None, query_label: str = "query", key_label: str = "key",
-                      height: int | None = None, note: str | None = None) -> go.Figure:
+                      height: int | None = None, note: str | None = None, value_label: str = "weight") -> go.Figure:
     """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row.
 
     `title` may be several lines; `height` defaults to one that grows with the number of queries. `note` is
-    written across the map (for a switched-off head, whose weights are NaN: no colour at all)."""
+    written across the map (for a switched-off head, whose weights are NaN: no colour at all). `value_label` names
+    what the cells hold (a weight, a share) in the colour bar and the hover."""
     weights = np.asarray(weights)
     if weights.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(query_tokens)} queries x {len(key_tokens)} keys")
     heatmap = _heatmap(weights, query_tokens, key_tokens, colorscale=COLORSCALE,
-                       colorbar=dict(title=dict(text="weight"), thickness=14))
+                       colorbar=dict(title=dict(text=escape_text(value_label)), thickness=14))
+    heatmap["hovertemplate"] = HOVER.replace("weight", escape_text(value_label))
     return plain_figure([heatmap], dict(
         title=title_layout([title] if isinstance(title, str) else title), margin=dict(l=10, r=10, t=10, b=10),
         height=height or max(340, 150 + 26 * len(query_tokens)), plot_bgcolor="white",

@@ -1,5 +1,6 @@
 """What-if views: two decodings of one sentence compared, the effect of switched-off heads, head importance and
-the beam. Plain numbers and token lists in, Plotly figures (or table rows) out.
+the beam; and where each generated word came from (ALTI+ contributions). Plain numbers and token lists in,
+Plotly figures (or table rows) out.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import difflib
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import (COLORSCALE, HIGHLIGHT, escape_text, plain_figure, positions, title_layout, title_text,
-                           token_axis, visible)
+from viz.attention import (COLORSCALE, HIGHLIGHT, attention_heatmap, escape_text, plain_figure, positions,
+                           title_layout, title_text, token_axis, visible)
 from viz.views import KIND_KEYS, KINDS, head_key
 
 SAME, DIFFERS, FORCED = None, "differs", "chosen by you"
@@ -127,3 +128,38 @@ def beam_step_rows(steps: list[list[tuple[list[str], float, bool]]], greedy_toke
             rows.append([step, rank, " ".join(visible(t) for t in tokens), round(log_probability, 4),
                          "finished" if finished else "", "✓" if on_greedy_path else ""])
     return rows
+
+
+LOW_SOURCE_SHARE = 0.5  # below it, a token came more from the target prefix than from the source
+
+
+def source_share_figure(tokens: list[str], shares: np.ndarray) -> go.Figure:
+    """One bar per generated token: the share of its prediction that came from the source sentence (the rest came
+    from the target prefix); tokens below LOW_SOURCE_SHARE in red, a possible sign of hallucination."""
+    shares = np.asarray(shares, dtype=float)
+    low = int((shares < LOW_SOURCE_SHARE).sum())
+    bars = dict(type="bar", x=positions(tokens), y=shares.tolist(), text=[f"{s:.2f}" for s in shares],
+                textposition="outside", marker=dict(color=[HIGHLIGHT if s < LOW_SOURCE_SHARE else "#1f77b4"
+                                                           for s in shares]),
+                hovertemplate="%{x}<br>from the source %{y:.3f}<extra></extra>")
+    title = (f"share of each word's prediction that came from the source (ALTI+); {low} below "
+             f"{LOW_SOURCE_SHARE:.0%}, in red" if low else
+             "share of each word's prediction that came from the source (ALTI+); the rest came from the target prefix")
+    return plain_figure([bars], dict(
+        title=title_layout([title]), height=280, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",
+        xaxis=token_axis(tokens, tickangle=-45, automargin=True),
+        yaxis=dict(range=[0, 1.15], title=dict(text="source share")),
+        shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=LOW_SOURCE_SHARE, y1=LOW_SOURCE_SHARE,
+                     line=dict(color="#999", dash="dot", width=1))],
+    ))
+
+
+def contribution_figure(shares: np.ndarray, generated: list[str], source_tokens: list[str],
+                        decoder_tokens: list[str]) -> go.Figure:
+    """The ALTI+ map: a row per generated token, its shares of every source token, then of every decoder input."""
+    keys = [f"src {t}" for t in source_tokens] + [f"tgt {t}" for t in decoder_tokens]
+    return attention_heatmap(shares, [f"→ {t}" for t in generated], keys,
+                             ["ALTI+ contributions: each generated word's shares of the source words (src) and "
+                              "of the target prefix (tgt)", "rows sum to 1; residuals and layer norms included"],
+                             query_label="generated token", key_label="source tokens, then target prefix",
+                             height=min(620, max(340, 150 + 22 * len(generated))), value_label="share")

@@ -1,0 +1,163 @@
+"""Measures beyond raw weights, with known answers: value-weighted attention, rollout, ALTI and ALTI+."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.contributions import alti_plus, block_contributions, rollout, value_weighted
+from model.seq2seq import head_gates
+from model.transformer import Transformer
+from model.vocab import EOS_ID, SOS_ID
+
+from tests.conftest import SHIPPED, tiny_config
+
+SRC_IDS = [5, 6, 7, 8, 9, EOS_ID]
+TGT_IDS = [10, 11, 12, 13, EOS_ID]
+
+
+def transformer(norm="post", layers=2):
+    torch.manual_seed(0)
+    return Transformer(tiny_config(norm=norm, n_encoder_layers=layers, n_decoder_layers=layers)).eval()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_contributions_are_shares_that_sum_to_one(norm):
+    contributions = alti_plus(transformer(norm), SRC_IDS, TGT_IDS)
+    for shares in (contributions.encoder, contributions.decoder):
+        assert (shares >= 0).all()
+        np.testing.assert_allclose(shares.sum(-1), 1, atol=1e-5)
+    sources = len(SRC_IDS)
+    for t in range(len(TGT_IDS)):  # a prediction at step t sees the decoder inputs up to t, never after
+        assert (contributions.decoder[t, sources + t + 1:] == 0).all()
+    assert ((contributions.source_contribution > 0) & (contributions.source_contribution < 1)).all()
+
+
+def test_with_every_cross_attention_head_off_nothing_comes_from_the_source():
+    model = transformer()
+    layers, heads = model.heads()["cross"]
+    off = head_gates(model, [f"cross.{layer}.{head}" for layer in range(1, layers + 1) for head in range(1, heads + 1)])
+    np.testing.assert_allclose(alti_plus(model, SRC_IDS, TGT_IDS, off).source_contribution, 0, atol=1e-6)
+
+
+def test_the_block_decomposition_adds_up_to_the_layers_own_output():
+    """Each input's term, summed (with the bias), is what the block computes: ALTI decomposes the real output."""
+    model = transformer()
+    _, recorded = model(torch.tensor([SRC_IDS]), torch.tensor([[SOS_ID] + TGT_IDS[:-1]]), need_vectors=True)
+    layer = model.decoder_layers[0]
+    stream = recorded.decoder_stream[0, 0]
+    mixed = torch.einsum("hqk,hkd->qd", recorded.cross[0, 0], recorded.cross_values[0, 0])
+    torch.testing.assert_close(layer.cross_attention_block.norm(stream[1] + mixed + layer.cross_attention.w_o.bias),
+                               stream[2], atol=1e-5, rtol=1e-5)
+
+
+def test_value_weighted_attention_is_the_weights_when_every_value_has_the_same_norm():
+    torch.manual_seed(0)
+    weights = torch.rand(3, 2, 4, 5).softmax(-1)  # (L, H, Q, K)
+    values = torch.randn(3, 2, 5, 8)
+    values = values / values.norm(dim=-1, keepdim=True)  # every f_h(x_j) of norm 1
+    per_head, together = value_weighted(weights, values)
+    torch.testing.assert_close(per_head, weights)
+    assert (together <= weights.sum(1) + 1e-6).all()  # the heads' vectors add up to at most their norms' sum
+    scaled, _ = value_weighted(weights, values * torch.arange(1, 6)[:, None])  # key j's vector j+1 times longer
+    torch.testing.assert_close(scaled, weights * torch.arange(1, 6))
+
+
+def test_rollout_of_identity_attention_is_the_identity():
+    identity = torch.eye(4).expand(3, 2, 4, 4)
+    torch.testing.assert_close(rollout(identity), torch.eye(4))
+    uniform = torch.full((1, 1, 4, 4), 0.25)
+    torch.testing.assert_close(rollout(uniform), 0.5 * torch.eye(4) + 0.125)
+
+
+def hand_alti(weights, values, residual, bias, gamma, beta, eps, self_attention):
+    """ALTI of one post-LN block with plain loops: T_i(x_j) = γ ⊙ (t_ij − mean t_ij) / σ_i, where
+    t_ij = Σ_h α^h_ij v^h_j (+ x_i when j = i, or as its own term), σ_i the std of the whole sum; the output y_i
+    is the block's real one, biases included."""
+    heads, queries, keys = weights.shape
+    contributions = []
+    for i in range(queries):
+        terms = [sum(weights[h, i, j] * values[h, j] for h in range(heads)) for j in range(keys)]
+        if self_attention:
+            terms[i] = terms[i] + residual[i]
+        else:
+            terms.append(residual[i])
+        total = sum(terms) + bias
+        sigma = math.sqrt(np.var(total) + eps)
+        normed = [gamma * (term - term.mean()) / sigma for term in terms]
+        output = gamma * (total - total.mean()) / sigma + beta
+        row = [max(0.0, np.abs(output).sum() - np.abs(output - term).sum()) for term in normed]
+        contributions.append(np.array(row) / sum(row))
+    return np.array(contributions)
+
+
+def test_alti_plus_of_a_one_layer_model_is_the_hand_computation():
+    model = transformer(layers=1)
+    with torch.no_grad():  # a LayerNorm with its own scale and shift, so they are part of the check
+        for norm in (model.encoder_layers[0].attention_block.norm, model.decoder_layers[0].self_attention_block.norm,
+                     model.decoder_layers[0].cross_attention_block.norm):
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+    _, recorded = model(torch.tensor([SRC_IDS]), torch.tensor([[SOS_ID] + TGT_IDS[:-1]]), need_vectors=True)
+    numpy = {name: getattr(recorded, name)[0, 0].detach().double().numpy()
+             for name in ("encoder", "decoder", "cross", "encoder_values", "decoder_values", "cross_values",
+                          "encoder_stream", "decoder_stream")}
+    encoder_layer, decoder_layer = model.encoder_layers[0], model.decoder_layers[0]
+
+    def block(kind, residual, layer_attention, residual_block, self_attention):
+        return hand_alti(numpy[kind], numpy[f"{kind}_values"], residual,
+                         layer_attention.w_o.bias.detach().double().numpy(),
+                         residual_block.norm.weight.detach().double().numpy(),
+                         residual_block.norm.bias.detach().double().numpy(), residual_block.norm.eps, self_attention)
+
+    encoder = block("encoder", numpy["encoder_stream"][0], encoder_layer.self_attention, encoder_layer.attention_block,
+                    True)
+    mixing = block("decoder", numpy["decoder_stream"][0], decoder_layer.self_attention,
+                   decoder_layer.self_attention_block, True)
+    cross = block("cross", numpy["decoder_stream"][1], decoder_layer.cross_attention,
+                  decoder_layer.cross_attention_block, False)
+    sources = len(SRC_IDS)
+    expected = np.concatenate([cross[:, :sources] @ encoder, cross[:, sources:] * mixing], axis=1)
+
+    contributions = alti_plus(model, SRC_IDS, TGT_IDS)
+    np.testing.assert_allclose(contributions.encoder, encoder, atol=1e-5)
+    np.testing.assert_allclose(contributions.decoder, expected, atol=1e-5)
+
+
+def test_block_contributions_of_a_block_that_only_copies_its_input():
+    """Weights on a single key whose vector is zero: the output is the residual's, all of it."""
+    weights = torch.zeros(2, 3, 3)
+    weights[:, :, 0] = 1
+    values = torch.zeros(2, 3, 4)
+    residual = torch.randn(3, 4)
+    shares = block_contributions(weights, values, residual, torch.zeros(4), torch.nn.LayerNorm(4), True, False)
+    torch.testing.assert_close(shares, torch.tensor([[0.0, 0.0, 0.0, 1.0]] * 3))
+
+
+@pytest.mark.slow
+def test_the_shipped_model_takes_most_of_each_word_from_the_source():
+    translator = load_checkpoint(SHIPPED / "en-de")
+    text = "A young woman in a red jacket is sitting on a wooden bench in the park."
+    traced = translator.trace(text)
+    shares = alti_plus(translator.model, traced.trace.src_ids, traced.trace.token_ids).source_contribution
+    assert shares.shape == (len(traced.target_tokens),) and ((shares > 0.3) & (shares < 1)).all()
+
+
+def test_the_app_measures_the_decoding_on_screen_on_request(app_module):
+    from viz.views import CROSS, MEAN
+
+    trail = app_module.translate("toy-en-de", "A man plays with a red ball.", CROSS, 0, MEAN)[app_module.trail_state]
+    assert app_module.trail_state in app_module.translate("toy-en-de", "A dog.", CROSS, 0, MEAN)
+    outputs = app_module.measure_contributions(trail)
+    bars = outputs[app_module.source_share_plot].to_dict()["data"][0]
+    trace = trail.current.trace
+    expected = app_module.TRANSLATORS["toy-en-de"].contributions(trail.source, trace.target_tokens)
+    np.testing.assert_allclose(bars["y"], expected.source_contribution, atol=1e-6)
+    heatmap = outputs[app_module.contribution_plot].to_dict()["data"][0]
+    np.testing.assert_allclose(heatmap["z"], expected.decoder, atol=1e-6)
+    assert "came from the source on average" in outputs[app_module.status]
+    gru = app_module.translate("toy-rnn", "a dog runs .", CROSS, 0, MEAN)[app_module.trail_state]
+    outputs = app_module.measure_contributions(gru)
+    assert outputs[app_module.source_share_plot] is None and "GRU" in outputs[app_module.status]
