@@ -1,0 +1,69 @@
+"""Word alignments from cross-attention and their AER, with known answers."""
+
+import numpy as np
+import pytest
+import torch
+
+from model import align
+from model.align import (alignment_error_rate, cross_attention, head_alignments, parse_pharaoh, pharaoh,
+                         read_links, reversal_gold)
+from model.checkpoint import load_checkpoint
+from model.data import load_pairs
+from model.transformer import Transformer
+
+from tests.conftest import SHIPPED
+
+
+def test_aer_of_known_alignments():
+    sure = [{(0, 0), (1, 1)}]
+    possible = [{(0, 0), (1, 1), (2, 1)}]
+    assert alignment_error_rate([{(0, 0), (1, 1)}], sure, possible) == 0
+    assert alignment_error_rate([{(0, 1), (1, 0)}], sure, possible) == 1
+    assert alignment_error_rate([{(0, 0), (2, 1)}], sure, possible) == pytest.approx(1 - (1 + 2) / (2 + 2))
+    assert alignment_error_rate([set()], sure, possible) == 1
+
+
+def test_pharaoh_lines_round_trip_and_mark_possible_links():
+    sure, possible = parse_pharaoh("0-0 2?1 1p2 3-3")
+    assert sure == {(0, 0), (3, 3)} and possible == {(0, 0), (2, 1), (1, 2), (3, 3)}
+    assert pharaoh(sure) == "0-0 3-3" and parse_pharaoh(pharaoh(possible))[0] == possible
+    with pytest.raises(ValueError, match="not an alignment link"):
+        parse_pharaoh("0-0 x")
+
+
+def test_both_readings_of_an_anti_diagonal_map():
+    """Three target tokens copying a three-token source backwards; step t outputs token t, and reads it at t + 1."""
+    cross = np.zeros((4, 4))  # 3 tokens + <eos> steps, 3 source tokens + <eos> keys
+    for t, s in enumerate((2, 1, 0)):
+        cross[t, s] = 1  # the output reading
+    cross[3, 3] = 1
+    assert read_links(cross, "output") == {(2, 0), (1, 1), (0, 2)} == reversal_gold([3])[0]
+    shifted = np.roll(cross, 1, axis=0)  # the same peaks one step later: what shift-att reads
+    assert read_links(shifted, "input") == reversal_gold([3])[0]
+
+
+def test_the_reversal_model_aligns_well_and_a_random_head_badly():
+    translator = load_checkpoint(SHIPPED / "reverse")
+    pairs = load_pairs("reverse", "test", "chars", "chars").select(range(100))
+    sources = translator.src_tokenizer.tokenize_all(pairs["src"])
+    targets = translator.tgt_tokenizer.tokenize_all(pairs["tgt"])
+    gold = reversal_gold([len(t) for t in targets])
+
+    def best(model_translator):
+        maps = [cross_attention(model_translator, s, t) for s, t in zip(sources, targets)]
+        return min(alignment_error_rate(links, gold, gold) for links in head_alignments(maps).values())
+
+    trained = best(translator)
+    torch.manual_seed(0)
+    translator.model = Transformer(translator.model.config).eval()  # same shapes, random weights
+    random = best(translator)
+    assert trained < 0.15 and random > 0.6, (trained, random)
+
+
+def test_the_command_prints_every_head_and_the_best(capsys):
+    align.main(["--checkpoint", str(SHIPPED / "reverse"), "--data", "reverse", "--split", "test", "--limit", "50"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "50 sentences of test; AER per head and layer mean (lower is better)"
+    assert any(line.startswith("cross.1.4 ") for line in lines) and any("cross.1.mean" in line for line in lines)
+    *_, value, at, name, reading = lines[-1].split()
+    assert lines[-1].startswith("best AER") and at == "at" and reading == "(output)" and float(value) < 0.15
