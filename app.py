@@ -22,15 +22,16 @@ import torch
 from gradio.components.api_component import Api
 
 from model.checkpoint import load_all
+from model.head_stats import STATISTICS, head_statistics
 from model.translator import InputError, TracedTranslation
 from model.vocab import CHARS
 from model.workers import TracePool, available_cores, can_fork
 from viz.attention import label, visible
-from viz.views import (ALL_HEADS, CROSS, KIND_KEYS, KINDS, MEAN, TraceArrays, head_key, parse_head_key,
+from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, KIND_KEYS, KINDS, MEAN, TraceArrays, head_key, parse_head_key,
                        translation_frames, view_frames)
 from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, beam_step_rows, comparison_figure, contribution_figure,
-                        importance_figure, log_prob_change_figure, n_best_rows, source_share_figure,
-                        token_differences)
+                        head_statistics_rows, importance_figure, log_prob_change_figure, n_best_rows,
+                        source_share_figure, token_differences)
 
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
 TOP_K = 5
@@ -512,6 +513,18 @@ def measure_contributions(trail: Trail | None) -> dict:
                     f"source on average ({shares.min():.0%} to {shares.max():.0%})."}
 
 
+def show_head_statistics(trace: TraceArrays | None) -> dict:
+    """Every head's statistics on the decoding on screen, as a table (model/head_stats.py)."""
+    if trace is None:
+        return {status: NOTHING_YET}
+    keys = {ENCODER: trace.source_tokens, DECODER: trace.decoder_tokens, CROSS: trace.source_tokens}
+    statistics = {kind: head_statistics(trace.maps(kind), keys[kind], kind != CROSS) for kind in trace.available()}
+    shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
+    return {head_table: head_statistics_rows(statistics, shapes),
+            status: f"Statistics of {sum(layers * heads for layers, heads in shapes.values())} heads on this "
+                    "decoding: sort the table by any column; type a head's name above the views to open it."}
+
+
 def run_beam(trail: Trail | None) -> dict:
     """Beam search of the sentence as evaluation runs it (with the heads of the shown decoding off): the n-best
     list and the beam at every step."""
@@ -750,7 +763,8 @@ with Blocks(title="Transformer attention inspector") as demo:
                         mask_reset = gr.Button("All heads on", size="sm", elem_id="mask-reset")
                 with gr.Column(scale=2, min_width=300):
                     importance_measure = gr.Radio(IMPORTANCE_CHOICES, value=IMPORTANCE_CHOICES[0],
-                                                  label="Which heads matter (model/heads.py on the val split)",
+                                                  label="Which heads matter and what they do (model/heads.py, "
+                                                  "val split)",
                                                   elem_id="importance-measure")
                     importance_plot = gr.Plot(show_label=False, elem_id="importance")
                     with gr.Row(equal_height=True):
@@ -776,6 +790,17 @@ with Blocks(title="Transformer attention inspector") as demo:
                                                "greedy path"], label="The beam after every step",
                                       interactive=False, max_height=420, elem_id="beam-steps")
 
+        with gr.Tab("Head statistics", elem_id="statistics-tab"):
+            gr.Markdown("What each head does on the decoding on screen: the entropy of its weights, its confidence "
+                        "(mean largest weight, Voita et al. 2019), the weight it parks on `<eos>` and on punctuation, "
+                        "and for self-attention the mean offset of the key it attends most (−1: the previous "
+                        "token). The same over the whole val split is in *Switch heads off*, as a heatmap.")
+            statistics_button = gr.Button("Measure every head on this decoding", variant="primary",
+                                          elem_id="head-statistics")
+            head_table = gr.Dataframe(headers=["head", *(name.replace("_", " ") for name in STATISTICS)],
+                                      label="; ".join(f"{name.replace('_', ' ')}: {what}"
+                                                      for name, what in STATISTICS.items()),
+                                      interactive=False, max_height=480, elem_id="head-table")
         with gr.Tab("Where each word came from", elem_id="sources-tab"):
             gr.Markdown("How much of each word's prediction came from the source sentence and how much from the "
                         "translation so far (ALTI+, Ferrando et al. 2022): every layer's attention, residual "
@@ -853,6 +878,7 @@ with Blocks(title="Transformer attention inspector") as demo:
     n_best.select(select_hypothesis, [trail_state, beam_state, *settings], [*decoding_outputs, beam_open],
                   api_visibility="private", **trace_queue)
 
+    statistics_button.click(show_head_statistics, trace_state, [head_table, status], api_name="head_statistics")
     contributions_button.click(measure_contributions, trail_state, [source_share_plot, contribution_plot, status],
                                api_name="contributions_view", **trace_queue)
 

@@ -8,6 +8,10 @@ teacher-forced log-likelihood per target token when that head alone is switched 
 I_h = Σ_batches |∂L/∂ξ_h| at gates ξ = 1 (L: the batch's summed teacher-forced loss), normalised per layer
 (ℓ2). Then BLEU as heads are switched off in increasing importance (their Fig. 3). Writes heads.json into
 the checkpoint folder and prints the heads ranked by importance.
+
+Each head's statistics over the split (model/head_stats.py: entropy, confidence, weight on <eos> and on
+punctuation, offset of the most attended key) are recorded beside its importance, read teacher-forced on the
+reference translations. `--statistics-only` adds them to an existing heads.json in seconds.
 """
 
 from __future__ import annotations
@@ -19,18 +23,20 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from model.batching import make_batch, token_batches
-from model.checkpoint import HEADS, load_checkpoint, write_json
+from model.checkpoint import HEADS, load_checkpoint, read_json, write_json
 from model.data import load_pairs
 from model.evaluate import DEFAULT_DATA, score
+from model.head_stats import head_statistics
 from model.seq2seq import HeadGates, head_gates, head_name
 from model.train import hardware
 from model.translator import Translator
-from model.vocab import PAD_ID
+from model.vocab import PAD_ID, SOS_ID
 
 PRUNED_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -93,6 +99,36 @@ def gradient_importance(translator: Translator, batches: list) -> dict[str, floa
     return normalised
 
 
+@torch.inference_mode()
+def split_statistics(translator: Translator, sources: list[list[str]], targets: list[list[str]]
+                     ) -> dict[str, dict[str, float]]:
+    """Every head's statistics (model/head_stats.py), each the mean over the sentences of the split, read on the
+    reference translations; a statistic that does not apply (offset of cross-attention) is left out."""
+    sums: dict[str, np.ndarray] = {}
+    for source, target in tqdm(list(zip(sources, targets)), desc="statistics", file=sys.stderr):
+        src_ids = translator.encode_source(source[:translator.max_src_tokens])
+        tgt_ids = translator.tgt_vocab.encode(target[:translator.max_src_tokens]) + [translator.tgt_vocab.stoi["<eos>"]]
+        _, attention = translator.model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]),
+                                        need_weights=True)
+        source_tokens = source[:translator.max_src_tokens] + ["<eos>"]
+        decoder_tokens = ["<sos>"] + target[:translator.max_src_tokens]
+        for kind, keys in (("encoder", source_tokens), ("decoder", decoder_tokens), ("cross", source_tokens)):
+            maps = getattr(attention, kind)
+            if maps is None:
+                continue
+            for statistic, values in head_statistics(maps[:, 0].float().numpy(), keys, kind != "cross").items():
+                sums.setdefault(f"{kind}|{statistic}", np.zeros(values.shape))
+                sums[f"{kind}|{statistic}"] += values
+    statistics: dict[str, dict[str, float]] = {}
+    for key, total in sums.items():
+        kind, statistic = key.split("|")
+        for layer, head in np.ndindex(total.shape):
+            if np.isfinite(total[layer, head]):
+                statistics.setdefault(head_name(kind, layer, head), {})[statistic] = round(
+                    float(total[layer, head]) / len(sources), 5)
+    return statistics
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="checkpoint folder; heads.json is written into it")
@@ -100,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default="val", choices=("train", "val", "test"))
     parser.add_argument("--limit", type=int, help="only the first N sentences of the split")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--statistics-only", action="store_true",
+                        help="only add the heads' statistics to the checkpoint's existing heads.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
@@ -109,7 +147,19 @@ def main(argv: list[str] | None = None) -> None:
         pairs = pairs.select(range(min(args.limit, len(pairs))))
     sources = translator.src_tokenizer.tokenize_all(pairs["src"])
     references = list(pairs["tgt"])
-    batches = teacher_forced_batches(translator, sources, translator.tgt_tokenizer.tokenize_all(references))
+    targets = translator.tgt_tokenizer.tokenize_all(references)
+    statistics = split_statistics(translator, sources, targets)
+    if args.statistics_only:
+        report = read_json(Path(args.checkpoint) / HEADS)
+        for name, values in statistics.items():
+            report["heads"].setdefault(name, {}).update(values)
+        report["statistics"] = {"split": args.split, "sentences": len(sources),
+                                "date": datetime.date.today().isoformat()}
+        write_json(Path(args.checkpoint) / HEADS, report)
+        print(f"statistics of {len(statistics)} heads over {len(sources)} sentences of {args.split} added to "
+              f"{Path(args.checkpoint) / HEADS}")
+        return
+    batches = teacher_forced_batches(translator, sources, targets)
     names = every_head(translator)
 
     base_bleu, base_likelihood = greedy_bleu(translator, sources, references), log_likelihood(translator, batches)
@@ -117,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     heads = {}
     for name in tqdm(names, desc="one head off", file=sys.stderr):
         gates = head_gates(translator.model, [name])
-        heads[name] = {"importance": round(importance[name], 6),
+        heads[name] = {**statistics.get(name, {}), "importance": round(importance[name], 6),
                        "bleu_change": round(greedy_bleu(translator, sources, references, gates) - base_bleu, 2),
                        "log_likelihood_change": round(log_likelihood(translator, batches, gates) - base_likelihood,
                                                       5)}

@@ -161,3 +161,29 @@ def test_the_app_measures_the_decoding_on_screen_on_request(app_module):
     gru = app_module.translate("toy-rnn", "a dog runs .", CROSS, 0, MEAN)[app_module.trail_state]
     outputs = app_module.measure_contributions(gru)
     assert outputs[app_module.source_share_plot] is None and "GRU" in outputs[app_module.status]
+
+
+def test_head_statistics_of_known_maps():
+    from model.head_stats import head_statistics
+
+    tokens = ["a", "dog", ".", "<eos>"]
+    previous = np.zeros((1, 2, 4, 4))
+    previous[0, 0, 0, 0] = 1
+    previous[0, 0, np.arange(1, 4), np.arange(0, 3)] = 1  # head 1: the previous token (the first: itself)
+    previous[0, 1] = 0.25  # head 2: uniform
+    stats = head_statistics(previous, tokens, self_attention=True)
+    np.testing.assert_allclose(stats["offset"][0], [-0.75, np.mean([0 - 0, 0 - 1, 0 - 2, 0 - 3])])
+    np.testing.assert_allclose(stats["entropy"][0], [0, np.log(4)], atol=1e-9)
+    np.testing.assert_allclose(stats["confidence"][0], [1, 0.25])
+    np.testing.assert_allclose(stats["eos_weight"][0], [0, 0.25])
+    np.testing.assert_allclose(stats["punctuation_weight"][0], [0.25, 0.25])  # "." is read once, by "<eos>"
+    assert np.isnan(head_statistics(previous, tokens, self_attention=False)["offset"]).all()
+
+
+def test_the_app_tables_every_heads_statistics(app_module):
+    from viz.views import CROSS, MEAN
+
+    trace = app_module.translate("toy-en-de", "A dog runs.", CROSS, 0, MEAN)[app_module.trace_state]
+    rows = app_module.show_head_statistics(trace)[app_module.head_table]
+    assert len(rows) == sum(trace.layers(k) * trace.heads(k) for k in trace.available())
+    assert rows[0][0] == "encoder.1.1" and rows[-1][0].startswith("cross.") and rows[-1][-1] is None

@@ -8,6 +8,7 @@ import pytest
 
 from model import heads
 from model.checkpoint import load_checkpoint
+from model.data import load_pairs
 from model.seq2seq import head_gates
 
 
@@ -53,3 +54,21 @@ def test_pruning_switches_heads_off_in_increasing_importance(report):
     assert pruning[-1]["bleu"] < result["bleu"]  # with 90% of the heads off, the toy translator breaks
     drop = result["bleu_drops_by_1_at"]
     assert drop is None or next(p for p in pruning if p["bleu"] < result["bleu"] - 1)["heads_off"] == drop["heads_off"]
+
+
+def test_each_heads_statistics_are_the_mean_over_the_split(report):
+    folder, data, result = report
+    translator = load_checkpoint(folder)
+    pairs = load_pairs(str(data), "val", "en", "de")
+    each = [heads.split_statistics(translator, [translator.src_tokenizer(source)], [translator.tgt_tokenizer(target)])
+            for source, target in zip(pairs["src"], pairs["tgt"])]
+    assert result["heads"]["cross.2.3"]["confidence"] == pytest.approx(
+        np.mean([sentence["cross.2.3"]["confidence"] for sentence in each]), abs=1e-4)
+    assert {"entropy", "confidence", "eos_weight", "punctuation_weight", "offset"} <= set(result["heads"]["decoder.1.1"])
+    assert "offset" not in result["heads"]["cross.1.1"]  # queries and keys are different texts
+    # --statistics-only adds the same numbers to an existing heads.json.
+    only = folder.parent / "only"
+    shutil.copytree(folder, only)
+    heads.main(["--checkpoint", str(only), "--data", str(data), "--split", "val", "--statistics-only"])
+    again = json.loads((only / heads.HEADS).read_text())
+    assert again["heads"]["cross.2.3"] == result["heads"]["cross.2.3"] and again["statistics"]["sentences"] == 30

@@ -15,12 +15,18 @@ from viz.attention import (COLORSCALE, HIGHLIGHT, attention_heatmap, escape_text
 from viz.views import KIND_KEYS, KINDS, head_key
 
 SAME, DIFFERS, FORCED = None, "differs", "chosen by you"
-# What an importance heatmap can show, from a checkpoint's heads.json (model/heads.py): (label, key, colour bar).
+# What the heads heatmap can show, from a checkpoint's heads.json (model/heads.py): label -> (key, colour bar).
 IMPORTANCE_MEASURES = {
     "importance (Michel et al.)": ("importance", "|∂L/∂ξ|, per layer"),
     "BLEU change with the head off": ("bleu_change", "Δ BLEU"),
     "log-likelihood change with the head off": ("log_likelihood_change", "Δ log-lik"),
+    "entropy": ("entropy", "nats"),
+    "confidence (Voita et al.)": ("confidence", "max weight"),
+    "weight on <eos>": ("eos_weight", "weight"),
+    "weight on punctuation": ("punctuation_weight", "weight"),
+    "offset of the most attended key": ("offset", "positions"),
 }
+SIGNED = {"bleu_change", "log_likelihood_change", "offset"}  # drawn on a red-white-blue scale around zero
 DIVERGING = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red below zero, blue above
 
 
@@ -88,8 +94,8 @@ def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]]
                               for layer in range(layers)], dtype=float) for kind, (layers, h) in shapes.items()}
     finite = np.concatenate([v[np.isfinite(v)] for v in values.values()] + [np.zeros(1)])
     span = float(np.abs(finite).max()) or 1.0
-    scale = dict(colorscale=COLORSCALE, cmin=0.0, cmax=span) if key == "importance" else \
-        dict(colorscale=DIVERGING, cmin=-span, cmax=span)
+    scale = dict(colorscale=DIVERGING, cmin=-span, cmax=span) if key in SIGNED else \
+        dict(colorscale=COLORSCALE, cmin=0.0, cmax=span)
     gap = 0.06
     width = (1 - gap * (len(kinds) - 1)) / len(kinds)
     data, layout = [], {}
@@ -163,3 +169,17 @@ def contribution_figure(shares: np.ndarray, generated: list[str], source_tokens:
                               "of the target prefix (tgt)", "rows sum to 1; residuals and layer norms included"],
                              query_label="generated token", key_label="source tokens, then target prefix",
                              height=min(620, max(340, 150 + 22 * len(generated))), value_label="share")
+
+
+def head_statistics_rows(statistics: dict[str, dict[str, np.ndarray]], shapes: dict[str, tuple[int, int]]
+                         ) -> list[list]:
+    """Table rows of every head's statistics (per kind display name: statistic -> (L, H) array): the head's name,
+    then each statistic rounded (an empty cell where one does not apply)."""
+    rows = []
+    for kind, (layers, heads) in shapes.items():
+        for layer in range(layers):
+            for head in range(heads):
+                values = [statistics[kind][name][layer, head] for name in statistics[kind]]
+                rows.append([head_key(kind, layer, head)] + [round(float(v), 3) if np.isfinite(v) else None
+                                                            for v in values])
+    return rows
