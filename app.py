@@ -522,7 +522,7 @@ def show_head_statistics(trace: TraceArrays | None) -> dict:
     shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
     return {head_table: head_statistics_rows(statistics, shapes),
             status: f"Statistics of {sum(layers * heads for layers, heads in shapes.values())} heads on this "
-                    "decoding: sort the table by any column; type a head's name above the views to open it."}
+                    "decoding: sort the table by any column; type a head's name in *Open a head by name* to see it."}
 
 
 def run_beam(trail: Trail | None) -> dict:
@@ -728,6 +728,10 @@ with Blocks(title="Transformer attention inspector") as demo:
                 layer_choice = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=100)
                 head_choice = gr.Dropdown([(MEAN, MEAN), (ALL_HEADS, ALL_HEADS), ("Head 1", 0)], value=MEAN,
                                           label="Head", elem_id="head", min_width=100)
+            with gr.Row(equal_height=True):
+                head_name_box = gr.Textbox(label="Open a head by name", placeholder="kind.layer.head, e.g. cross.2.5",
+                                           elem_id="open-head", scale=3, min_width=120)
+                open_head_button = gr.Button("Open", elem_id="open-head-button", scale=1, min_width=60)
     with gr.Accordion("Model view: every layer x head of this attention at this step", open=False) as model_view_panel:
         model_view = gr.Checkbox(False, label="Show the model view", elem_id="model-view")
         overview_plot = gr.Plot(show_label=False, elem_id="overview")
@@ -767,11 +771,6 @@ with Blocks(title="Transformer attention inspector") as demo:
                                                   "val split)",
                                                   elem_id="importance-measure")
                     importance_plot = gr.Plot(show_label=False, elem_id="importance")
-                    with gr.Row(equal_height=True):
-                        head_name_box = gr.Textbox(label="Open a head in the attention view",
-                                                   placeholder="kind.layer.head, e.g. cross.2.5", elem_id="open-head",
-                                                   scale=3)
-                        open_head_button = gr.Button("Open", elem_id="open-head-button", scale=1, min_width=80)
             masked_translation = gr.HighlightedText(label="Translated with those heads off (words that differ in red)",
                                                     color_map={DIFFERS: "red"}, show_inline_category=False,
                                                     elem_id="masked-translation")
