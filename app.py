@@ -12,7 +12,7 @@ browser (viz/stepping.js) from figures the page already holds.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -22,19 +22,31 @@ import torch
 from gradio.components.api_component import Api
 
 from model.checkpoint import load_all
+from model.contributions import ALTI, ROLLOUT, VALUE_NORM
 from model.head_stats import STATISTICS, head_statistics
 from model.translator import InputError, TracedTranslation
 from model.vocab import CHARS
 from model.workers import TracePool, available_cores, can_fork
 from viz.attention import label, visible
-from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, KIND_KEYS, KINDS, MEAN, TraceArrays, head_key, parse_head_key,
-                       translation_frames, view_frames)
+from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, KIND_KEYS, KINDS, MEAN, TraceArrays, head_key,
+                       parse_head_key, translation_frames, view_frames)
 from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, beam_step_rows, comparison_figure, contribution_figure,
                         head_statistics_rows, importance_figure, log_prob_change_figure, n_best_rows,
                         source_share_figure, token_differences)
 
 CHECKPOINT_ROOT = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
 TOP_K = 5
+WEIGHTS = "weights"
+# What an attention view can show: label -> (key of model/contributions.py's maps, the view's line, unit).
+MEASURES = {
+    WEIGHTS: (None, "", "weight"),
+    "weight × value norm": (VALUE_NORM, "weight x value norm, ‖α·f(x)‖ (Kobayashi et al. 2020): how far each "
+                            "key moves the output", "‖α f‖"),
+    "rollout": (ROLLOUT, "attention rollout up to this layer (Abnar & Zuidema 2020): residuals as 0.5·I, "
+                "multiplied through the layers", "share"),
+    "contributions (ALTI+)": (ALTI, "ALTI+ up to this layer (Ferrando et al. 2022): residuals and layer norms "
+                              "included; cross: source shares, decoder: target-prefix shares", "share"),
+}
 IMPORTANCE_CHOICES = list(IMPORTANCE_MEASURES)  # what the head-importance heatmap can show
 NOTHING_YET = "Translate a sentence first: there is nothing to change yet."
 # Memory bounds for a public server: Gradio keeps per-session data for at most this many sessions
@@ -181,6 +193,8 @@ def head_choices(trace: TraceArrays, kind: str) -> list[tuple[str, int | str]]:
 
     A single-head model (dot-product attention) has nothing to average or lay side by side."""
     heads = [(f"Head {h + 1}", h) for h in range(trace.heads(kind))]
+    if len(heads) == 1 and trace.measure:  # a measure of the whole layer (rollout, ALTI)
+        return [("Every head, combined", 0)]
     return heads if len(heads) == 1 else [(MEAN, MEAN), (ALL_HEADS, ALL_HEADS)] + heads
 
 
@@ -247,6 +261,9 @@ def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, mod
             breadcrumb: gr.Radio(choices=[(d.name, i) for i, d in enumerate(trail.decodings)], value=trail.shown,
                                  visible=len(trail.decodings) > 1),
             source_share_plot: None, contribution_plot: None,  # measured for another decoding: asked for again
+            # A new decoding shows its weights; the GRU models have no residual stream for the other measures.
+            measure_choice: gr.Radio(choices=list(MEASURES) if trace.encoder is not None else [WEIGHTS],
+                                     value=WEIGHTS),
             **comparison_outputs(trail), **grids, **view_outputs(trace, kind, layer, head, model_view)}
 
 
@@ -320,12 +337,45 @@ def view_outputs(trace: TraceArrays, kind: str, layer: int, head: int | str, mod
             view_state: view_frames(trace, kind, layer, head, bool(model_view))}
 
 
-def change_view(trace: TraceArrays | None, kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
-    """A new attention kind, layer, head or model view of the stored trace (the step stays where it is)."""
+def change_view(trace: TraceArrays | None, kind: str, layer: int, head: int | str, model_view: bool = False,
+                measure: str | None = None, trail: Trail | None = None) -> dict:
+    """A new attention kind, layer, head, model view or measure of the stored trace (the step stays where it is).
+
+    A measure other than the weights is computed now, for the decoding on screen (one teacher-forced pass)."""
     if trace is None:
         return {status: "Translate a sentence first: there is nothing to show yet."}
+    if measure not in (None, WEIGHTS):
+        if measure not in MEASURES:
+            return {status: f"Unknown measure {shown(measure)}; choose one of: {', '.join(MEASURES)}."}
+        if trail is None:
+            return {status: NOTHING_YET}
+        trace = measured(trail, measure)
+        if trace is None:
+            return {status: "The GRU models have no residual stream: value norms, rollout and contributions need "
+                            "a Transformer; only the weights can be shown."}
     kind = kind if kind in trace.available() else trace.available()[-1]
     return view_outputs(trace, kind, layer, head, model_view)
+
+
+def view_change(trace: TraceArrays | None, trail: Trail | None, kind: str, layer: int, head: int | str,
+                model_view: bool = False, measure: str | None = None) -> dict:
+    """`change_view` in the order the view events send their inputs (the user's state first)."""
+    return change_view(trace, kind, layer, head, model_view, measure, trail)
+
+
+def measured(trail: Trail, measure: str) -> TraceArrays | None:
+    """The decoding on screen with its attention maps replaced by `measure`'s (None for a GRU model)."""
+    decoding = trail.current
+    key, what, unit = MEASURES[measure]
+    maps = TRANSLATORS[trail.model].measures(trail.source, decoding.trace.target_tokens, decoding.mask)
+    if maps is None:
+        return None
+    arrays = maps[key]
+    per_head = key == VALUE_NORM
+    return replace(decoding.trace, encoder=arrays["encoder"], decoder=arrays["decoder"], cross=arrays["cross"],
+                   measure=what, value_label=unit,
+                   scale_max=max(float(a.max()) for a in arrays.values()) if per_head else 1.0,
+                   switched_off=decoding.trace.switched_off if per_head else frozenset())
 
 
 def switch_model(model_name: str, text: str, kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
@@ -668,12 +718,21 @@ class Blocks(gr.Blocks):
     """gr.Blocks whose events answer a malformed request with a message, where Gradio's own answer is an empty error.
 
     Too few values: the trailing arguments of an API endpoint (its optional ones) arrive as None, which the
-    endpoint checks; a UI event names what it takes. A slider's value that is no number, or a checkbox group's
-    that is no list, is named too. The hook is a Gradio internal of the pinned version;
+    endpoint checks; so do inputs added to an event after it was published (`defaults_when_missing`); a UI event
+    names what it takes. A slider's value that is no number, or a checkbox group's that is no list, is named too. The hook is a Gradio internal of the pinned version;
     tests/test_http_api.py sends such requests as raw HTTP.
     """
 
+    # Inputs added after an endpoint was published, filled in with these values (by block id) when a client
+    # sends the values it always sent.
+    defaults_when_missing: dict[int, object] = {}
+
     def validate_inputs(self, block_fn, inputs: list) -> None:
+        sent = [block for block in block_fn.inputs if not block.stateful]  # what a client sends values for
+        if len(inputs) < len(sent) and all(block._id in self.defaults_when_missing for block in sent[len(inputs):]):
+            # Complete the values, then put the user's state where it goes (Gradio fills it in itself).
+            values = iter(inputs + [self.defaults_when_missing[block._id] for block in sent[len(inputs):]])
+            inputs[:] = [None if block.stateful else next(values) for block in block_fn.inputs]
         missing = block_fn.inputs[len(inputs):]
         if missing and all(isinstance(block, Api) for block in missing):
             inputs.extend(None for _ in missing)
@@ -724,6 +783,7 @@ with Blocks(title="Transformer attention inspector") as demo:
             step_text = gr.Textbox(label="This step", lines=3, interactive=False, elem_id="step-text")
             candidates_plot = gr.Plot(show_label=False, elem_id="candidates")
             kind_choice = gr.Radio(list(KINDS), value=CROSS, label="Attention", elem_id="kind")
+            measure_choice = gr.Radio(list(MEASURES), value=WEIGHTS, label="Show", elem_id="measure")
             with gr.Row():
                 layer_choice = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=100)
                 head_choice = gr.Dropdown([(MEAN, MEAN), (ALL_HEADS, ALL_HEADS), ("Head 1", 0)], value=MEAN,
@@ -816,7 +876,7 @@ with Blocks(title="Transformer attention inspector") as demo:
     # answers in this order (its first values as before the what-if outputs existed).
     decoding_outputs = [trace_state, translation, status, step, kind_choice, layer_choice, head_choice,
                         translation_state, view_state, *step_buttons, trail_state, breadcrumb, comparison,
-                        comparison_plot, *mask_grids, source_share_plot, contribution_plot]
+                        comparison_plot, *mask_grids, source_share_plot, contribution_plot, measure_choice]
     translate_outputs = [*decoding_outputs[:3], source_view, *decoding_outputs[3:], mask_note, importance_measure,
                          importance_plot, masked_translation, mask_effect_plot, n_best, beam_steps, beam_open,
                          beam_state, branch_word]
@@ -847,9 +907,10 @@ with Blocks(title="Transformer attention inspector") as demo:
     view_state.change(None, [step, translation_state, view_state], views, js=RENDER_JS)
     model_view_panel.expand(None, [step, translation_state, view_state], views, js=RENDER_JS)
 
-    for control in settings:
-        control.input(change_view, [trace_state, *settings], [layer_choice, head_choice, view_state, status],
-                      api_name=control.elem_id.replace("-", "_"))
+    demo.defaults_when_missing[measure_choice._id] = WEIGHTS
+    for control in [*settings, measure_choice]:
+        control.input(view_change, [trace_state, trail_state, *settings, measure_choice],
+                      [layer_choice, head_choice, view_state, status], api_name=control.elem_id.replace("-", "_"))
 
     # What if: branch, switch heads off, open a head, beam search.
     for trigger in (branch_button.click, branch_word.submit):

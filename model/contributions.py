@@ -7,11 +7,12 @@
   multiplied through the layers.
 - ALTI and ALTI+ (Ferrando et al., 2022, "Measuring the Mixing of Contextual Information in the Transformer" and
   "Towards Opening the Black Box of Neural Machine Translation"): an attention block's output, residual and
-  LayerNorm included, written as a sum of one term per input, T_i(x_j); input j's contribution to output i is
-  max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁), rows normalised to 1, and layers combined by rollout. Through the decoder,
-  cross-attention splits a target position into encoder outputs (mapped back to source tokens by the encoder's
-  ALTI rollout) and its own residual (the target prefix): per generated token, the share of every source token
-  and every earlier target token, summing to 1. The feed-forward sublayers mix nothing across positions.
+  LayerNorm included, written as a sum of one term per input, T_i(x_j); input j's contribution to output i
+  is max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁), rows normalised to 1, and layers combined by rollout. Through the
+  decoder, cross-attention splits a target position into encoder outputs (mapped back to source tokens by the
+  encoder's ALTI rollout) and its own residual (the target prefix): per generated token, the share of every
+  source token and every earlier target token, summing to 1. The feed-forward sublayers mix nothing across
+  positions.
 
 Transformer only: the GRU models have no residual stream to decompose.
 """
@@ -40,6 +41,8 @@ class Contributions:
 
     encoder: np.ndarray
     decoder: np.ndarray
+    encoder_layers: np.ndarray | None = None  # (L_enc, S, S): `encoder` through each layer
+    decoder_layers: np.ndarray | None = None  # (L_dec, T, S + T): `decoder` through each layer
 
     @property
     def source_contribution(self) -> np.ndarray:
@@ -106,14 +109,15 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
         gate = None if gates is None else gates.layer(kind, layer)
         return weights if gate is None else weights * gate.reshape(-1, 1, 1)
 
-    encoder = torch.eye(len(src_ids))
+    encoder, encoder_layers = torch.eye(len(src_ids)), []
     for i, layer in enumerate(model.encoder_layers):
         block = block_contributions(gated(ENCODER, recorded.encoder[i, 0], i), recorded.encoder_values[i, 0],
                                     recorded.encoder_stream[i, 0, 0], layer.self_attention.w_o.bias,
                                     layer.attention_block.norm, post, self_attention=True)
         encoder = block @ encoder
+        encoder_layers.append(encoder)
     sources, targets = len(src_ids), len(tgt_ids)
-    flow = torch.eye(sources + targets)  # rows: source tokens (fixed), then decoder positions
+    flow, decoder_layers = torch.eye(sources + targets), []  # rows: source tokens (fixed), then decoder positions
     for i, layer in enumerate(model.decoder_layers):
         stream = recorded.decoder_stream[i, 0]  # (4, T, d): entering, after self-, after cross-attention, output
         mixing = block_contributions(gated(DECODER, recorded.decoder[i, 0], i), recorded.decoder_values[i, 0],
@@ -126,4 +130,41 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
         step[sources:, :sources] = cross[:, :sources] @ encoder  # encoder outputs, back to source tokens
         step[sources:, sources:] = cross[:, sources:] * mixing  # the residual: the target prefix, as mixed
         flow = step @ flow
-    return Contributions(encoder=encoder.numpy(), decoder=flow[sources:].numpy())
+        decoder_layers.append(flow[sources:])
+    return Contributions(encoder=encoder.numpy(), decoder=flow[sources:].numpy(),
+                         encoder_layers=torch.stack(encoder_layers).numpy(),
+                         decoder_layers=torch.stack(decoder_layers).numpy())
+
+
+VALUE_NORM, ROLLOUT, ALTI = "value_norm", "rollout", "alti"
+
+
+@torch.inference_mode()
+def measure_maps(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates: HeadGates | None = None
+                 ) -> dict[str, dict[str, np.ndarray]]:
+    """Every measure as maps shaped like a trace's attention, per kind ("encoder" (L, ·, S, S), "decoder"
+    (L, ·, T, T), "cross" (L, ·, T, S)), for the views to draw like weights:
+    - VALUE_NORM: ‖α_ij f_h(x_j)‖ per head (L, H, ...);
+    - ROLLOUT: attention rollout through layer l (L, 1, ...): encoder and decoder self-attention over their own
+      tokens; cross-attention's heads averaged and mapped back to source tokens by the encoder's rollout;
+    - ALTI: ALTI / ALTI+ through layer l (L, 1, ...): the encoder's shares of source tokens; each decoder
+      position's shares of source tokens (cross) and of the target prefix (decoder).
+    """
+    src = torch.tensor([src_ids])
+    _, recorded = model(src, torch.tensor([[SOS_ID] + tgt_ids[:-1]]), gates=gates, need_vectors=True)
+    weights = {kind: getattr(recorded, kind)[:, 0] for kind in (ENCODER, DECODER, CROSS)}  # (L, H, Q, K)
+    values = {kind: getattr(recorded, f"{kind}_values")[:, 0] for kind in (ENCODER, DECODER, CROSS)}
+    norms = {kind: value_weighted(weights[kind], values[kind])[0].numpy() for kind in weights}
+
+    def cumulative(maps: Tensor) -> Tensor:  # rollout through each layer: (L, Q, Q)
+        return torch.stack([rollout(maps[:layer + 1]) for layer in range(maps.size(0))])
+
+    encoder_rollout = cumulative(weights[ENCODER])
+    rollouts = {ENCODER: encoder_rollout, DECODER: cumulative(weights[DECODER]),
+                CROSS: weights[CROSS].mean(1) @ encoder_rollout[-1]}
+    shares = alti_plus(model, src_ids, tgt_ids, gates)
+    sources = len(src_ids)
+    alti = {ENCODER: shares.encoder_layers, DECODER: shares.decoder_layers[:, :, sources:],
+            CROSS: shares.decoder_layers[:, :, :sources]}
+    return {VALUE_NORM: norms, ROLLOUT: {kind: maps[:, None].numpy() for kind, maps in rollouts.items()},
+            ALTI: {kind: maps[:, None] for kind, maps in alti.items()}}

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from model.batching import pad, token_batches
-from model.contributions import Contributions, alti_plus
+from model.contributions import Contributions, alti_plus, measure_maps
 from model.decoding import (BeamTrace, Hypothesis, Trace, beam_search, beam_trace, greedy_decode, greedy_trace,
                             output_limit, teacher_forced_log_probs)
 from model.seq2seq import HeadGates, Seq2Seq, head_gates
@@ -223,6 +223,17 @@ class Translator:
         tgt_ids = self.target_ids(checked_strings(target_tokens, "target_tokens"), self.model.config.max_len - 1,
                                   "Target token")
         return alti_plus(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
+
+    def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None
+                 ) -> dict[str, dict[str, np.ndarray]] | None:
+        """Value-weighted attention, rollout and ALTI(+) of `target_tokens` as the translation of `text`, shaped
+        like the trace's attention maps (model/contributions.py `measure_maps`); None for the GRU models."""
+        if not isinstance(self.model, Transformer):
+            return None
+        src_ids = self.encode_source(self.source_tokens(text))
+        tgt_ids = self.target_ids(checked_strings(target_tokens, "target_tokens"), self.model.config.max_len - 1,
+                                  "Target token")
+        return measure_maps(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
 
     def source_tokens(self, text: str) -> list[str]:
         """The tokens the encoder will read (before <eos>), or an InputError saying why `text` cannot be read."""

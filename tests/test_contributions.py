@@ -187,3 +187,42 @@ def test_the_app_tables_every_heads_statistics(app_module):
     rows = app_module.show_head_statistics(trace)[app_module.head_table]
     assert len(rows) == sum(trace.layers(k) * trace.heads(k) for k in trace.available())
     assert rows[0][0] == "encoder.1.1" and rows[-1][0].startswith("cross.") and rows[-1][-1] is None
+
+
+def test_every_view_can_show_a_measure_instead_of_the_weights(app_module):
+    import json
+
+    from model.contributions import measure_maps
+    from viz.views import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN
+
+    outputs = app_module.translate("toy-en-de", "A man plays with a red ball.", CROSS, 0, MEAN)
+    trace, trail = outputs[app_module.trace_state], outputs[app_module.trail_state]
+    translator = app_module.TRANSLATORS["toy-en-de"]
+    maps = measure_maps(translator.model, translator.encode_source(translator.source_tokens(trail.source)),
+                        [translator.tgt_vocab.stoi[t] for t in trace.target_tokens])
+    last = trace.steps - 1
+    for measure, (key, line, unit) in app_module.MEASURES.items():
+        if key is None:
+            continue
+        for kind, name in ((ENCODER, "encoder"), (DECODER, "decoder"), (CROSS, "cross")):
+            view = app_module.change_view(trace, kind, 1, 0, True, measure, trail)
+            figure = json.loads(view[app_module.view_state]["attention"])
+            expected = maps[key][name][1, 0]
+            rows = expected if kind == ENCODER else expected[:last + 1]
+            np.testing.assert_allclose(figure["data"][0]["z"], rows, atol=1e-6)
+            assert line.split(" (")[0] in figure["layout"]["title"]["text"]
+            assert figure["data"][0]["colorbar"]["title"]["text"] == unit.replace("&", "&amp;")
+        if key != "value_norm":  # a measure of the layer as a whole: one "head", shares in 0..1
+            assert [label for label, _ in view[app_module.head_choice].choices] == ["Every head, combined"]
+            np.testing.assert_allclose(np.array(maps[key]["cross"]).sum(-1), 1 - (key == "alti") * np.array(
+                maps[key]["decoder"]).sum(-1), atol=1e-5)
+        else:
+            assert json.loads(app_module.change_view(trace, CROSS, 0, ALL_HEADS, False, measure, trail)[
+                app_module.view_state]["attention"])["layout"]["coloraxis"]["cmax"] > 1
+    # A new decoding shows its weights again; the GRU model has no measures but its weights.
+    assert app_module.translate("toy-en-de", "A dog.", CROSS, 0, MEAN)[app_module.measure_choice].value == "weights"
+    gru = app_module.translate("toy-rnn", "a dog runs .", CROSS, 0, MEAN)
+    assert gru[app_module.measure_choice].choices == [("weights", "weights")]
+    answer = app_module.change_view(gru[app_module.trace_state], CROSS, 0, 0, False, "rollout",
+                                    gru[app_module.trail_state])
+    assert app_module.view_state not in answer and "GRU" in answer[app_module.status]

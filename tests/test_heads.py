@@ -64,7 +64,8 @@ def test_each_heads_statistics_are_the_mean_over_the_split(report):
             for source, target in zip(pairs["src"], pairs["tgt"])]
     assert result["heads"]["cross.2.3"]["confidence"] == pytest.approx(
         np.mean([sentence["cross.2.3"]["confidence"] for sentence in each]), abs=1e-4)
-    assert {"entropy", "confidence", "eos_weight", "punctuation_weight", "offset"} <= set(result["heads"]["decoder.1.1"])
+    statistics = {"entropy", "confidence", "eos_weight", "punctuation_weight", "offset"}
+    assert statistics <= set(result["heads"]["decoder.1.1"])
     assert "offset" not in result["heads"]["cross.1.1"]  # queries and keys are different texts
     # --statistics-only adds the same numbers to an existing heads.json.
     only = folder.parent / "only"

@@ -97,11 +97,12 @@ def _row_outline(row: int, n_keys: int, xref: str = "x", yref: str = "y", width:
                 line=dict(color=HIGHLIGHT, width=width), fillcolor="rgba(0,0,0,0)")
 
 
-def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], label: str = "", **extra) -> dict:
+def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], label: str = "", zmax: float = 1.0,
+             **extra) -> dict:
     named = dict(hovertemplate=HOVER_NAMED, meta=escape_text(label)) if label else dict(hovertemplate=HOVER)
     # z as nested lists, not plotly's base64 arrays, so the browser can slice rows when stepping.
     return dict(type="heatmap", z=np.asarray(weights, dtype=float).tolist(), x=positions(key_tokens),
-                y=positions(query_tokens), zmin=0.0, zmax=1.0, **named, **extra)
+                y=positions(query_tokens), zmin=0.0, zmax=zmax, **named, **extra)
 
 
 def title_text(lines: list[str]) -> str:
@@ -117,16 +118,17 @@ def title_layout(lines: list[str]) -> dict:
 
 def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
                       highlight_row: int | None = None, query_label: str = "query", key_label: str = "key",
-                      height: int | None = None, note: str | None = None, value_label: str = "weight") -> go.Figure:
+                      height: int | None = None, note: str | None = None, value_label: str = "weight",
+                      zmax: float = 1.0) -> go.Figure:
     """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row.
 
     `title` may be several lines; `height` defaults to one that grows with the number of queries. `note` is
     written across the map (for a switched-off head, whose weights are NaN: no colour at all). `value_label` names
-    what the cells hold (a weight, a share) in the colour bar and the hover."""
+    what the cells hold (a weight, a share) in the colour bar and the hover; `zmax` tops its colour scale."""
     weights = np.asarray(weights)
     if weights.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(query_tokens)} queries x {len(key_tokens)} keys")
-    heatmap = _heatmap(weights, query_tokens, key_tokens, colorscale=COLORSCALE,
+    heatmap = _heatmap(weights, query_tokens, key_tokens, zmax=zmax, colorscale=COLORSCALE,
                        colorbar=dict(title=dict(text=escape_text(value_label)), thickness=14))
     heatmap["hovertemplate"] = HOVER.replace("weight", escape_text(value_label))
     return plain_figure([heatmap], dict(
@@ -147,7 +149,8 @@ def _note(text: str, x: float, y: float) -> dict:
 
 def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
               row_labels: list[str], col_labels: list[str], highlight_row: int | None = None,
-              panel_height: int | None = None, off: np.ndarray | None = None) -> go.Figure:
+              panel_height: int | None = None, off: np.ndarray | None = None, value_label: str = "weight",
+              zmax: float = 1.0) -> go.Figure:
     """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads.
 
     `off` (R, C): panels of switched-off heads, drawn empty with a note instead of their unused weights."""
@@ -170,6 +173,7 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
             switched_off = off is not None and bool(off[r, c])
             data.append(_heatmap(weights[r, c], query_tokens, key_tokens, name, coloraxis="coloraxis",
                                  xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+            data[-1]["hovertemplate"] = HOVER_NAMED.replace("weight", escape_text(value_label))
             x0, y1 = c * (width + gap_x), 1 - label_room - r * (height + gap_y)
             layout[f"xaxis{suffix}"] = token_axis(key_tokens, domain=[x0, x0 + width], anchor=f"y{suffix}",
                                                    showticklabels=show_x_labels, tickangle=-45,
@@ -186,7 +190,8 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
                 shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
     layout.update(
         title=title_layout([title] if isinstance(title, str) else title),
-        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0, colorbar=dict(thickness=14)),
+        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=zmax,
+                       colorbar=dict(thickness=14, title=dict(text=escape_text(value_label)))),
         height=int(130 + rows * panel * (1 + gap_y)), margin=dict(l=10, r=10, t=60, b=10),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
     )

@@ -52,6 +52,10 @@ class TraceArrays:
     cross: np.ndarray
     switched_off: frozenset[str] = frozenset()  # heads switched off while decoding, named as by `head_key`
     forced: int = 0  # how many first steps were chosen by the user, not the model
+    # What the maps hold when they are a measure rather than attention weights (see MEASURES).
+    measure: str = ""  # one line saying what it is
+    value_label: str = "weight"
+    scale_max: float = 1.0
 
     @property
     def steps(self) -> int:
@@ -125,12 +129,14 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
     query_label = "source token" if kind == ENCODER else "decoder input (step)"
     key_label = "source token" if kind != DECODER else "decoder input"
     rows = query_rows(trace, kind)
+    scale = dict(value_label=trace.value_label, zmax=trace.scale_max)
+    measured = [trace.measure] if trace.measure else []
     if head == ALL_HEADS:
         heads = weights.shape[1]
         return head_grid(weights[layer][None], queries, keys,
-                         [f"{kind}, layer {layer + 1}, all {heads} heads", step_heading(trace, step)],
+                         [f"{kind}, layer {layer + 1}, all {heads} heads", *measured, step_heading(trace, step)],
                          row_labels=[""], col_labels=[f"head {h + 1}" for h in range(heads)],
-                         highlight_row=highlight, panel_height=max(150, 14 * rows), off=off[None])
+                         highlight_row=highlight, panel_height=max(150, 14 * rows), off=off[None], **scale)
     height = min(440, max(340, 150 + 22 * rows))  # with the step bar above it, fits a 900-pixel-high screen
     if head == MEAN:
         # Switched-off heads added nothing to the layer's output: the mean is over the heads that were on.
@@ -138,26 +144,32 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
         mean = weights[layer][on].mean(axis=0) if on.any() else np.full(weights.shape[2:], np.nan)
         name = ("mean of heads" if on.all() else f"mean of the {on.sum()} heads on ({off.sum()} {OFF})" if on.any()
                 else f"all {off.sum()} heads {OFF}")
-        return attention_heatmap(mean, queries, keys, [f"{kind}, layer {layer + 1}, {name}", step_heading(trace, step)],
-                                 highlight, query_label, key_label, height, note=None if on.any() else OFF)
+        return attention_heatmap(mean, queries, keys,
+                                 [f"{kind}, layer {layer + 1}, {name}", *measured, step_heading(trace, step)],
+                                 highlight, query_label, key_label, height, note=None if on.any() else OFF, **scale)
     head = min(max(int(head), 0), weights.shape[1] - 1)
+    named = "every head, combined" if trace.measure and weights.shape[1] == 1 else f"head {head + 1}"
     if off[head]:  # its weights were computed but never used: shown as no attention, not as attention
         return attention_heatmap(np.full(weights.shape[2:], np.nan), queries, keys,
-                                 [f"{kind}, layer {layer + 1}, head {head + 1}: {OFF}", step_heading(trace, step)],
-                                 highlight, query_label, key_label, height, note=OFF)
+                                 [f"{kind}, layer {layer + 1}, head {head + 1}: {OFF}", *measured,
+                                  step_heading(trace, step)], highlight, query_label, key_label, height, note=OFF,
+                                 **scale)
     return attention_heatmap(weights[layer, head], queries, keys,
-                             [f"{kind}, layer {layer + 1}, head {head + 1}", step_heading(trace, step)], highlight,
-                             query_label, key_label, height)
+                             [f"{kind}, layer {layer + 1}, {named}", *measured, step_heading(trace, step)],
+                             highlight, query_label, key_label, height, **scale)
 
 
 def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
     """Every layer x head of one attention kind at `step`, as small multiples (a per-step model view)."""
     weights, queries, keys, highlight = trace.at_step(kind, step)
     layers, heads = weights.shape[:2]
-    return head_grid(weights, queries, keys, [f"{kind}: all layers x heads", step_heading(trace, step)],
+    return head_grid(weights, queries, keys,
+                     [f"{kind}: all layers x heads", *([trace.measure] if trace.measure else []),
+                      step_heading(trace, step)],
                      row_labels=[f"L{i + 1}" for i in range(layers)],
                      col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight,
-                     panel_height=max(150, 14 * query_rows(trace, kind)), off=trace.heads_off(kind))
+                     panel_height=max(150, 14 * query_rows(trace, kind)), off=trace.heads_off(kind),
+                     value_label=trace.value_label, zmax=trace.scale_max)
 
 
 def translation_figure(trace: TraceArrays, step: int | None = None) -> go.Figure:
@@ -208,7 +220,7 @@ def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, mode
 
 def _steppable(figure: go.Figure, trace: TraceArrays, kind: str) -> str:
     """`figure` (built at the last step) as JSON, with how it grows per step and every step's title."""
-    heading = figure.layout.title.text.split("<br>")[0]
+    heading = "<br>".join(figure.layout.title.text.split("<br>")[:-1])  # all but the step's line
     return stepping_json(figure, {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
                                   "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}"
                                              for t in range(trace.steps)]})
