@@ -40,12 +40,10 @@ WEIGHTS = "weights"
 # What an attention view can show: label -> (key of model/contributions.py's maps, the view's line, unit).
 MEASURES = {
     WEIGHTS: (None, "", "weight"),
-    "weight × value norm": (VALUE_NORM, "weight x value norm, ‖α·f(x)‖ (Kobayashi et al. 2020): how far each "
-                            "key moves the output", "‖α f‖"),
-    "rollout": (ROLLOUT, "attention rollout up to this layer (Abnar & Zuidema 2020): residuals as 0.5·I, "
-                "multiplied through the layers", "share"),
-    "contributions (ALTI+)": (ALTI, "ALTI+ up to this layer (Ferrando et al. 2022): residuals and layer norms "
-                              "included; cross: source shares, decoder: target-prefix shares", "share"),
+    "weight × value norm": (VALUE_NORM, "‖α·f(x)‖: weight × value norm (Kobayashi et al. 2020)", "‖α f‖"),
+    "rollout": (ROLLOUT, "attention rollout up to this layer (Abnar & Zuidema 2020)", "share"),
+    "contributions (ALTI+)": (ALTI, "ALTI+ shares up to this layer, residuals and norms in (Ferrando et al. 2022)",
+                              "share"),
 }
 IMPORTANCE_CHOICES = list(IMPORTANCE_MEASURES)  # what the head-importance heatmap can show
 NOTHING_YET = "Translate a sentence first: there is nothing to change yet."

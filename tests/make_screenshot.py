@@ -4,7 +4,8 @@
 
 Each is what the screen shows without scrolling (1400x900 and 390x844), a translation stepped to step 4. Then
 one desktop screenshot per what-if view, scrolled to it: a branch (the second candidate at step 4, beside the
-original), three cross-attention heads of layer 2 switched off, and the beam.
+original), three cross-attention heads of layer 2 switched off, the beam, where each word came from, and the
+cross-attention view showing ALTI+ contributions instead of weights.
 """
 
 import argparse
@@ -60,6 +61,14 @@ def what_if(page, out: Path) -> None:
     page.click("#beam")
     status_starts(page, "Beam search")
     save(page, out, "beam.png", "#what-if")
+    page.get_by_role("tab", name="Where each word came from").click()
+    page.click("#contributions")
+    status_starts(page, "Contributions")
+    save(page, out, "sources.png", "#what-if")
+    page.get_by_label("contributions (ALTI+)").check()
+    page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
+                           ".includes('ALTI+')", timeout=60000)
+    save(page, out, "measure.png", "#step-bar")
 
 
 def main() -> None:
