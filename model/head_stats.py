@@ -1,4 +1,5 @@
-"""What each attention head does, in numbers: per head, over the queries of one sentence (or summed over a split).
+"""What each attention head does, in numbers: per head, over the queries of one sentence (model/heads.py averages
+them over a split).
 
 - entropy: mean over queries of −Σ_k α_k log α_k (nats): low for a head that looks at one token;
 - confidence: mean over queries of the largest weight (Voita et al., 2019);
