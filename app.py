@@ -22,7 +22,7 @@ import torch
 from gradio.components.api_component import Api
 
 from model.checkpoint import load_all
-from model.contributions import ALTI, ROLLOUT, VALUE_NORM
+from model.contributions import ALTI, ROLLOUT, VALUE_NORM, VALUE_NORM_TOGETHER
 from model.head_stats import STATISTICS, head_statistics
 from model.translator import InputError, TracedTranslation
 from model.vocab import CHARS
@@ -370,9 +370,11 @@ def measured(trail: Trail, measure: str) -> TraceArrays | None:
         return None
     arrays = maps[key]
     per_head = key == VALUE_NORM
+    together = {kind: maps[VALUE_NORM_TOGETHER][KIND_KEYS[kind]] for kind in KINDS} if per_head else None
     return replace(decoding.trace, encoder=arrays["encoder"], decoder=arrays["decoder"], cross=arrays["cross"],
                    measure=what, value_label=unit,
-                   scale_max=max(float(a.max()) for a in arrays.values()) if per_head else 1.0,
+                   scale_max=max(float(a.max()) for a in [*arrays.values(), *(together or {}).values()])
+                   if per_head else 1.0, together=together,
                    switched_off=decoding.trace.switched_off if per_head else frozenset())
 
 
@@ -716,9 +718,10 @@ class Blocks(gr.Blocks):
     """gr.Blocks whose events answer a malformed request with a message, where Gradio's own answer is an empty error.
 
     Too few values: the trailing arguments of an API endpoint (its optional ones) arrive as None, which the
-    endpoint checks; so do inputs added to an event after it was published (`defaults_when_missing`); a UI event
-    names what it takes. A slider's value that is no number, or a checkbox group's that is no list, is named too. The hook is a Gradio internal of the pinned version;
-    tests/test_http_api.py sends such requests as raw HTTP.
+    endpoint checks; inputs added to an event after it was published get their `defaults_when_missing`; a UI
+    event names what it takes. A slider's value that is no number, or a checkbox group's that is no list, is
+    named too. The hook is a Gradio internal of the pinned version; tests/test_http_api.py sends such requests
+    as raw HTTP.
     """
 
     # Inputs added after an endpoint was published, filled in with these values (by block id) when a client

@@ -95,6 +95,12 @@ def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias:
     return shares / shares.sum(-1, keepdim=True).clamp(min=1e-12)
 
 
+def gated(gates: HeadGates | None, kind: str, layer: int, weights: Tensor) -> Tensor:
+    """A layer's weights (H, Q, K) with switched-off heads' rows zeroed: what they add to the output."""
+    gate = None if gates is None else gates.layer(kind, layer)
+    return weights if gate is None else weights * gate.reshape(-1, 1, 1)
+
+
 @torch.inference_mode()
 def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates: HeadGates | None = None
               ) -> Contributions:
@@ -105,14 +111,11 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
     _, recorded = model(src, tgt_in, gates=gates, need_vectors=True)
     post = model.config.norm == "post"
 
-    def gated(kind: str, weights: Tensor, layer: int) -> Tensor:
-        gate = None if gates is None else gates.layer(kind, layer)
-        return weights if gate is None else weights * gate.reshape(-1, 1, 1)
-
     encoder, encoder_layers = torch.eye(len(src_ids)), []
     for i, layer in enumerate(model.encoder_layers):
-        block = block_contributions(gated(ENCODER, recorded.encoder[i, 0], i), recorded.encoder_values[i, 0],
-                                    recorded.encoder_stream[i, 0, 0], layer.self_attention.w_o.bias,
+        block = block_contributions(gated(gates, ENCODER, i, recorded.encoder[i, 0]),
+                                    recorded.encoder_values[i, 0], recorded.encoder_stream[i, 0, 0],
+                                    layer.self_attention.w_o.bias,
                                     layer.attention_block.norm, post, self_attention=True)
         encoder = block @ encoder
         encoder_layers.append(encoder)
@@ -120,12 +123,12 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
     flow, decoder_layers = torch.eye(sources + targets), []  # rows: source tokens (fixed), then decoder positions
     for i, layer in enumerate(model.decoder_layers):
         stream = recorded.decoder_stream[i, 0]  # (4, T, d): entering, after self-, after cross-attention, output
-        mixing = block_contributions(gated(DECODER, recorded.decoder[i, 0], i), recorded.decoder_values[i, 0],
-                                     stream[0], layer.self_attention.w_o.bias, layer.self_attention_block.norm,
-                                     post, self_attention=True)  # (T, T)
-        cross = block_contributions(gated(CROSS, recorded.cross[i, 0], i), recorded.cross_values[i, 0], stream[1],
-                                    layer.cross_attention.w_o.bias, layer.cross_attention_block.norm, post,
-                                    self_attention=False)  # (T, S + 1)
+        mixing = block_contributions(gated(gates, DECODER, i, recorded.decoder[i, 0]),
+                                     recorded.decoder_values[i, 0], stream[0], layer.self_attention.w_o.bias,
+                                     layer.self_attention_block.norm, post, self_attention=True)  # (T, T)
+        cross = block_contributions(gated(gates, CROSS, i, recorded.cross[i, 0]), recorded.cross_values[i, 0],
+                                    stream[1], layer.cross_attention.w_o.bias, layer.cross_attention_block.norm,
+                                    post, self_attention=False)  # (T, S + 1)
         step = torch.eye(sources + targets)
         step[sources:, :sources] = cross[:, :sources] @ encoder  # encoder outputs, back to source tokens
         step[sources:, sources:] = cross[:, sources:] * mixing  # the residual: the target prefix, as mixed
@@ -136,7 +139,7 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
                          decoder_layers=torch.stack(decoder_layers).numpy())
 
 
-VALUE_NORM, ROLLOUT, ALTI = "value_norm", "rollout", "alti"
+VALUE_NORM, VALUE_NORM_TOGETHER, ROLLOUT, ALTI = "value_norm", "value_norm_together", "rollout", "alti"
 
 
 @torch.inference_mode()
@@ -144,7 +147,8 @@ def measure_maps(model: Transformer, src_ids: list[int], tgt_ids: list[int], gat
                  ) -> dict[str, dict[str, np.ndarray]]:
     """Every measure as maps shaped like a trace's attention, per kind ("encoder" (L, ·, S, S), "decoder"
     (L, ·, T, T), "cross" (L, ·, T, S)), for the views to draw like weights:
-    - VALUE_NORM: ‖α_ij f_h(x_j)‖ per head (L, H, ...);
+    - VALUE_NORM: ‖α_ij f_h(x_j)‖ per head (L, H, ...), and VALUE_NORM_TOGETHER: ‖Σ_h α^h_ij f_h(x_j)‖ over the
+      heads that are on (L, ...);
     - ROLLOUT: attention rollout through layer l (L, 1, ...): encoder and decoder self-attention over their own
       tokens; cross-attention's heads averaged and mapped back to source tokens by the encoder's rollout;
     - ALTI: ALTI / ALTI+ through layer l (L, 1, ...): the encoder's shares of source tokens; each decoder
@@ -155,6 +159,9 @@ def measure_maps(model: Transformer, src_ids: list[int], tgt_ids: list[int], gat
     weights = {kind: getattr(recorded, kind)[:, 0] for kind in (ENCODER, DECODER, CROSS)}  # (L, H, Q, K)
     values = {kind: getattr(recorded, f"{kind}_values")[:, 0] for kind in (ENCODER, DECODER, CROSS)}
     norms = {kind: value_weighted(weights[kind], values[kind])[0].numpy() for kind in weights}
+    together = {kind: value_weighted(torch.stack([gated(gates, kind, layer, maps) for layer, maps
+                                                  in enumerate(weights[kind])]), values[kind])[1].numpy()
+                for kind in weights}
 
     def cumulative(maps: Tensor) -> Tensor:  # rollout through each layer: (L, Q, Q)
         return torch.stack([rollout(maps[:layer + 1]) for layer in range(maps.size(0))])
@@ -166,5 +173,6 @@ def measure_maps(model: Transformer, src_ids: list[int], tgt_ids: list[int], gat
     sources = len(src_ids)
     alti = {ENCODER: shares.encoder_layers, DECODER: shares.decoder_layers[:, :, sources:],
             CROSS: shares.decoder_layers[:, :, :sources]}
-    return {VALUE_NORM: norms, ROLLOUT: {kind: maps[:, None].numpy() for kind, maps in rollouts.items()},
+    return {VALUE_NORM: norms, VALUE_NORM_TOGETHER: together,
+            ROLLOUT: {kind: maps[:, None].numpy() for kind, maps in rollouts.items()},
             ALTI: {kind: maps[:, None] for kind, maps in alti.items()}}

@@ -219,6 +219,11 @@ def test_every_view_can_show_a_measure_instead_of_the_weights(app_module):
         else:
             assert json.loads(app_module.change_view(trace, CROSS, 0, ALL_HEADS, False, measure, trail)[
                 app_module.view_state]["attention"])["layout"]["coloraxis"]["cmax"] > 1
+            # Mean of heads shows the heads together, ‖Σ_h α f‖, not the mean of each head's norm.
+            mean = json.loads(app_module.change_view(trace, ENCODER, 1, MEAN, False, measure, trail)[
+                app_module.view_state]["attention"])
+            np.testing.assert_allclose(mean["data"][0]["z"], maps["value_norm_together"]["encoder"][1], atol=1e-5)
+            assert "all heads together" in mean["layout"]["title"]["text"]
     # A new decoding shows its weights again; the GRU model has no measures but its weights.
     assert app_module.translate("toy-en-de", "A dog.", CROSS, 0, MEAN)[app_module.measure_choice].value == "weights"
     gru = app_module.translate("toy-rnn", "a dog runs .", CROSS, 0, MEAN)

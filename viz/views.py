@@ -56,6 +56,7 @@ class TraceArrays:
     measure: str = ""  # one line saying what it is
     value_label: str = "weight"
     scale_max: float = 1.0
+    together: dict[str, np.ndarray] | None = None  # per kind, (L, Q, K): a measure of the heads together
 
     @property
     def steps(self) -> int:
@@ -138,6 +139,13 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
                          row_labels=[""], col_labels=[f"head {h + 1}" for h in range(heads)],
                          highlight_row=highlight, panel_height=max(150, 14 * rows), off=off[None], **scale)
     height = min(440, max(340, 150 + 22 * rows))  # with the step bar above it, fits a 900-pixel-high screen
+    if head == MEAN and trace.together is not None:  # the heads together, not the mean of each head's measure
+        together = trace.together[kind][layer]
+        together = together if kind == ENCODER else together[:step + 1, :step + 1] if kind == DECODER else \
+            together[:step + 1]
+        return attention_heatmap(together, queries, keys,
+                                 [f"{kind}, layer {layer + 1}, all heads together", *measured,
+                                  step_heading(trace, step)], highlight, query_label, key_label, height, **scale)
     if head == MEAN:
         # Switched-off heads added nothing to the layer's output: the mean is over the heads that were on.
         on = ~off
