@@ -371,10 +371,13 @@ def measured(trail: Trail, measure: str) -> TraceArrays | None:
     arrays = maps[key]
     per_head = key == VALUE_NORM
     together = {kind: maps[VALUE_NORM_TOGETHER][KIND_KEYS[kind]] for kind in KINDS} if per_head else None
+    # The weights behind each cell, for the hover: per head, or the heads' mean for a measure of the whole layer.
+    raw = {kind: decoding.trace.maps(kind) if per_head else decoding.trace.maps(kind).mean(1, keepdims=True)
+           for kind in KINDS}
     return replace(decoding.trace, encoder=arrays["encoder"], decoder=arrays["decoder"], cross=arrays["cross"],
                    measure=what, value_label=unit,
                    scale_max=max(float(a.max()) for a in [*arrays.values(), *(together or {}).values()])
-                   if per_head else 1.0, together=together,
+                   if per_head else 1.0, together=together, raw=raw,
                    switched_off=decoding.trace.switched_off if per_head else frozenset())
 
 

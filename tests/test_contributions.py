@@ -211,6 +211,11 @@ def test_every_view_can_show_a_measure_instead_of_the_weights(app_module):
             rows = expected if kind == ENCODER else expected[:last + 1]
             np.testing.assert_allclose(figure["data"][0]["z"], rows, atol=1e-6)
             assert line.split(" (")[0] in figure["layout"]["title"]["text"]
+            # The hover shows the attention weight behind each cell: the head's, or the heads' mean.
+            raw = trace.maps(kind)[1, 0] if key == "value_norm" else trace.maps(kind)[1].mean(0)
+            np.testing.assert_allclose(figure["data"][0]["customdata"], raw if kind == ENCODER else raw[:last + 1],
+                                       atol=1e-4)
+            assert "attention weight %{customdata:.3f}" in figure["data"][0]["hovertemplate"]
             assert figure["data"][0]["colorbar"]["title"]["text"] == unit.replace("&", "&amp;")
         if key != "value_norm":  # a measure of the layer as a whole: one "head", shares in 0..1
             assert [label for label, _ in view[app_module.head_choice].choices] == ["Every head, combined"]

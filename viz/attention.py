@@ -98,11 +98,16 @@ def _row_outline(row: int, n_keys: int, xref: str = "x", yref: str = "y", width:
 
 
 def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], label: str = "", zmax: float = 1.0,
-             **extra) -> dict:
-    named = dict(hovertemplate=HOVER_NAMED, meta=escape_text(label)) if label else dict(hovertemplate=HOVER)
+             value_label: str = "weight", raw: np.ndarray | None = None, **extra) -> dict:
+    """A heatmap trace; with `raw` (the attention weights behind a measure, same shape), the hover shows both."""
+    hover = (HOVER_NAMED if label else HOVER).replace("weight", escape_text(value_label))
+    if raw is not None:
+        hover = hover.replace("<extra>", "<br>attention weight %{customdata:.3f}<extra>")
+        extra["customdata"] = np.round(np.asarray(raw, dtype=float), 4).tolist()
+    named = dict(meta=escape_text(label)) if label else {}
     # z as nested lists, not plotly's base64 arrays, so the browser can slice rows when stepping.
     return dict(type="heatmap", z=np.asarray(weights, dtype=float).tolist(), x=positions(key_tokens),
-                y=positions(query_tokens), zmin=0.0, zmax=zmax, **named, **extra)
+                y=positions(query_tokens), zmin=0.0, zmax=zmax, hovertemplate=hover, **named, **extra)
 
 
 def title_text(lines: list[str]) -> str:
@@ -119,18 +124,18 @@ def title_layout(lines: list[str]) -> dict:
 def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
                       highlight_row: int | None = None, query_label: str = "query", key_label: str = "key",
                       height: int | None = None, note: str | None = None, value_label: str = "weight",
-                      zmax: float = 1.0) -> go.Figure:
+                      zmax: float = 1.0, raw: np.ndarray | None = None) -> go.Figure:
     """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row.
 
     `title` may be several lines; `height` defaults to one that grows with the number of queries. `note` is
     written across the map (for a switched-off head, whose weights are NaN: no colour at all). `value_label` names
-    what the cells hold (a weight, a share) in the colour bar and the hover; `zmax` tops its colour scale."""
+    what the cells hold (a weight, a share) in the colour bar and the hover; `zmax` tops its colour scale; `raw`:
+    the attention weights behind a measure, shown beside it on hover."""
     weights = np.asarray(weights)
     if weights.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(query_tokens)} queries x {len(key_tokens)} keys")
-    heatmap = _heatmap(weights, query_tokens, key_tokens, zmax=zmax, colorscale=COLORSCALE,
-                       colorbar=dict(title=dict(text=escape_text(value_label)), thickness=14))
-    heatmap["hovertemplate"] = HOVER.replace("weight", escape_text(value_label))
+    heatmap = _heatmap(weights, query_tokens, key_tokens, zmax=zmax, value_label=value_label, raw=raw,
+                       colorscale=COLORSCALE, colorbar=dict(title=dict(text=escape_text(value_label)), thickness=14))
     return plain_figure([heatmap], dict(
         title=title_layout([title] if isinstance(title, str) else title), margin=dict(l=10, r=10, t=10, b=10),
         height=height or max(340, 150 + 26 * len(query_tokens)), plot_bgcolor="white",
@@ -150,7 +155,7 @@ def _note(text: str, x: float, y: float) -> dict:
 def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
               row_labels: list[str], col_labels: list[str], highlight_row: int | None = None,
               panel_height: int | None = None, off: np.ndarray | None = None, value_label: str = "weight",
-              zmax: float = 1.0) -> go.Figure:
+              zmax: float = 1.0, raw: np.ndarray | None = None) -> go.Figure:
     """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads.
 
     `off` (R, C): panels of switched-off heads, drawn empty with a note instead of their unused weights."""
@@ -171,9 +176,9 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
             suffix = "" if n == 1 else str(n)
             name = f"{row_labels[r]} {col_labels[c]}".strip()
             switched_off = off is not None and bool(off[r, c])
-            data.append(_heatmap(weights[r, c], query_tokens, key_tokens, name, coloraxis="coloraxis",
-                                 xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
-            data[-1]["hovertemplate"] = HOVER_NAMED.replace("weight", escape_text(value_label))
+            data.append(_heatmap(weights[r, c], query_tokens, key_tokens, name, value_label=value_label,
+                                 raw=None if raw is None else raw[r, c], coloraxis="coloraxis", xaxis=f"x{suffix}",
+                                 yaxis=f"y{suffix}"))
             x0, y1 = c * (width + gap_x), 1 - label_room - r * (height + gap_y)
             layout[f"xaxis{suffix}"] = token_axis(key_tokens, domain=[x0, x0 + width], anchor=f"y{suffix}",
                                                    showticklabels=show_x_labels, tickangle=-45,

@@ -20,8 +20,10 @@ function figureAtStep(json, t) {
     for (const trace of figure.data) {
       trace.z = trace.z.slice(0, t + 1);
       trace.y = keep(trace.y);
+      trace.customdata = keep(trace.customdata); // the attention weights behind a measure, if any
       if (grows === "square") {
         trace.z = trace.z.map((row) => row.slice(0, t + 1));
+        if (trace.customdata) trace.customdata = trace.customdata.map((row) => row.slice(0, t + 1));
         trace.x = keep(trace.x);
       }
     }

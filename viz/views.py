@@ -57,6 +57,7 @@ class TraceArrays:
     value_label: str = "weight"
     scale_max: float = 1.0
     together: dict[str, np.ndarray] | None = None  # per kind, (L, Q, K): a measure of the heads together
+    raw: dict[str, np.ndarray] | None = None  # per kind, the attention weights behind the measure (hover)
 
     @property
     def steps(self) -> int:
@@ -83,6 +84,15 @@ class TraceArrays:
         layers, heads = self.maps(kind).shape[:2]
         return np.array([[head_key(kind, layer, head) in self.switched_off for head in range(heads)]
                          for layer in range(layers)], dtype=bool).reshape(layers, heads)
+
+    def raw_at_step(self, kind: str, step: int) -> np.ndarray | None:
+        """The attention weights behind a measure at `step`, sliced as `at_step` slices the measure."""
+        if self.raw is None:
+            return None
+        step = min(max(step, 0), self.steps - 1)
+        maps = self.raw[kind]
+        return maps if kind == ENCODER else maps[:, :, :step + 1, :step + 1] if kind == DECODER else \
+            maps[:, :, :step + 1]
 
     def at_step(self, kind: str, step: int) -> tuple[np.ndarray, list[str], list[str], int | None]:
         """(L, H, Q, K) weights, query tokens, key tokens and the row to highlight at `step`."""
@@ -132,12 +142,15 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
     rows = query_rows(trace, kind)
     scale = dict(value_label=trace.value_label, zmax=trace.scale_max)
     measured = [trace.measure] if trace.measure else []
+    raw = trace.raw_at_step(kind, step)  # (L, H or 1, Q, K), behind a measure
+    raw = None if raw is None else raw[layer]
     if head == ALL_HEADS:
         heads = weights.shape[1]
         return head_grid(weights[layer][None], queries, keys,
                          [f"{kind}, layer {layer + 1}, all {heads} heads", *measured, step_heading(trace, step)],
                          row_labels=[""], col_labels=[f"head {h + 1}" for h in range(heads)],
-                         highlight_row=highlight, panel_height=max(150, 14 * rows), off=off[None], **scale)
+                         highlight_row=highlight, panel_height=max(150, 14 * rows), off=off[None],
+                         raw=None if raw is None else raw[None], **scale)
     height = min(440, max(340, 150 + 22 * rows))  # with the step bar above it, fits a 900-pixel-high screen
     if head == MEAN and trace.together is not None:  # the heads together, not the mean of each head's measure
         together = trace.together[kind][layer]
@@ -145,7 +158,8 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
             together[:step + 1]
         return attention_heatmap(together, queries, keys,
                                  [f"{kind}, layer {layer + 1}, all heads together", *measured,
-                                  step_heading(trace, step)], highlight, query_label, key_label, height, **scale)
+                                  step_heading(trace, step)], highlight, query_label, key_label, height,
+                                 raw=None if raw is None else raw[~off].mean(0) if (~off).any() else None, **scale)
     if head == MEAN:
         # Switched-off heads added nothing to the layer's output: the mean is over the heads that were on.
         on = ~off
@@ -164,7 +178,8 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
                                  **scale)
     return attention_heatmap(weights[layer, head], queries, keys,
                              [f"{kind}, layer {layer + 1}, {named}", *measured, step_heading(trace, step)],
-                             highlight, query_label, key_label, height, **scale)
+                             highlight, query_label, key_label, height,
+                             raw=None if raw is None else raw[min(head, raw.shape[0] - 1)], **scale)
 
 
 def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
@@ -177,7 +192,7 @@ def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
                      row_labels=[f"L{i + 1}" for i in range(layers)],
                      col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight,
                      panel_height=max(150, 14 * query_rows(trace, kind)), off=trace.heads_off(kind),
-                     value_label=trace.value_label, zmax=trace.scale_max)
+                     value_label=trace.value_label, zmax=trace.scale_max, raw=trace.raw_at_step(kind, step))
 
 
 def translation_figure(trace: TraceArrays, step: int | None = None) -> go.Figure:
