@@ -84,7 +84,6 @@ def what_if(page, translator, sentences: list[str]) -> None:
     """Per sentence: translate, branch at step 1, one cross-attention head off, the beam view; prints each one's
     p50 and its ratio to translating."""
     times = {"translate": [], "branch": [], "one head off": [], "beam view": []}
-    status = "(prefix) => document.querySelector('#status textarea')?.value.startsWith(prefix)"
     for text in sentences:
         page.fill("#source textarea", text)
         times["translate"].append(timed(page, lambda: page.click("#translate"), """(text) =>
