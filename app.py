@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from gradio.components.api_component import Api
 
+from model.align import READINGS, pharaoh_lines
 from model.checkpoint import load_all
 from model.contributions import ALTI, ROLLOUT, VALUE_NORM, VALUE_NORM_TOGETHER
 from model.head_stats import STATISTICS, head_statistics
@@ -578,6 +579,24 @@ def show_head_statistics(trace: TraceArrays | None) -> dict:
                     "decoding: sort the table by any column; type a head's name in *Open a head by name* to see it."}
 
 
+def read_alignments(trace: TraceArrays | None, reading: str) -> dict:
+    """Word alignments of the decoding on screen from every cross-attention head and layer mean, in Pharaoh format
+    (source index - target index, 0-based, <eos> left out), read at the step that outputs each word or at the step
+    where it is the decoder's input (shift-att)."""
+    if trace is None:
+        return {status: NOTHING_YET}
+    if reading not in READINGS:
+        return {status: f"Read alignments at the {' or '.join(READINGS)} step, not {shown(reading)}."}
+    cross = trace.cross
+    if trace.target_tokens[-1] != "<eos>":  # stopped at the length limit: its last word is read like an <eos>
+        cross = cross[:, :, :-1]
+    lines = pharaoh_lines(cross, reading)
+    width = max(len(name) for name in lines)
+    return {alignment_text: "\n".join(f"{name:<{width}}  {links}" for name, links in lines.items()),
+            status: f"Alignments of {len(trace.target_tokens) - 1} words, read at the {reading} step, from "
+                    f"{len(lines)} heads and layer means."}
+
+
 def run_beam(trail: Trail | None) -> dict:
     """Beam search of the sentence as evaluation runs it (with the heads of the shown decoding off): the n-best
     list and the beam at every step."""
@@ -864,6 +883,16 @@ with Blocks(title="Transformer attention inspector") as demo:
                                       label="; ".join(f"{name.replace('_', ' ')}: {what}"
                                                       for name, what in STATISTICS.items()),
                                       interactive=False, max_height=480, elem_id="head-table")
+            with gr.Row(equal_height=True):
+                alignment_reading = gr.Radio(list(READINGS), value=READINGS[0], elem_id="alignment-reading",
+                                             label="Word alignments from cross-attention, read at the step that "
+                                             "outputs each word, or where it is the decoder's input (shift-att)",
+                                             scale=3)
+                alignment_button = gr.Button("Read word alignments", elem_id="alignments", scale=1)
+            alignment_text = gr.Textbox(label="Pharaoh format: source index-target index, 0-based, per head and "
+                                        "layer mean (python -m model.align computes their AER against a gold file)",
+                                        lines=8, max_lines=30, interactive=False, buttons=["copy"],
+                                        elem_id="alignment-text")
         with gr.Tab("Where each word came from", elem_id="sources-tab"):
             gr.Markdown("How much of each word's prediction came from the source sentence and how much from the "
                         "translation so far (ALTI+, Ferrando et al. 2022): every layer's attention, residual "
@@ -943,6 +972,8 @@ with Blocks(title="Transformer attention inspector") as demo:
                   api_visibility="private", **trace_queue)
 
     statistics_button.click(show_head_statistics, trace_state, [head_table, status], api_name="head_statistics")
+    alignment_button.click(read_alignments, [trace_state, alignment_reading], [alignment_text, status],
+                           api_name="alignments")
     contributions_button.click(measure_contributions, trail_state, [source_share_plot, contribution_plot, status],
                                api_name="contributions_view", **trace_queue)
 

@@ -26,8 +26,6 @@ import torch
 from tqdm import tqdm
 
 from model.checkpoint import load_checkpoint
-from model.data import REVERSE, load_pairs
-from model.evaluate import DEFAULT_DATA
 from model.seq2seq import head_name
 from model.translator import Translator
 from model.vocab import SOS_ID
@@ -86,6 +84,12 @@ def cross_attention(translator: Translator, source: list[str], target: list[str]
     return attention.cross[:, 0].float().numpy()
 
 
+def pharaoh_lines(cross: np.ndarray, reading: str) -> dict[str, str]:
+    """One sentence's alignments in Pharaoh format for every head and layer mean of its cross-attention
+    (L, H, T + 1, S + 1), read one way."""
+    return {name: pharaoh(links[0]) for (name, how), links in head_alignments([cross]).items() if how == reading}
+
+
 def head_alignments(maps: list[np.ndarray]) -> dict[tuple[str, str], list[Links]]:
     """For every head (kind.layer.head) and layer mean (cross.layer.mean) and both readings, each sentence's links."""
     layers, heads = maps[0].shape[:2]
@@ -97,6 +101,9 @@ def head_alignments(maps: list[np.ndarray]) -> dict[tuple[str, str], list[Links]
 
 
 def main(argv: list[str] | None = None) -> None:
+    from model.data import REVERSE, load_pairs  # datasets: for the command only, not for the app's readings
+    from model.evaluate import DEFAULT_DATA
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--data", default=DEFAULT_DATA, help=f"Multi30k folder or hub id, or {REVERSE}")

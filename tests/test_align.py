@@ -67,3 +67,17 @@ def test_the_command_prints_every_head_and_the_best(capsys):
     assert any(line.startswith("cross.1.4 ") for line in lines) and any("cross.1.mean" in line for line in lines)
     *_, value, at, name, reading = lines[-1].split()
     assert lines[-1].startswith("best AER") and at == "at" and reading == "(output)" and float(value) < 0.15
+
+
+def test_the_app_exports_the_alignments_of_the_decoding_on_screen(app_module):
+    from viz.views import CROSS, MEAN
+
+    trace = app_module.translate("toy-en-de", "A man plays with a red ball.", CROSS, 0, MEAN)[app_module.trace_state]
+    layers, heads = trace.cross.shape[:2]
+    for reading in ("output", "input"):
+        lines = app_module.read_alignments(trace, reading)[app_module.alignment_text].splitlines()
+        assert len(lines) == layers * heads + layers
+        name, *links = lines[heads].split(maxsplit=1)  # layer 2, head 1 (every head, then the layer means)
+        assert name == "cross.2.1"
+        assert parse_pharaoh(links[0])[0] == read_links(trace.cross[1, 0], reading)
+    assert "not 'sideways'" in app_module.read_alignments(trace, "sideways")[app_module.status]
