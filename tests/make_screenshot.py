@@ -65,9 +65,15 @@ def what_if(page, out: Path) -> None:
     page.click("#contributions")
     status_starts(page, "Contributions")
     save(page, out, "sources.png", "#what-if")
+    page.get_by_label("Cross-attention", exact=True).check()
+    page.wait_for_timeout(1000)
     page.get_by_label("contributions (ALTI+)").check()
     page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
                            ".includes('ALTI+')", timeout=60000)
+    page.click("#layer input")  # the last layer: the shares that reach the output
+    page.get_by_role("option", name="Layer 3", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
+                           ".includes('layer 3')", timeout=60000)
     save(page, out, "measure.png", "#step-bar")
 
 
