@@ -22,13 +22,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from model.checkpoint import load_checkpoint
 from model.seq2seq import head_name
 from model.translator import Translator
-from model.vocab import SOS_ID
 
 READINGS = ("output", "input")
 Links = set[tuple[int, int]]
@@ -74,14 +72,9 @@ def reversal_gold(lengths: list[int]) -> list[Links]:
     return [{(n - 1 - j, j) for j in range(n)} for n in lengths]
 
 
-@torch.inference_mode()
 def cross_attention(translator: Translator, source: list[str], target: list[str]) -> np.ndarray:
     """Every cross-attention map (L, H, T + 1, S + 1) of the reference `target` read teacher-forced."""
-    src_ids = translator.encode_source(source[:translator.max_src_tokens])
-    tgt_ids = translator.tgt_vocab.encode(target[:translator.max_src_tokens]) + [translator.tgt_vocab.stoi["<eos>"]]
-    _, attention = translator.model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]),
-                                    need_weights=True)
-    return attention.cross[:, 0].float().numpy()
+    return translator.reference_attention(source, target).cross[:, 0].float().numpy()
 
 
 def pharaoh_lines(cross: np.ndarray, reading: str) -> dict[str, str]:

@@ -36,7 +36,7 @@ from model.head_stats import head_statistics
 from model.seq2seq import HeadGates, head_gates, head_name
 from model.train import hardware
 from model.translator import Translator
-from model.vocab import PAD_ID, SOS_ID
+from model.vocab import PAD_ID
 
 PRUNED_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -106,10 +106,7 @@ def split_statistics(translator: Translator, sources: list[list[str]], targets: 
     reference translations; a statistic that does not apply (offset of cross-attention) is left out."""
     sums: dict[str, np.ndarray] = {}
     for source, target in tqdm(list(zip(sources, targets)), desc="statistics", file=sys.stderr):
-        src_ids = translator.encode_source(source[:translator.max_src_tokens])
-        tgt_ids = translator.tgt_vocab.encode(target[:translator.max_src_tokens]) + [translator.tgt_vocab.stoi["<eos>"]]
-        _, attention = translator.model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]),
-                                        need_weights=True)
+        attention = translator.reference_attention(source, target)
         source_tokens = source[:translator.max_src_tokens] + ["<eos>"]
         decoder_tokens = ["<sos>"] + target[:translator.max_src_tokens]
         for kind, keys in (("encoder", source_tokens), ("decoder", decoder_tokens), ("cross", source_tokens)):

@@ -12,7 +12,7 @@ from model.batching import pad, token_batches
 from model.contributions import Contributions, alti_plus, measure_maps
 from model.decoding import (BeamTrace, Hypothesis, Trace, beam_search, beam_trace, greedy_decode, greedy_trace,
                             output_limit, teacher_forced_log_probs)
-from model.seq2seq import HeadGates, Seq2Seq, head_gates
+from model.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
 from model.transformer import Transformer
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 
@@ -189,6 +189,23 @@ class Translator:
         log_probs = teacher_forced_log_probs(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
         return TracedScore(source_tokens=tokens + ["<eos>"], target_tokens=target, log_probabilities=log_probs)
 
+    def given_translation(self, text: str, target_tokens: list[str]) -> tuple[list[int], list[int]]:
+        """Source ids of `text` and target ids of `target_tokens` (spelled as in a trace), or an InputError naming
+        what cannot be read or emitted."""
+        src_ids = self.encode_source(self.source_tokens(text))
+        tgt_ids = self.target_ids(checked_strings(target_tokens, "target_tokens"), self.model.config.max_len - 1,
+                                  "Target token")
+        return src_ids, tgt_ids
+
+    @torch.inference_mode()
+    def reference_attention(self, source: list[str], target: list[str]) -> Attention:
+        """Every attention map of a reference translation read teacher-forced (batch of one), from tokens as the
+        tokenizers give them, cut to what the model's positions hold (a split's sentences, for the CLIs)."""
+        src_ids = self.encode_source(source[:self.max_src_tokens])
+        tgt_ids = self.tgt_vocab.encode(target[:self.max_src_tokens]) + [EOS_ID]
+        _, attention = self.model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]), need_weights=True)
+        return attention
+
     def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None,
              greedy_tokens: list[str] | None = None) -> TracedBeam:
         """Beam search of one sentence as evaluation runs it (the checkpoint's beam size and length penalty unless
@@ -219,10 +236,8 @@ class Translator:
         models)."""
         if not isinstance(self.model, Transformer):
             return None
-        src_ids = self.encode_source(self.source_tokens(text))
-        tgt_ids = self.target_ids(checked_strings(target_tokens, "target_tokens"), self.model.config.max_len - 1,
-                                  "Target token")
-        return alti_plus(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
+        return alti_plus(self.model, *self.given_translation(text, target_tokens),
+                         self.gates(checked_strings(mask, "mask")))
 
     def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None
                  ) -> dict[str, dict[str, np.ndarray]] | None:
@@ -230,10 +245,8 @@ class Translator:
         like the trace's attention maps (model/contributions.py `measure_maps`); None for the GRU models."""
         if not isinstance(self.model, Transformer):
             return None
-        src_ids = self.encode_source(self.source_tokens(text))
-        tgt_ids = self.target_ids(checked_strings(target_tokens, "target_tokens"), self.model.config.max_len - 1,
-                                  "Target token")
-        return measure_maps(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
+        return measure_maps(self.model, *self.given_translation(text, target_tokens),
+                            self.gates(checked_strings(mask, "mask")))
 
     def source_tokens(self, text: str) -> list[str]:
         """The tokens the encoder will read (before <eos>), or an InputError saying why `text` cannot be read."""
