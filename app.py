@@ -165,6 +165,9 @@ class Decoding:
     mask: list[str] = field(default_factory=list)  # the heads switched off, kind.layer.head
     chosen: int | None = None  # a branch: the step (0-based) whose token the user chose
     by_mask: bool = False  # made by switching heads off: a new mask replaces it rather than following it
+    # Every measure's maps (model/contributions.py `measure_maps`), computed the first time one is shown and kept
+    # with the decoding in the user's state, so later kind, layer, head or measure changes reuse them.
+    measure_maps: dict | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -340,7 +343,8 @@ def change_view(trace: TraceArrays | None, kind: str, layer: int, head: int | st
                 measure: str | None = None, trail: Trail | None = None) -> dict:
     """A new attention kind, layer, head, model view or measure of the stored trace (the step stays where it is).
 
-    A measure other than the weights is computed now, for the decoding on screen (one teacher-forced pass)."""
+    A measure other than the weights is computed when first shown, for the decoding on screen (one teacher-forced
+    pass), and kept with it."""
     if trace is None:
         return {status: "Translate a sentence first: there is nothing to show yet."}
     if measure not in (None, WEIGHTS):
@@ -366,7 +370,10 @@ def measured(trail: Trail, measure: str) -> TraceArrays | None:
     """The decoding on screen with its attention maps replaced by `measure`'s (None for a GRU model)."""
     decoding = trail.current
     key, what, unit = MEASURES[measure]
-    maps = TRANSLATORS[trail.model].measures(trail.source, decoding.trace.target_tokens, decoding.mask)
+    if decoding.measure_maps is None:
+        decoding.measure_maps = TRANSLATORS[trail.model].measures(trail.source, decoding.trace.target_tokens,
+                                                                  decoding.mask)
+    maps = decoding.measure_maps
     if maps is None:
         return None
     arrays = maps[key]

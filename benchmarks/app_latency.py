@@ -80,6 +80,12 @@ def main() -> None:
     what_if(args.checkpoint, SENTENCES[1], args.runs)
 
 
+def first_measure(trail) -> dict:
+    """The first measure chosen for a decoding: its maps are computed (and kept, so forget them each run)."""
+    trail.current.measure_maps = None
+    return app.change_view(trail.current.trace, CROSS, 0, MEAN, False, "contributions (ALTI+)", trail)
+
+
 def what_if(checkpoint: str, sentence: str, runs: int) -> None:
     """A branch, a head switched off and the beam view of one sentence, against its plain translation."""
     trail = app.translate(checkpoint, sentence, CROSS, 0, MEAN)[app.trail_state]
@@ -91,7 +97,10 @@ def what_if(checkpoint: str, sentence: str, runs: int) -> None:
              "one head off (cross.2.5): trace + score of the original":
                  lambda: app.set_mask(trail, ["cross.2.5"], 1, CROSS, 0, MEAN),
              "beam view (checkpoint's beam size)": lambda: app.run_beam(trail),
-             "where each word came from (ALTI+ contributions)": lambda: app.measure_contributions(trail)}
+             "where each word came from (ALTI+ contributions)": lambda: app.measure_contributions(trail),
+             "ALTI+ view, first of the decoding (one teacher-forced pass)": lambda: first_measure(trail),
+             "ALTI+ view of another layer (maps kept with the decoding)":
+                 lambda: app.change_view(trace, CROSS, 1, MEAN, False, "contributions (ALTI+)", trail)}
     times = {name: median_ms(lambda call=call: json_bytes(call()), runs) for name, call in calls.items()}
     plain = times["translate (trace, charts, view)"]
     print(f"\nwhat-if on a {len(trail.current.trace.source_tokens) - 1}-token sentence ({trace.steps} steps)")

@@ -12,7 +12,8 @@ first animation frame after Plotly has drawn the new step (what the user sees).
 Then what-if, on the same 5 sentences, each against a plain translation of the same sentence: a branch (Branch
 with the second candidate at step 1 -> its heatmap drawn), a head switched off (a tick in the cross-attention
 grid -> the masked translation and its per-token chart drawn) and the beam view (Run beam search -> the n-best
-table filled), timed from the click by Python's clock like the translations.
+table filled), then a measure (ALTI+ chosen -> its heatmap, computed on the server) and another layer of it
+(reusing the maps kept with the decoding), timed from the click by Python's clock like the translations.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def timed(page, action, done: str, arg=None) -> float:
 def what_if(page, translator, sentences: list[str]) -> None:
     """Per sentence: translate, branch at step 1, one cross-attention head off, the beam view; prints each one's
     p50 and its ratio to translating."""
-    times = {"translate": [], "branch": [], "one head off": [], "beam view": []}
+    times = {"translate": [], "branch": [], "one head off": [], "beam view": [], "show ALTI+ instead of weights": [],
+             "ALTI+ of another layer": []}
     for text in sentences:
         page.fill("#source textarea", text)
         times["translate"].append(timed(page, lambda: page.click("#translate"), """(text) =>
@@ -106,6 +108,15 @@ def what_if(page, translator, sentences: list[str]) -> None:
         times["beam view"].append(timed(page, lambda: page.click("#beam"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Beam search')
             && document.querySelectorAll('#n-best tbody tr').length > 0"""))
+        # A measure: computed on the server the first time, then kept with the decoding for other views.
+        times["show ALTI+ instead of weights"].append(timed(
+            page, lambda: page.get_by_label("contributions (ALTI+)").check(), """() =>
+            document.querySelector('#attention .js-plotly-plot')?.layout?.title.text.includes('ALTI+')"""))
+        times["ALTI+ of another layer"].append(timed(page, lambda: choose(page, "layer", "Layer 2"), """() => {
+            const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text;
+            return title && title.includes('ALTI+') && title.includes('layer 2,'); }"""))
+        choose(page, "layer", "Layer 1")
+        page.wait_for_timeout(300)
     plain = statistics.median(times["translate"])
     for name, values in times.items():
         print(f"what-if {name}: {percentiles(values)}; p50 {statistics.median(values) / plain:.2f}x translate")

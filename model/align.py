@@ -10,8 +10,11 @@ mean of heads is read on the reference translation (teacher-forced), so a gold a
 applies. AER (Och & Ney, 2003) with sure links S ⊆ possible links P and predicted links A:
 1 − (|A ∩ S| + |A ∩ P|) / (|A| + |S|). Pharaoh format: per sentence a line of `i-j` pairs (source index i,
 target index j, 0-based, over the model's tokens without <eos>); a possible link is written `i?j` or `ipj`.
-With `--data reverse` the gold is the exact one of the task: target j ↔ source n − 1 − j. The last printed
-line reads `best AER <value> at <kind.layer.head> (<reading>)`.
+With `--data reverse` the gold is the exact one of the task: target j ↔ source n − 1 − j. Multi30k has no gold
+alignments: without `--gold`, a statistical word aligner trained on the training split and the split itself (IBM
+Model 2 with fast_align's diagonal prior, Dyer et al., 2013, run in both directions) gives a silver standard,
+its links found in both directions sure and in either direction possible. The last printed line reads
+`best AER <value> at <kind.layer.head> (<reading>)`.
 """
 
 from __future__ import annotations
@@ -72,6 +75,87 @@ def reversal_gold(lengths: list[int]) -> list[Links]:
     return [{(n - 1 - j, j) for j in range(n)} for n in lengths]
 
 
+def fast_align(sources: list[list[str]], targets: list[list[str]], iterations: int = 5, diagonal: float = 4.0,
+               null: float = 0.08) -> list[Links]:
+    """Each target word's most probable source word (source index i, target index j) under IBM Model 2 with
+    fast_align's diagonal prior (Dyer et al., 2013): p(i | j) ∝ exp(−diagonal · |i/n − j/m|), a `null` share for no
+    source word, and translation probabilities t(target word | source word) from EM. Every sentence pair is
+    trained on and aligned; a target word best explained by the null word has no link."""
+    src_vocab, tgt_vocab = {}, {}
+    src_ids = [np.array([src_vocab.setdefault(w, len(src_vocab)) for w in s], dtype=np.int64) for s in sources]
+    tgt_ids = [np.array([tgt_vocab.setdefault(w, len(tgt_vocab)) for w in t], dtype=np.int64) for t in targets]
+    null_id = len(src_vocab)
+    # One entry per (target word, candidate source word incl. the null word), sentence by sentence, flattened:
+    # EM is then a few whole-corpus array operations per iteration.
+    pair_keys, priors, groups, offsets = [], [], [], [0]
+    group = 0
+    for src, tgt in zip(src_ids, tgt_ids):
+        n, m = len(src), len(tgt)
+        if m == 0:
+            offsets.append(offsets[-1])
+            continue
+        candidates = np.append(src, null_id)  # (n + 1,)
+        closeness = np.exp(-diagonal * np.abs((np.arange(n)[None] + 0.5) / max(n, 1)
+                                             - (np.arange(m)[:, None] + 0.5) / m))  # (m, n)
+        prior = np.concatenate([(1 - null) * closeness / closeness.sum(1, keepdims=True).clip(1e-12),
+                                np.full((m, 1), null)], axis=1)  # (m, n + 1)
+        pair_keys.append((candidates[None] * len(tgt_vocab) + tgt[:, None]).ravel())
+        priors.append(prior.ravel())
+        groups.append(np.repeat(np.arange(group, group + m), n + 1))
+        group += m
+        offsets.append(offsets[-1] + m * (n + 1))
+    if not pair_keys:
+        return [set() for _ in sources]
+    keys, prior, group_of = np.concatenate(pair_keys), np.concatenate(priors), np.concatenate(groups)
+    unique, pair_of = np.unique(keys, return_inverse=True)
+    source_of_pair = unique // len(tgt_vocab)
+    t = np.ones(len(unique))  # t(f | e), uniform to start
+    for _ in range(iterations):
+        score = t[pair_of] * prior
+        posterior = score / np.bincount(group_of, score, minlength=group)[group_of]
+        counts = np.bincount(pair_of, posterior, minlength=len(unique))
+        t = counts / np.bincount(source_of_pair, counts)[source_of_pair]
+    score = t[pair_of] * prior
+    links = []
+    for k, (src, tgt) in enumerate(zip(src_ids, tgt_ids)):
+        best = score[offsets[k]:offsets[k + 1]].reshape(len(tgt), len(src) + 1).argmax(1) if len(tgt) else []
+        links.append({(int(i), j) for j, i in enumerate(best) if i < len(src)})
+    return links
+
+
+def silver_alignments(sources: list[list[str]], targets: list[list[str]]) -> tuple[list[Links], list[Links]]:
+    """(sure, possible) links of a statistical aligner run both ways: sure where both directions agree, possible
+    where either finds the link."""
+    forward = fast_align(sources, targets)
+    backward = [{(i, j) for j, i in links} for links in fast_align(targets, sources)]
+    return [f & b for f, b in zip(forward, backward)], [f | b for f, b in zip(forward, backward)]
+
+
+def reference_alignments(translator: Translator, data: str, split: str, sources: list[list[str]],
+                         targets: list[list[str]], gold: str | None = None) -> tuple[list[Links], list[Links], str]:
+    """(sure, possible) links of a split's sentences to measure cross-attention against, and what they are: the
+    `gold` file's (Pharaoh format), the reversal task's exact alignment, or else a statistical aligner's (trained
+    on the training split and this split's sentences, as unsupervised aligners are); ValueError if unusable."""
+    from model.data import REVERSE, load_pairs  # datasets: for the commands only, not for the app
+
+    if gold:
+        lines = Path(gold).read_text(encoding="utf-8").splitlines()[:len(sources)]
+        if len(lines) < len(sources):
+            raise ValueError(f"{gold} has {len(lines)} lines for {len(sources)} sentences")
+        sure, possible = zip(*(parse_pharaoh(line) for line in lines))
+        return list(sure), list(possible), f"the gold alignments of {gold}"
+    if data == REVERSE:
+        exact = reversal_gold([len(t) for t in targets])
+        return exact, exact, "the reversal task's exact alignment"
+    train = load_pairs(data, "train", translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+    corpus_sources = sources + translator.src_tokenizer.tokenize_all(train["src"])
+    corpus_targets = targets + translator.tgt_tokenizer.tokenize_all(train["tgt"])
+    sure, possible = silver_alignments(corpus_sources, corpus_targets)
+    return (sure[:len(sources)], possible[:len(sources)],
+            "a statistical aligner's alignments (no gold: IBM Model 2 with fast_align's diagonal prior, both "
+            "directions, trained on train + this split; sure where both agree, possible where either links)")
+
+
 def cross_attention(translator: Translator, source: list[str], target: list[str]) -> np.ndarray:
     """Every cross-attention map (L, H, T + 1, S + 1) of the reference `target` read teacher-forced."""
     return translator.reference_attention(source, target).cross[:, 0].float().numpy()
@@ -111,20 +195,17 @@ def main(argv: list[str] | None = None) -> None:
         pairs = pairs.select(range(min(args.limit, len(pairs))))
     sources = translator.src_tokenizer.tokenize_all(pairs["src"])
     targets = translator.tgt_tokenizer.tokenize_all(pairs["tgt"])
-    if args.gold:
-        lines = Path(args.gold).read_text(encoding="utf-8").splitlines()[:len(sources)]
-        if len(lines) < len(sources):
-            sys.exit(f"{args.gold} has {len(lines)} lines for {len(sources)} sentences")
-        sure, possible = zip(*(parse_pharaoh(line) for line in lines))
-    elif args.data == REVERSE:
-        sure = possible = reversal_gold([len(t) for t in targets])
-    else:
-        sys.exit("give --gold (Multi30k has no gold alignments), or use --data reverse")
+    try:
+        sure, possible, reference = reference_alignments(translator, args.data, args.split, sources, targets, args.gold)
+    except ValueError as error:
+        sys.exit(str(error))
+    print(f"reference: {reference}", file=sys.stderr)
     maps = [cross_attention(translator, s, t) for s, t in tqdm(list(zip(sources, targets)), desc="attention",
                                                                 file=sys.stderr)]
     scores = {key: alignment_error_rate(links, list(sure), list(possible))
               for key, links in head_alignments(maps).items()}
-    print(f"{len(sources)} sentences of {args.split}; AER per head and layer mean (lower is better)")
+    print(f"{len(sources)} sentences of {args.split}; AER per head and layer mean against {reference} (lower is "
+          "better)")
     print(f"{'head':<14} " + " ".join(f"{reading:>8}" for reading in READINGS))
     for name in dict.fromkeys(name for name, _ in scores):
         print(f"{name:<14} " + " ".join(f"{scores[name, reading]:>8.3f}" for reading in READINGS))

@@ -11,7 +11,9 @@ the checkpoint folder and prints the heads ranked by importance.
 
 Each head's statistics over the split (model/head_stats.py: entropy, confidence, weight on <eos> and on
 punctuation, offset of the most attended key) are recorded beside its importance, read teacher-forced on the
-reference translations. `--statistics-only` adds them to an existing heads.json in seconds.
+reference translations, and each cross-attention head's alignment error rate against word alignments
+(model/align.py: a gold file, the reversal task's exact alignment, or a statistical aligner's). `--statistics-only`
+adds them to an existing heads.json in under a minute.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from model.align import alignment_error_rate, head_alignments, reference_alignments
 from model.batching import make_batch, token_batches
 from model.checkpoint import HEADS, load_checkpoint, read_json, write_json
 from model.data import load_pairs
@@ -100,13 +103,19 @@ def gradient_importance(translator: Translator, batches: list) -> dict[str, floa
 
 
 @torch.inference_mode()
-def split_statistics(translator: Translator, sources: list[list[str]], targets: list[list[str]]
-                     ) -> dict[str, dict[str, float]]:
+def split_statistics(translator: Translator, sources: list[list[str]], targets: list[list[str]],
+                     alignments: tuple[list, list] | None = None) -> dict[str, dict[str, float]]:
     """Every head's statistics (model/head_stats.py), each the mean over the sentences of the split, read on the
-    reference translations; a statistic that does not apply (offset of cross-attention) is left out."""
+    reference translations; a statistic that does not apply (offset of cross-attention) is left out.
+
+    `alignments`: (sure, possible) word alignments of the split (model/align.py); each cross-attention head's
+    alignment error rate against them is added, read at the output step (`alignment_aer`) and at the step where
+    the word is the decoder's input (`shift_alignment_aer`, shift-att)."""
     sums: dict[str, np.ndarray] = {}
+    cross_maps = []
     for source, target in tqdm(list(zip(sources, targets)), desc="statistics", file=sys.stderr):
         attention = translator.reference_attention(source, target)
+        cross_maps.append(attention.cross[:, 0].float().numpy())
         source_tokens = source[:translator.max_src_tokens] + ["<eos>"]
         decoder_tokens = ["<sos>"] + target[:translator.max_src_tokens]
         for kind, keys in (("encoder", source_tokens), ("decoder", decoder_tokens), ("cross", source_tokens)):
@@ -123,6 +132,12 @@ def split_statistics(translator: Translator, sources: list[list[str]], targets: 
             if np.isfinite(total[layer, head]):
                 statistics.setdefault(head_name(kind, layer, head), {})[statistic] = round(
                     float(total[layer, head]) / len(sources), 5)
+    if alignments is not None:
+        sure, possible = alignments
+        for (name, reading), links in head_alignments(cross_maps).items():
+            if name in statistics:  # a head, not a layer mean
+                key = "alignment_aer" if reading == "output" else "shift_alignment_aer"
+                statistics[name][key] = round(alignment_error_rate(links, sure, possible), 5)
     return statistics
 
 
@@ -133,6 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default="val", choices=("train", "val", "test"))
     parser.add_argument("--limit", type=int, help="only the first N sentences of the split")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--gold", help="gold word alignments of the split in Pharaoh format, for each cross-attention "
+                        "head's AER (default: the reversal task's exact ones, or a statistical aligner's)")
     parser.add_argument("--statistics-only", action="store_true",
                         help="only add the heads' statistics to the checkpoint's existing heads.json")
     args = parser.parse_args(argv)
@@ -145,12 +162,13 @@ def main(argv: list[str] | None = None) -> None:
     sources = translator.src_tokenizer.tokenize_all(pairs["src"])
     references = list(pairs["tgt"])
     targets = translator.tgt_tokenizer.tokenize_all(references)
-    statistics = split_statistics(translator, sources, targets)
+    sure, possible, reference = reference_alignments(translator, args.data, args.split, sources, targets, args.gold)
+    statistics = split_statistics(translator, sources, targets, (sure, possible))
     if args.statistics_only:
         report = read_json(Path(args.checkpoint) / HEADS)
         for name, values in statistics.items():
             report["heads"].setdefault(name, {}).update(values)
-        report["statistics"] = {"split": args.split, "sentences": len(sources),
+        report["statistics"] = {"split": args.split, "sentences": len(sources), "alignments": reference,
                                 "date": datetime.date.today().isoformat()}
         write_json(Path(args.checkpoint) / HEADS, report)
         print(f"statistics of {len(statistics)} heads over {len(sources)} sentences of {args.split} added to "
@@ -183,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         "hardware": hardware(torch.device("cpu")),
         "seconds": round(time.perf_counter() - began),
         "bleu": base_bleu, "log_likelihood": round(base_likelihood, 5), "heads": heads,
+        "statistics": {"split": args.split, "sentences": len(sources), "alignments": reference},
         "pruning": pruning,
         # The first pruning point (fewest heads off) whose BLEU is more than 1 below all heads on.
         "bleu_drops_by_1_at": None if drop is None else {key: drop[key] for key in ("fraction", "heads_off")},

@@ -5,7 +5,8 @@
 Each is what the screen shows without scrolling (1400x900 and 390x844), a translation stepped to step 4. Then
 one desktop screenshot per what-if view, scrolled to it: a branch (the second candidate at step 4, beside the
 original), three cross-attention heads of layer 2 switched off, the beam, where each word came from, and the
-cross-attention view showing ALTI+ contributions instead of weights.
+cross-attention view of layer 3 showing ALTI+ contributions, rollout and (all heads) weight × value norm instead
+of weights.
 """
 
 import argparse
@@ -75,6 +76,18 @@ def what_if(page, out: Path) -> None:
     page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
                            ".includes('layer 3')", timeout=60000)
     save(page, out, "measure.png", "#step-bar")
+    page.get_by_label("rollout", exact=True).check()
+    page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
+                           ".includes('rollout')", timeout=60000)
+    save(page, out, "rollout.png", "#step-bar")
+    page.get_by_label("weight × value norm").check()
+    page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
+                           ".includes('value norm')", timeout=60000)
+    page.click("#head input")
+    page.get_by_role("option", name="All heads", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
+                           ".includes('all 8 heads')", timeout=60000)
+    save(page, out, "value-norm.png", "#step-bar")
 
 
 def main() -> None:

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from model import align
-from model.align import (alignment_error_rate, cross_attention, head_alignments, parse_pharaoh, pharaoh,
-                         read_links, reversal_gold)
+from model.align import (alignment_error_rate, cross_attention, fast_align, head_alignments, parse_pharaoh, pharaoh,
+                         read_links, reversal_gold, silver_alignments)
 from model.checkpoint import load_checkpoint
 from model.data import load_pairs
 from model.transformer import Transformer
@@ -63,10 +63,38 @@ def test_the_reversal_model_aligns_well_and_a_random_head_badly():
 def test_the_command_prints_every_head_and_the_best(capsys):
     align.main(["--checkpoint", str(SHIPPED / "reverse"), "--data", "reverse", "--split", "test", "--limit", "50"])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "50 sentences of test; AER per head and layer mean (lower is better)"
+    assert lines[0] == ("50 sentences of test; AER per head and layer mean against the reversal task's exact alignment "
+                        "(lower is better)")
     assert any(line.startswith("cross.1.4 ") for line in lines) and any("cross.1.mean" in line for line in lines)
     *_, value, at, name, reading = lines[-1].split()
     assert lines[-1].startswith("best AER") and at == "at" and reading == "(output)" and float(value) < 0.15
+
+
+def test_the_statistical_aligner_finds_a_dictionarys_links_through_reordering():
+    """Sentences of distinct words, translated word for word with the first two words swapped: EM learns the
+    dictionary, so both directions link every word to its translation, not to the word at the same place."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(12)]
+    sources, targets, gold = [], [], []
+    for _ in range(400):
+        sentence = list(rng.choice(words, size=rng.integers(3, 8), replace=False))
+        order = [1, 0, *range(2, len(sentence))]  # target position j holds source word order[j]
+        sources.append(sentence)
+        targets.append([sentence[i].upper() for i in order])
+        gold.append({(i, j) for j, i in enumerate(order)})
+    assert alignment_error_rate(fast_align(sources, targets), gold, gold) == 0
+    sure, possible = silver_alignments(sources, targets)
+    assert sure == possible == gold
+    # Without EM the diagonal prior alone links the swapped words to the wrong place.
+    assert alignment_error_rate(fast_align(sources, targets, iterations=0), gold, gold) > 0.1
+
+
+def test_without_gold_the_command_measures_against_a_statistical_aligner(toy_checkpoints, capsys):
+    root, data = toy_checkpoints
+    align.main(["--checkpoint", str(root / "toy-en-de"), "--data", str(data), "--split", "val"])
+    captured = capsys.readouterr()
+    assert "statistical aligner" in captured.out.splitlines()[0] and "statistical aligner" in captured.err
+    assert captured.out.strip().splitlines()[-1].startswith("best AER")
 
 
 def test_the_app_exports_the_alignments_of_the_decoding_on_screen(app_module):

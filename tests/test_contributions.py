@@ -236,3 +236,29 @@ def test_every_view_can_show_a_measure_instead_of_the_weights(app_module):
     answer = app_module.change_view(gru[app_module.trace_state], CROSS, 0, 0, False, "rollout",
                                     gru[app_module.trail_state])
     assert app_module.view_state not in answer and "GRU" in answer[app_module.status]
+
+
+def test_a_decodings_measures_are_computed_once_and_kept_with_it(app_module, monkeypatch):
+    """The first measure shown runs one teacher-forced pass; other kinds, layers, heads and measures of the same
+    decoding reuse its maps; another decoding (a branch) gets its own."""
+    import json
+
+    from viz.views import CROSS, DECODER, ENCODER, MEAN
+
+    outputs = app_module.translate("toy-en-de", "A man plays with a red ball.", CROSS, 0, MEAN)
+    trace, trail = outputs[app_module.trace_state], outputs[app_module.trail_state]
+    translator = app_module.TRANSLATORS["toy-en-de"]
+    passes = []
+    original = type(translator).measures
+    monkeypatch.setattr(type(translator), "measures", lambda self, *args: passes.append(args) or original(self, *args))
+    first = app_module.change_view(trace, CROSS, 1, 0, False, "rollout", trail)[app_module.view_state]
+    for kind, measure in ((ENCODER, "contributions (ALTI+)"), (DECODER, "weight × value norm"), (CROSS, "rollout")):
+        app_module.change_view(trace, kind, 0, MEAN, False, measure, trail)
+    again = app_module.change_view(trace, CROSS, 1, 0, False, "rollout", trail)[app_module.view_state]
+    assert len(passes) == 1 and json.loads(again["attention"]) == json.loads(first["attention"])
+    assert trail.current.measure_maps is not None
+    word = next(t for t in trace.top_tokens[1][1:] if t != "<eos>")
+    branched = app_module.branch(trail, 2, word, CROSS, 0, MEAN)[app_module.trail_state]
+    assert branched.current.measure_maps is None
+    app_module.change_view(branched.current.trace, CROSS, 1, 0, False, "rollout", branched)
+    assert len(passes) == 2 and passes[1][1] == branched.current.trace.target_tokens

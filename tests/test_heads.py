@@ -6,7 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from model import heads
+from model import align, heads
+from model.align import alignment_error_rate
 from model.checkpoint import load_checkpoint
 from model.data import load_pairs
 from model.seq2seq import head_gates
@@ -73,3 +74,25 @@ def test_each_heads_statistics_are_the_mean_over_the_split(report):
     heads.main(["--checkpoint", str(only), "--data", str(data), "--split", "val", "--statistics-only"])
     again = json.loads((only / heads.HEADS).read_text())
     assert again["heads"]["cross.2.3"] == result["heads"]["cross.2.3"] and again["statistics"]["sentences"] == 30
+
+
+def test_each_cross_attention_heads_alignment_error_rate_is_against_the_statistical_aligner(report):
+    """The toy data has no gold alignments: each cross-attention head's AER in both readings is measured against
+    the statistical aligner's links, which on word-for-word toy data are the diagonal."""
+    folder, data, result = report
+    translator = load_checkpoint(folder)
+    pairs = load_pairs(str(data), "val", "en", "de")
+    sources = translator.src_tokenizer.tokenize_all(pairs["src"])
+    targets = translator.tgt_tokenizer.tokenize_all(pairs["tgt"])
+    sure, possible, reference = align.reference_alignments(translator, str(data), "val", sources, targets)
+    assert "statistical aligner" in reference and result["statistics"]["alignments"] == reference
+    diagonal = [{(j, j) for j in range(len(t))} for t in targets]
+    assert alignment_error_rate(sure, diagonal, diagonal) < 0.05
+    maps = [align.cross_attention(translator, s, t) for s, t in zip(sources, targets)]
+    links = align.head_alignments(maps)
+    for name in ("cross.1.1", "cross.2.4"):
+        assert result["heads"][name]["alignment_aer"] == pytest.approx(
+            alignment_error_rate(links[name, "output"], sure, possible), abs=1e-5)
+        assert result["heads"][name]["shift_alignment_aer"] == pytest.approx(
+            alignment_error_rate(links[name, "input"], sure, possible), abs=1e-5)
+    assert "alignment_aer" not in result["heads"]["encoder.1.1"]

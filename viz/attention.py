@@ -193,11 +193,13 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
                 annotations.append(_note("off", x0 + width / 2, y1 - height / 2))
             if highlight_row is not None:
                 shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
+    lines = [title] if isinstance(title, str) else title
+    top = 24 + 17 * len(lines)  # room for every title line: a measure's line must not sit on the panel names
     layout.update(
-        title=title_layout([title] if isinstance(title, str) else title),
+        title=title_layout(lines),
         coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=zmax,
                        colorbar=dict(thickness=14, title=dict(text=escape_text(value_label)))),
-        height=int(130 + rows * panel * (1 + gap_y)), margin=dict(l=10, r=10, t=60, b=10),
+        height=int(70 + top + rows * panel * (1 + gap_y)), margin=dict(l=10, r=10, t=top, b=10),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
     )
     return plain_figure(data, layout)

@@ -25,6 +25,8 @@ IMPORTANCE_MEASURES = {
     "weight on <eos>": ("eos_weight", "weight"),
     "weight on punctuation": ("punctuation_weight", "weight"),
     "offset of the most attended key": ("offset", "positions"),
+    "alignment error rate (output step)": ("alignment_aer", "AER"),
+    "alignment error rate (shift-att)": ("shift_alignment_aer", "AER"),
 }
 SIGNED = {"bleu_change", "log_likelihood_change", "offset"}  # drawn on a red-white-blue scale around zero
 DIVERGING = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red below zero, blue above
