@@ -11,7 +11,10 @@ browser (viz/stepping.js) from figures the page already holds.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import tempfile
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -25,12 +28,13 @@ from model.align import READINGS, pharaoh_lines
 from model.checkpoint import load_all
 from model.contributions import ALTI, ROLLOUT, VALUE_NORM, VALUE_NORM_TOGETHER
 from model.head_stats import STATISTICS, head_statistics
+from model.inspect import FORMATS, encode, trace_record
 from model.translator import InputError, TracedTranslation
 from model.vocab import CHARS
 from model.workers import TracePool, available_cores, can_fork
-from viz.attention import label, visible
-from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, KIND_KEYS, KINDS, MEAN, TraceArrays, head_key,
-                       parse_head_key, translation_frames, view_frames)
+from viz.attention import label, standalone_html, visible
+from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, KIND_KEYS, KINDS, MEAN, TraceArrays, attention_figure,
+                       head_key, parse_head_key, translation_frames, view_frames, view_name)
 from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, beam_step_rows, comparison_figure, contribution_figure,
                         head_statistics_rows, importance_figure, log_prob_change_figure, n_best_rows,
                         source_share_figure, token_differences)
@@ -70,6 +74,7 @@ DEFAULT_MODEL = "en-de" if "en-de" in TRANSLATORS else next(iter(TRANSLATORS), N
 STEPPING = (Path(__file__).parent / "viz" / "stepping.js").read_text()
 STEP_JS, RENDER_JS = (f"(step, translation, view) => {{ const direct = {direct};\n{STEPPING}\n}}"
                       for direct in ("true", "false"))
+LINK_PARAMETERS = ("model", "text", "force", "mask", "step", "kind", "layer", "head", "measure", "compare")
 # ←/→ step when the page has the focus outside a text field (Gradio's button click, as a mouse would).
 KEYS_JS = """() => {
   document.addEventListener("keydown", (event) => {
@@ -179,6 +184,7 @@ class Trail:
     source: str
     decodings: list[Decoding]
     shown: int = 0
+    compare: tuple[str, TraceArrays] | None = None  # another model's greedy decoding of the sentence, shown beside
 
     @property
     def current(self) -> Decoding:
@@ -187,7 +193,7 @@ class Trail:
     def followed_by(self, decoding: Decoding, after: int | None = None) -> Trail:
         """The trail up to decoding `after` (default: the one shown), then `decoding`, shown."""
         after = self.shown if after is None else after
-        return Trail(self.model, self.source, self.decodings[:after + 1] + [decoding], after + 1)
+        return replace(self, decodings=self.decodings[:after + 1] + [decoding], shown=after + 1)
 
 
 def head_choices(trace: TraceArrays, kind: str) -> list[tuple[str, int | str]]:
@@ -258,7 +264,10 @@ def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, mod
     return {trail_state: trail, trace_state: trace,
             translation: decoding.text,
             step: gr.Slider(maximum=max(trace.steps, 2), value=at_step, interactive=trace.steps > 1),
-            kind_choice: gr.Radio(choices=kinds, value=kind), translation_state: translation_frames(trace),
+            kind_choice: gr.Radio(choices=kinds, value=kind),
+            translation_state: {**translation_frames(trace), "link": {"model": trail.model, "text": trail.source,
+                                                                      "force": decoding.force, "mask": decoding.mask,
+                                                                      "compare": trail.compare and trail.compare[0]}},
             **{button: gr.Button(interactive=True) for button in step_buttons},
             breadcrumb: gr.Radio(choices=[(d.name, i) for i, d in enumerate(trail.decodings)], value=trail.shown,
                                  visible=len(trail.decodings) > 1),
@@ -266,7 +275,7 @@ def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, mod
             # A new decoding shows its weights; the GRU models have no residual stream for the other measures.
             measure_choice: gr.Radio(choices=list(MEASURES) if trace.encoder is not None else [WEIGHTS],
                                      value=WEIGHTS),
-            **comparison_outputs(trail), **grids, **view_outputs(trace, kind, layer, head, model_view)}
+            **comparison_outputs(trail), **grids, **view_outputs(trace, kind, layer, head, model_view, trail)}
 
 
 def comparison_outputs(trail: Trail) -> dict:
@@ -330,13 +339,31 @@ def translate_status(traced: TracedTranslation, kinds: list[str]) -> str:
     return message
 
 
-def view_outputs(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
-    """The layer/head lists of `kind` and the view's figures; a choice the kind does not have falls back."""
+def view_outputs(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool,
+                 trail: Trail | None = None) -> dict:
+    """The layer/head lists of `kind` and the view's figures (with the trail's comparison, if it has one); a choice
+    the kind does not have falls back."""
     layers, heads = layer_choices(trace, kind), head_choices(trace, kind)
     layer = layer if layer in [value for _, value in layers] else layers[-1][1]
     head = head if head in [value for _, value in heads] else heads[0][1]
+    compare = None
+    if trail is not None and trail.compare is not None:  # the weights of both, whatever measure the view shows
+        compare = (trail.model, trail.compare[0], trail.compare[1])
+        trace_compared = trail.current.trace
+    frames = view_frames(trace, kind, layer, head, bool(model_view), file_stem(trail))
+    if compare is not None:
+        frames["compare"] = view_frames(trace_compared, kind, layer, head, False, file_stem(trail), compare)["compare"]
     return {layer_choice: gr.Dropdown(choices=layers, value=layer), head_choice: gr.Dropdown(choices=heads, value=head),
-            view_state: view_frames(trace, kind, layer, head, bool(model_view))}
+            view_state: frames}
+
+
+def file_stem(trail: Trail | None) -> str:
+    """The start of a download's file name: the model and the sentence's first words ('en-de_a-dog-runs-in')."""
+    if trail is None:
+        return "view"
+    words = re.findall(r"\w+", trail.source.lower())
+    kept = [word for i, word in enumerate(words) if len("-".join(words[:i + 1])) <= 24] or words[:1]
+    return f"{trail.model}_{'-'.join(kept)[:24] or 'sentence'}"
 
 
 def change_view(trace: TraceArrays | None, kind: str, layer: int, head: int | str, model_view: bool = False,
@@ -357,7 +384,7 @@ def change_view(trace: TraceArrays | None, kind: str, layer: int, head: int | st
             return {status: "The GRU models have no residual stream: value norms, rollout and contributions need "
                             "a Transformer; only the weights can be shown."}
     kind = kind if kind in trace.available() else trace.available()[-1]
-    return view_outputs(trace, kind, layer, head, model_view)
+    return view_outputs(trace, kind, layer, head, model_view, trail)
 
 
 def view_change(trace: TraceArrays | None, trail: Trail | None, kind: str, layer: int, head: int | str,
@@ -420,8 +447,13 @@ def use_example(sentence: str, model_name: str, text: str, kind: str, layer: int
     return {source: sentence, **translate(model_name, sentence, kind, layer, head, model_view, previous)}
 
 
-def first_visit(kind: str, layer: int, head: int | str, model_view: bool = False) -> dict:
-    """On page load: the default model's first example, translated, so a visitor sees what the app does."""
+def first_visit(kind: str, layer: int, head: int | str, model_view: bool = False,
+                request: gr.Request | None = None) -> dict:
+    """On page load: the view of the page's link (`?model=…&text=…`, see `open_link`), or else the default model's
+    first example, translated, so a visitor sees what the app does."""
+    query = request.query_params if request is not None else {}
+    if any(query_values(query, name) for name in LINK_PARAMETERS):
+        return open_link(query, model_view)
     sentences = examples_for(DEFAULT_MODEL)
     if not sentences:
         return {status: load_status() or "Type a sentence and press Enter."}
@@ -434,7 +466,7 @@ def go_to(trail: Trail | None, index: int, at_step: int, kind: str, layer: int, 
     """The breadcrumb: show another decoding of the trail (the ones after it stay until a new one is made)."""
     if trail is None or not isinstance(index, int) or not 0 <= index < len(trail.decodings):
         return {status: NOTHING_YET}
-    trail = Trail(trail.model, trail.source, trail.decodings, index)
+    trail = replace(trail, shown=index)
     return {**show(trail, at_step, kind, layer, head, model_view), status: f"Showing {trail.current.name}."}
 
 
@@ -478,7 +510,7 @@ def set_mask(trail: Trail | None, mask: list[str], at_step: int, kind: str, laye
     base = trail.decodings[base_index]
     mask = sorted(set(mask))
     if mask == sorted(base.mask):  # every head the base ran with is on again: back to it
-        trail = Trail(trail.model, trail.source, trail.decodings[:base_index + 1], base_index)
+        trail = replace(trail, decodings=trail.decodings[:base_index + 1], shown=base_index)
         return {**show(trail, at_step, kind, layer, head, model_view), masked_translation: None,
                 mask_effect_plot: None, status: f"All heads of {base.name} on again."}
     try:
@@ -532,7 +564,7 @@ def mask_preset(preset: str, trail: Trail | None, at_step: int, kind: str, layer
     return set_mask(trail, mask, at_step, kind, layer, head, model_view)
 
 
-def open_head(trace: TraceArrays | None, name: str, model_view: bool = False) -> dict:
+def open_head(trace: TraceArrays | None, name: str, model_view: bool = False, trail: Trail | None = None) -> dict:
     """Show one head, named kind.layer.head (a click on the importance heatmap, or typed), in the attention view."""
     if trace is None:
         return {status: NOTHING_YET}
@@ -544,7 +576,7 @@ def open_head(trace: TraceArrays | None, name: str, model_view: bool = False) ->
         return {status: f"No head {shown(name)} in this model ({sizes}): name one as kind.layer.head, 1-based, "
                         "e.g. cross.2.5."}
     kind, layer, head = parsed
-    return {kind_choice: gr.Radio(value=kind), **view_outputs(trace, kind, layer, head, model_view),
+    return {kind_choice: gr.Radio(value=kind), **view_outputs(trace, kind, layer, head, model_view, trail),
             status: f"Showing {head_key(kind, layer, head)}."}
 
 
@@ -662,6 +694,222 @@ def select_hypothesis(trail: Trail | None, beam: dict | None, kind: str, layer: 
     """A click on a row of the n-best table."""
     index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
     return open_hypothesis(trail, beam, index, kind, layer, head, model_view)
+
+
+# ---- share, export, compare ------------------------------------------------------------------------------
+
+# A link's parameters: kinds and measures by short names.
+LINK_KINDS = {key: kind for kind, key in KIND_KEYS.items()}
+LINK_MEASURES = {key or WEIGHTS: measure for measure, (key, _, _) in MEASURES.items()}
+# "Copy link": the view on screen as a URL (the decoding's model, text, forced tokens and heads off come with the
+# translation frames), copied to the clipboard where the browser allows it, and shown to copy by hand.
+LINK_JS = f"""(translation, step, kind, layer, head, measure) => {{
+  const link = translation && translation.link;
+  if (!link) return "Translate a sentence first: there is no view to link to.";
+  const kinds = {json.dumps(KIND_KEYS)}, measures = {json.dumps({v: k for k, v in LINK_MEASURES.items()})};
+  const heads = {json.dumps({MEAN: "mean", ALL_HEADS: "all"})};
+  const params = new URLSearchParams({{model: link.model, text: link.text}});
+  for (const token of link.force) params.append("force", token);
+  for (const name of link.mask) params.append("mask", name);
+  params.set("step", String(step));
+  params.set("kind", kinds[kind] || "cross");
+  params.set("layer", String(Number(layer) + 1));
+  params.set("head", typeof head === "number" ? String(head + 1) : heads[head] || "mean");
+  params.set("measure", measures[measure] || "weights");
+  if (link.compare) params.set("compare", link.compare);
+  const url = `${{window.location.origin}}${{window.location.pathname}}?${{params}}`;
+  if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(url).catch(() => {{}});
+  return url;
+}}"""
+# Every plot's toolbar downloads PNG and SVG, named after the view and step (layout.meta.file, set by viz/views.py)
+# or else the plot's element id. Plotly is loaded by the first gr.Plot drawn; its defaults apply to every plot.
+DOWNLOADS_JS = """() => {
+  const name = (gd) => {
+    const file = gd.layout && gd.layout.meta && gd.layout.meta.file;
+    const step = document.querySelector("#step input[type=number]")?.value || "1";
+    return file ? `${file}_step${step}` : (gd.closest("[id]")?.id || "figure");
+  };
+  const configure = () => {
+    const Plotly = window.Plotly;
+    if (!Plotly || !Plotly.setPlotConfig) return setTimeout(configure, 200);
+    const button = (format, icon) => ({name: `download-${format}`, title: `Download as ${format.toUpperCase()}`,
+      icon, click: (gd) => Plotly.downloadImage(gd, {format, filename: name(gd), scale: format === "png" ? 2 : 1})});
+    Plotly.setPlotConfig({displaylogo: false, modeBarButtonsToRemove: ["toImage"],
+                          modeBarButtonsToAdd: [button("png", Plotly.Icons.camera), button("svg", Plotly.Icons.disk)]});
+    for (const gd of document.querySelectorAll(".js-plotly-plot")) Plotly.react(gd, gd.data, gd.layout, {responsive: true});
+  };
+  configure();
+}"""
+
+
+def query_values(query, name: str) -> list[str]:
+    """Every value of a URL parameter (starlette's QueryParams, or a dict of lists in tests)."""
+    values = query.getlist(name) if hasattr(query, "getlist") else query.get(name, [])
+    return [values] if isinstance(values, str) else list(values)
+
+
+def open_link(query, model_view: bool = False) -> dict:
+    """The view a link describes (model, text, force, mask, step, kind, layer, head, measure, compare): translated
+    and opened; whatever the link gets wrong falls back to the default, with a note in the status line."""
+    notes = []
+
+    def one(name: str) -> str | None:
+        values = query_values(query, name)
+        return values[0] if values else None
+
+    def number(name: str) -> int | None:
+        value = one(name)
+        if value is None:
+            return None
+        if value.strip().isdigit() and int(value) >= 1:
+            return int(value)
+        notes.append(f"{name} {shown(value)} is no number from 1 up")
+        return None
+
+    model = one("model") or DEFAULT_MODEL
+    if model not in TRANSLATORS:
+        notes.append(f"there is no model {shown(model)}, so {DEFAULT_MODEL} is used")
+        model = DEFAULT_MODEL
+    text = one("text")
+    kind = LINK_KINDS.get((one("kind") or "cross").lower())
+    if kind is None:
+        notes.append(f"kind {shown(one('kind'))} is none of {', '.join(LINK_KINDS)}")
+        kind = CROSS
+    layer, step = number("layer"), number("step")
+    head_value = (one("head") or "mean").lower()
+    head = {"mean": MEAN, "all": ALL_HEADS}.get(head_value)
+    if head is None:
+        head = int(head_value) - 1 if head_value.isdigit() and int(head_value) >= 1 else MEAN
+        if head == MEAN:
+            notes.append(f"head {shown(one('head'))} is no head number, mean or all")
+    examples = examples_for(model)
+    outputs = translate(model, text, kind, (layer or 1) - 1, head, model_view) if text else {}
+    if trail_state not in outputs:
+        if text:
+            notes.append(f"its text could not be translated ({outputs[status]})")
+        if not examples:
+            return {status: "; ".join(notes) or load_status()}
+        text = examples[0]
+        outputs = translate(model, text, kind, (layer or 1) - 1, head, model_view)
+    trail, trace = outputs[trail_state], outputs[trail_state].current.trace
+    kind = kind if kind in trace.available() else trace.available()[-1]
+    if layer is not None and layer > trace.layers(kind):
+        notes.append(f"layer {layer} is beyond this attention's {trace.layers(kind)}")
+    if isinstance(head, int) and head >= trace.heads(kind):
+        notes.append(f"head {head + 1} is beyond this attention's {trace.heads(kind)}")
+    force, mask = query_values(query, "force"), query_values(query, "mask")
+    if force or mask:
+        try:
+            traced = trace_text(model, text, force, mask)
+            name = "from the link" + (f": {plural(len(force), 'forced token')}" if force else "") + (
+                f", {plural(len(mask), 'head')} off" if mask else "")
+            trail = trail.followed_by(Decoding(name, to_arrays(traced, mask), traced.text, force, sorted(set(mask)),
+                                               chosen=len(force) - 1 if force else None))
+        except InputError as error:
+            notes.append(f"its forced tokens or heads could not be used ({error})")
+    steps = trail.current.trace.steps
+    if step is not None and step > steps:
+        notes.append(f"step {step} is beyond this translation's {steps}")
+    other = one("compare")
+    if other is not None:
+        compared = compare_trace(trail, other)
+        if isinstance(compared, str):
+            notes.append(compared)
+        else:
+            trail = replace(trail, compare=compared)
+    # Out of range: the default view's (layer 1, step 1), as a first visit shows it.
+    layer_index = layer - 1 if layer is not None and layer <= trace.layers(kind) else 0
+    at_step = step if step is not None and step <= steps else 1
+    head = head if not isinstance(head, int) or head < trace.heads(kind) else MEAN
+    outputs.update(show(trail, at_step, kind, layer_index, head, model_view))
+    measure = LINK_MEASURES.get(one("measure") or WEIGHTS)
+    if measure is None:
+        notes.append(f"measure {shown(one('measure'))} is none of {', '.join(LINK_MEASURES)}")
+    elif measure != WEIGHTS:
+        viewed = change_view(trail.current.trace, kind, layer_index, head, model_view, measure, trail)
+        if view_state in viewed:
+            outputs.update(viewed)
+            outputs[measure_choice] = gr.Radio(choices=list(MEASURES), value=measure)
+        else:
+            notes.append(viewed[status])
+    outputs.update({source: text, example: gr.Dropdown(choices=examples, value=text if text in examples else None),
+                    model_name: model})
+    said = "Opened the link." + (" Some of it could not be used: " + "; ".join(notes) + "." if notes else "")
+    outputs[status] = f"{said} {outputs.get(status, '')}".strip()
+    return outputs
+
+
+def compare_trace(trail: Trail, other: object) -> tuple[str, TraceArrays] | str:
+    """Another model's greedy decoding of the trail's sentence, or why there is none."""
+    if not isinstance(other, str) or other not in TRANSLATORS:
+        return f"there is no model {shown(other)} to compare with"
+    mine, theirs = TRANSLATORS[trail.model].src_tokenizer.lang, TRANSLATORS[other].src_tokenizer.lang
+    if mine != theirs:
+        return f"{other} reads {theirs}, not {mine}: only a model of the same source language can be compared"
+    try:
+        return other, to_arrays(trace_text(other, trail.source))
+    except InputError as error:
+        return f"{other} cannot translate this sentence: {error}"
+
+
+def compare_models(trail: Trail | None, other: str, kind: str, layer: int, head: int | str, model_view: bool = False,
+                   measure: str | None = None) -> dict:
+    """Translate the sentence on screen with a second checkpoint and show both attentions side by side (with their
+    difference where both read the same tokens); stepping moves both."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    compared = compare_trace(trail, other)
+    if isinstance(compared, str):
+        return {status: compared[0].upper() + compared[1:] + "."}
+    trail = replace(trail, compare=compared)
+    theirs = compared[1]
+    viewed = change_view(trail.current.trace, kind, layer, head, model_view, measure, trail)
+    same = theirs.target_tokens == trail.current.trace.target_tokens
+    return {**viewed, trail_state: trail,
+            status: f"Compared with {other}: " + ("the same translation, so every map has a difference map." if same
+                                                  else "a different translation: "
+                                                  + " ".join(theirs.target_tokens[:-1]) + ".")}
+
+
+def export_trace(trail: Trail | None, file_format: str) -> dict:
+    """The decoding on screen as a trace file (model/inspect.py's format: JSON or NPZ), with its measures if they
+    were computed."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    if file_format not in FORMATS:
+        return {status: f"Export as {' or '.join(FORMATS)}, not {shown(file_format)}."}
+    decoding, translator = trail.current, TRANSLATORS[trail.model]
+    trace = decoding.trace
+    record = trace_record(trail.model, translator.model.config.to_dict(), trail.source, decoding.text,
+                          source_tokens=trace.source_tokens, target_tokens=trace.target_tokens,
+                          top_tokens=trace.top_tokens, probabilities=trace.probabilities,
+                          top_probabilities=trace.top_probabilities, encoder_attention=trace.encoder,
+                          decoder_attention=trace.decoder, cross_attention=trace.cross, forced=trace.forced,
+                          force=decoding.force, mask=decoding.mask, measures=decoding.measure_maps)
+    path = Path(tempfile.mkdtemp(prefix="trace-")) / f"{file_stem(trail)}.{file_format}"
+    path.write_bytes(encode(record, file_format))
+    return {export_file: str(path),
+            status: f"Trace of {decoding.name} as {file_format.upper()}: {path.stat().st_size / 1000:,.0f} kB"
+                    + ("" if decoding.measure_maps is None else ", with its measures") + "."}
+
+
+def export_view(trail: Trail | None, at_step: int, kind: str, layer: int, head: int | str,
+                measure: str | None = None) -> dict:
+    """The attention view on screen, at the step on screen, as a self-contained interactive HTML file."""
+    if trail is None:
+        return {status: NOTHING_YET}
+    trace = trail.current.trace
+    if measure not in (None, WEIGHTS) and measure in MEASURES:
+        trace = measured(trail, measure) or trace
+    kind = kind if kind in trace.available() else trace.available()[-1]
+    layer = min(max(layer if isinstance(layer, int) else 0, 0), trace.layers(kind) - 1)
+    at_step = min(max(int(at_step or 1), 1), trace.steps)
+    figure = attention_figure(trace, kind, layer, head, at_step - 1)
+    name = f"{file_stem(trail)}_{view_name(kind, layer, head)}_step{at_step}"
+    path = Path(tempfile.mkdtemp(prefix="view-")) / f"{name}.html"
+    path.write_text(standalone_html(figure, f"{trail.model}: {trail.source}", name), encoding="utf-8")
+    return {export_file: str(path),
+            status: f"This view as an interactive HTML file that opens offline: {path.stat().st_size / 1e6:.1f} MB."}
 
 
 def check_model(model: object) -> None:
@@ -900,6 +1148,30 @@ with Blocks(title="Transformer attention inspector") as demo:
                                         "layer mean (python -m model.align computes their AER against a gold file)",
                                         lines=8, max_lines=30, interactive=False, buttons=["copy"],
                                         elem_id="alignment-text")
+        with gr.Tab("Compare models", elem_id="compare-tab"):
+            gr.Markdown("Translate the sentence with a second checkpoint of the same source language and see both "
+                        "attentions side by side at the same step (the kind, layer and head chosen above, where the "
+                        "second has them), with their difference where both read the same tokens. Stepping moves "
+                        "both.")
+            with gr.Row(equal_height=True):
+                compare_model = gr.Dropdown(model_choices(), value=None, label="Second model", elem_id="compare-model",
+                                            scale=3)
+                compare_button = gr.Button("Compare", variant="primary", elem_id="compare", scale=1, min_width=100)
+            compare_plot = gr.Plot(show_label=False, elem_id="compare-plot")
+        with gr.Tab("Share and export", elem_id="export-tab"):
+            gr.Markdown("A link opens exactly this view: model, sentence, branch, heads off, step, attention, layer, "
+                        "head, measure and comparison. Every plot's toolbar (hover it) downloads PNG and SVG.")
+            with gr.Row(equal_height=True):
+                link_button = gr.Button("Copy link", elem_id="copy-link", scale=1, min_width=100)
+                link_box = gr.Textbox(label="Link to this view", interactive=False, buttons=["copy"], elem_id="link",
+                                      scale=5)
+            with gr.Row():
+                export_json = gr.Button("Download trace (JSON)", elem_id="export-json")
+                export_npz = gr.Button("Download trace (NPZ)", elem_id="export-npz")
+                export_html = gr.Button("Download view as HTML", elem_id="export-html")
+            export_file = gr.File(label="Your file: the whole decoding on screen (tokens, probabilities, top-k, every "
+                                  "attention map, measures once shown; model/inspect.py `load_trace` reads it back), "
+                                  "or the view as an interactive page", interactive=False, elem_id="export-file")
         with gr.Tab("Where each word came from", elem_id="sources-tab"):
             gr.Markdown("How much of each word's prediction came from the source sentence and how much from the "
                         "translation so far (ALTI+, Ferrando et al. 2022): every layer's attention, residual "
@@ -910,7 +1182,7 @@ with Blocks(title="Transformer attention inspector") as demo:
             source_share_plot = gr.Plot(show_label=False, elem_id="source-share")
             contribution_plot = gr.Plot(show_label=False, elem_id="contribution-map")
 
-    views = [attention_plot, candidates_plot, probabilities_plot, step_text, overview_plot]
+    views = [attention_plot, candidates_plot, probabilities_plot, step_text, overview_plot, compare_plot]
     settings = [kind_choice, layer_choice, head_choice, model_view]
     # Everything that shows one decoding (`show`), and what a new translation resets; the API's /translate
     # answers in this order (its first values as before the what-if outputs existed).
@@ -927,13 +1199,17 @@ with Blocks(title="Transformer attention inspector") as demo:
                            api_name="translate", **trace_queue)
     source.submit(translate, [model_name, source, *settings, trail_state], translate_outputs,
                   api_name="translate_enter", **trace_queue)
-    model_name.change(switch_model, [model_name, source, *settings], [example, *translate_outputs],
+    model_name.input(switch_model, [model_name, source, *settings], [example, *translate_outputs],
                       api_name="switch_model", **trace_queue)
     example.input(use_example, [example, model_name, source, *settings, trail_state], [source, *translate_outputs],
                   api_name="use_example", **trace_queue)
     # Typing a sentence of one's own leaves the examples (so closing their list never brings one back).
     source.input(None, None, example, js="() => null")
-    demo.load(first_visit, settings, [source, example, *translate_outputs], api_name="first_visit", **trace_queue)
+    # A link may open at a later step: once every output is in place, draw the views at the slider's step (the
+    # view's own change event can run before the slider's new value has arrived).
+    demo.load(first_visit, settings, [source, example, *translate_outputs, model_name], api_name="first_visit",
+              **trace_queue).then(None, [step, translation_state, view_state], views, js=RENDER_JS)
+    demo.load(None, js=DOWNLOADS_JS)
     demo.load(None, js=KEYS_JS)
     demo.load(None, js=CLICKS_JS)
 
@@ -965,7 +1241,7 @@ with Blocks(title="Transformer attention inspector") as demo:
         button.click(partial(mask_preset, preset), [trail_state, step, *settings], mask_outputs,
                      api_name=button.elem_id.replace("-", "_"), **trace_queue)
     for trigger in (open_head_button.click, head_name_box.submit):
-        trigger(open_head, [trace_state, head_name_box, model_view],
+        trigger(open_head, [trace_state, head_name_box, model_view, trail_state],
                 [kind_choice, layer_choice, head_choice, view_state, status],
                 api_name="open_head" if trigger == open_head_button.click else "open_head_enter")
     importance_measure.input(show_importance, [trail_state, importance_measure], [importance_plot, status],
@@ -983,6 +1259,16 @@ with Blocks(title="Transformer attention inspector") as demo:
                            api_name="alignments")
     contributions_button.click(measure_contributions, trail_state, [source_share_plot, contribution_plot, status],
                                api_name="contributions_view", **trace_queue)
+
+    compare_button.click(compare_models, [trail_state, compare_model, *settings, measure_choice],
+                         [layer_choice, head_choice, view_state, status, trail_state], api_name="compare", **trace_queue)
+    link_button.click(None, [translation_state, step, kind_choice, layer_choice, head_choice, measure_choice], link_box,
+                      js=LINK_JS)
+    for button, file_format in ((export_json, "json"), (export_npz, "npz")):
+        button.click(partial(export_trace, file_format=file_format), trail_state, [export_file, status],
+                     api_name=button.elem_id.replace("-", "_"))
+    export_html.click(export_view, [trail_state, step, kind_choice, layer_choice, head_choice, measure_choice],
+                      [export_file, status], api_name="export_html")
 
     gr.api(trace_api, api_name="trace", **trace_queue)
     gr.api(score_api, api_name="score", **trace_queue)  # one teacher-forced pass, in this process

@@ -270,3 +270,62 @@ def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page):
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def attention_title(page) -> str:
+    return page.evaluate("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || ''")
+
+
+def test_a_shared_link_opens_its_view_and_copy_link_gives_it_back(page, server):
+    from urllib.parse import parse_qs, urlencode, urlsplit
+
+    query = {"model": MODEL, "text": LONG, "step": 3, "kind": "decoder", "layer": 2, "head": 2}
+    page.goto(f"{server}?{urlencode(query)}")
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Opened the link')",
+                           timeout=60000)
+    view = wait_for_step(page, 3)
+    assert view["title"].startswith("Decoder self-attention, layer 2, head 2")
+    assert page.input_value("#source textarea") == LONG
+    page.get_by_role("tab", name="Share and export").click()
+    page.click("#copy-link")
+    page.wait_for_function("() => document.querySelector('#link textarea, #link input')?.value.includes('step=3')")
+    link = page.locator("#link textarea, #link input").first.input_value()
+    assert {key: values[0] for key, values in parse_qs(urlsplit(link).query).items()} == {
+        **{key: str(value) for key, value in query.items()}, "measure": "weights"}
+
+
+def test_a_link_with_nonsense_shows_the_default_view_and_a_note(page, server):
+    page.goto(f"{server}?model=nope&kind=sideways&step=99&head=%3Cb%3E1%3C%2Fb%3E")
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.includes('could not be used')",
+                           timeout=60000)
+    status = page.input_value("#status textarea")
+    assert "no model 'nope'" in status and "kind 'sideways'" in status and "step 99" in status
+    view = wait_for_step(page, 1)
+    assert view["title"].startswith("Cross-attention, layer 1, mean of heads")
+    assert page.locator("#attention b").count() == 0  # the link's markup stays text
+
+
+def test_compare_steps_both_models_and_every_plot_downloads_svg(page, server):
+    page.goto(server)
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Translated')",
+                           timeout=60000)
+    translate(page, LONG)
+    page.get_by_role("tab", name="Compare models").click()
+    page.click("#compare-model input")
+    page.get_by_role("option", name=re.compile(f"^{MODEL} ")).click()
+    page.click("#compare")
+    page.wait_for_function("() => document.querySelector('#compare-plot .js-plotly-plot')?.data?.length === 3",
+                           timeout=60000)
+    for step in (2, 3):
+        page.click("#next")
+        page.wait_for_function("(step) => document.querySelector('#compare-plot .js-plotly-plot').layout.title.text"
+                               ".includes(`step ${step} of`)", arg=step, timeout=15000)
+        rows = page.evaluate("() => document.querySelector('#compare-plot .js-plotly-plot').data.map(t => t.z.length)")
+        assert rows == [step, step, step]  # both models' rows and their difference, at the step
+    page.hover("#attention .js-plotly-plot")
+    svg = page.locator("#attention .modebar-btn[data-title='Download as SVG']")
+    assert page.locator("#attention .modebar-btn[data-title='Download as PNG']").count() == 1
+    with page.expect_download() as download:
+        svg.click()
+    name = download.value.suggested_filename
+    assert name.startswith(f"{MODEL}_a-red-dog-runs-in-the_cross_L1_mean_step3") and name.endswith(".svg")

@@ -241,3 +241,11 @@ def stepping_json(figure: go.Figure, meta: dict) -> str:
     encoded = json.loads(figure.to_json())
     encoded["layout"]["meta"] = meta
     return json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))
+
+
+def standalone_html(figure: go.Figure, title: str, file: str) -> str:
+    """A self-contained interactive page of `figure`: plotly.js embedded (nothing is fetched, so it opens offline),
+    its toolbar downloading PNG as `file`.png."""
+    page = pio.to_html(figure, include_plotlyjs=True, full_html=True, validate=False, default_width="100%",
+                       config={"displaylogo": False, "toImageButtonOptions": {"filename": file, "scale": 2}})
+    return page.replace("<head>", f"<head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>", 1)

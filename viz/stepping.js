@@ -6,7 +6,9 @@
 // `view.attention` (and `view.overview`) is a figure that viz/views.py built at the last step, as a gr.Plot
 // carries it (Plotly JSON), with `layout.meta` saying how it grows with the step: "rows" (cross-attention:
 // one query row per step), "square" (decoder self-attention: rows and key columns) or null (encoder
-// self-attention: only the title changes), and every step's title. Showing step t keeps the first t + 1
+// self-attention: only the title changes), every step's title and the stem of its download file names.
+// `view.compare`, when the user compared two models, is stepped the same way (both models' rows and their
+// difference). Showing step t keeps the first t + 1
 // rows (and columns), moves the step's outline to row t and shows step t's title: exactly the figure
 // viz/views.py builds for step t (a browser test compares the two). `translation` holds the candidates and
 // probability charts, whose `layout.meta.bars` are every step's bars, and every step's description.
@@ -62,7 +64,7 @@ function barsAtStep(json, t) {
 // A figure as a gr.Plot value.
 const asPlot = (figure) => (figure ? { type: "plotly", plot: JSON.stringify(figure), chart: null } : null);
 
-if (!translation || !view || !view.attention) return direct ? [""] : [null, null, null, "", null];
+if (!translation || !view || !view.attention) return direct ? [""] : [null, null, null, "", null, null];
 // The one place a step is clamped: 1..steps, whatever the slider, its number box or a button sent.
 const t = Math.min(Math.max(Math.round(Number(step)) || 1, 1), translation.steps) - 1;
 const figures = {
@@ -70,10 +72,12 @@ const figures = {
   candidates: barsAtStep(translation.candidates, t),
   probabilities: barsAtStep(translation.probabilities, t),
   overview: view.overview ? figureAtStep(view.overview, t) : null,
+  compare: view.compare ? figureAtStep(view.compare, t) : null,
 };
 if (!direct) {
-  const { attention, candidates, probabilities, overview } = figures;
-  return [asPlot(attention), asPlot(candidates), asPlot(probabilities), translation.description[t], asPlot(overview)];
+  const { attention, candidates, probabilities, overview, compare } = figures;
+  return [asPlot(attention), asPlot(candidates), asPlot(probabilities), translation.description[t], asPlot(overview),
+          asPlot(compare)];
 }
 // A step: redraw the plots already on the page with Plotly.react, as gr.Plot does (same layout settings and
 // config) but without the full second redraw of its Plots.resize, since a step never changes their size.
@@ -81,13 +85,13 @@ if (!direct) {
 function draw(ids) {
   for (const id of ids) {
     const div = document.querySelector(`#${id} .js-plotly-plot`);
-    const figure = figures[id];
+    const figure = figures[id === "compare-plot" ? "compare" : id];
     if (!figure || !div || !window.Plotly) continue;
     figure.layout.autosize = true;
     figure.layout.margin = { ...figure.layout.margin, autoexpand: true };
     window.Plotly.react(div, figure.data, figure.layout, { responsive: true });
   }
 }
-draw(["attention", "overview"]);
+draw(["attention", "overview", "compare-plot"]);
 requestAnimationFrame(() => setTimeout(() => draw(["candidates", "probabilities"])));
 return [translation.description[t]];

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import (attention_heatmap, bar_colors, bar_step, head_grid, probability_bars, stepping_json,
-                            title_text)
+from viz.attention import (COLORSCALE, _heatmap, _row_outline, attention_heatmap, bar_colors, bar_step, escape_text,
+                            head_grid, plain_figure, probability_bars, stepping_json, title_layout, title_text,
+                            token_axis)
 
 ENCODER, DECODER, CROSS = "Encoder self-attention", "Decoder self-attention", "Cross-attention"
 KINDS = (ENCODER, DECODER, CROSS)
@@ -231,19 +232,101 @@ def translation_frames(trace: TraceArrays) -> dict:
             "description": [step_description(trace, t) for t in steps]}
 
 
-def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
-    """One view's attention figure (and model view, when asked) at the last step, as gr.Plot JSON whose
-    `layout.meta` lets the browser show any earlier step (viz/stepping.js)."""
+def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool,
+                file_stem: str = "view", compare: tuple[str, str, TraceArrays] | None = None) -> dict:
+    """One view's attention figure (and model view, when asked; and its comparison with another model's decoding,
+    `compare` = (this model's name, the other's, its trace)) at the last step, as gr.Plot JSON whose `layout.meta`
+    lets the browser show any earlier step (viz/stepping.js) and names the files it downloads as
+    (`file_stem`, the view, the step)."""
     last = trace.steps - 1
+    file = f"{file_stem}_{view_name(kind, layer, head)}"
     attention = attention_figure(trace, kind, layer, head, last)
     overview = overview_figure(trace, kind, last) if model_view else None
-    return {"steps": trace.steps, "attention": _steppable(attention, trace, kind),
-            "overview": None if overview is None else _steppable(overview, trace, kind)}
+    compared = None if compare is None else comparison_figure([(compare[0], trace), compare[1:]], kind, layer, head,
+                                                              last)
+    return {"steps": trace.steps, "attention": _steppable(attention, trace, kind, file),
+            "overview": None if overview is None else _steppable(overview, trace, kind, f"{file_stem}_{KIND_KEYS[kind]}"
+                                                                                       "_model-view"),
+            "compare": None if compared is None else _steppable(compared, trace, kind, f"{file}_compared")}
 
 
-def _steppable(figure: go.Figure, trace: TraceArrays, kind: str) -> str:
-    """`figure` (built at the last step) as JSON, with how it grows per step and every step's title."""
+def view_name(kind: str, layer: int, head: int | str) -> str:
+    """A view in a file name: 'cross_L2_H5', 'encoder_L1_mean', 'decoder_L3_all-heads'."""
+    shown = {MEAN: "mean", ALL_HEADS: "all-heads"}.get(head, f"H{head + 1}" if isinstance(head, int) else "mean")
+    return f"{KIND_KEYS[kind]}_L{layer + 1}_{shown}"
+
+
+def _steppable(figure: go.Figure, trace: TraceArrays, kind: str, file: str = "") -> str:
+    """`figure` (built at the last step) as JSON, with how it grows per step, every step's title and the stem of
+    the file names its downloads get."""
     heading = "<br>".join(figure.layout.title.text.split("<br>")[:-1])  # all but the step's line
     return stepping_json(figure, {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
                                   "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}"
-                                             for t in range(trace.steps)]})
+                                             for t in range(trace.steps)], "file": file})
+
+
+DIFFERENCE_SCALE = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red: the second model attends more
+
+
+def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int
+               ) -> tuple[np.ndarray, list[str], list[str], str]:
+    """One (Q, K) map of `trace` at `step` for a comparison: the layer and head asked for where the model has them
+    (else its last layer, the mean of its heads), with what was taken."""
+    weights, queries, keys, _ = trace.at_step(kind, min(step, trace.steps - 1))
+    layer = min(max(layer, 0), weights.shape[0] - 1)
+    on = ~trace.heads_off(kind)[layer]
+    if isinstance(head, int) and head < weights.shape[1]:
+        taken = weights[layer, head] if on[head] else np.full(weights.shape[2:], np.nan)
+        return taken, queries, keys, f"layer {layer + 1}, head {head + 1}" + (" (switched off)" * (not on[head]))
+    mean = weights[layer][on].mean(0) if on.any() else np.full(weights.shape[2:], np.nan)
+    if weights.shape[1] == 1:
+        return mean, queries, keys, f"layer {layer + 1}, its one head"
+    return mean, queries, keys, f"layer {layer + 1}, mean of {'its' if on.all() else 'the on'} {on.sum()} heads"
+
+
+def comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str, layer: int, head: int | str,
+                      step: int) -> go.Figure:
+    """The same attention (kind, layer, head) of two models' decodings side by side at `step`, and their difference
+    (first minus second) where both read the same tokens; a model without that attention kind gets a note."""
+    (first_name, first), (second_name, second) = decodings
+    panels = []  # (name, map, queries, keys, is the difference)
+    for name, trace in decodings:
+        if kind in trace.available():
+            weights, queries, keys, taken = _layer_map(trace, kind, layer, head, step)
+            panels.append((f"{name}: {taken}", weights, queries, keys, False))
+    notes = [f"{name} has no {kind.lower()}" for name, trace in decodings if kind not in trace.available()]
+    if len(panels) == 2 and panels[0][2:4] == panels[1][2:4] and panels[0][1].shape == panels[1][1].shape:
+        panels.append((f"{first_name} − {second_name}", panels[0][1] - panels[1][1], panels[0][2], panels[0][3], True))
+    elif len(panels) == 2:
+        notes.append("the two read different tokens here (their translations differ), so there is no difference map")
+    count = max(len(panels), 1)
+    gap = 0.07
+    width = (1 - gap * (count - 1)) / count
+    data, layout, annotations, shapes = [], {}, [], []
+    highlight = None if kind == ENCODER else min(step, first.steps - 1)
+    for i, (name, weights, queries, keys, difference) in enumerate(panels):
+        suffix = "" if i == 0 else str(i + 1)
+        x0 = i * (width + gap)
+        data.append(_heatmap(weights, queries, keys, name, value_label="difference" if difference else "weight",
+                             coloraxis="coloraxis2" if difference else "coloraxis", xaxis=f"x{suffix}",
+                             yaxis=f"y{suffix}"))
+        layout[f"xaxis{suffix}"] = token_axis(keys, domain=[x0, x0 + width], anchor=f"y{suffix}", tickangle=-45,
+                                               tickfont=dict(size=9), automargin=True)
+        layout[f"yaxis{suffix}"] = token_axis(queries, anchor=f"x{suffix}", autorange="reversed",
+                                               tickfont=dict(size=9), automargin=True)
+        annotations.append(dict(text=escape_text(name), x=x0 + width / 2, y=1, xref="paper", yref="paper",
+                                xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=11)))
+        if highlight is not None:
+            shapes.append(_row_outline(highlight, len(keys), f"x{suffix}", f"y{suffix}", 2))
+    if first.steps <= step:
+        step = first.steps - 1
+    lines = [f"{kind}: {first_name} and {second_name} compared (weights)", *notes, step_heading(first, step)]
+    rows = max(len(queries) for _, _, queries, _, _ in panels) if panels else 1
+    layout.update(title=title_layout(lines), annotations=annotations, shapes=shapes, plot_bgcolor="white",
+                  height=int(120 + 17 * len(lines) + max(220, 22 * rows)),
+                  margin=dict(l=10, r=10, t=24 + 17 * len(lines), b=10),
+                  coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0,
+                                 colorbar=dict(thickness=12, len=0.45, y=0.78, title=dict(text="weight"))),
+                  coloraxis2=dict(colorscale=DIFFERENCE_SCALE, cmin=-1.0, cmax=1.0,
+                                  colorbar=dict(thickness=12, len=0.45, y=0.22, title=dict(text="difference"))))
+    return plain_figure(data, layout)
