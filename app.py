@@ -34,7 +34,7 @@ from model.vocab import CHARS
 from model.workers import TracePool, available_cores, can_fork
 from viz.attention import label, standalone_html, visible
 from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, KIND_KEYS, KINDS, MEAN, TraceArrays, attention_figure,
-                       head_key, parse_head_key, translation_frames, view_frames, view_name)
+                       comparison_frames, head_key, parse_head_key, translation_frames, view_frames, view_name)
 from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, beam_step_rows, comparison_figure, contribution_figure,
                         head_statistics_rows, importance_figure, log_prob_change_figure, n_best_rows,
                         source_share_figure, token_differences)
@@ -346,13 +346,10 @@ def view_outputs(trace: TraceArrays, kind: str, layer: int, head: int | str, mod
     layers, heads = layer_choices(trace, kind), head_choices(trace, kind)
     layer = layer if layer in [value for _, value in layers] else layers[-1][1]
     head = head if head in [value for _, value in heads] else heads[0][1]
-    compare = None
-    if trail is not None and trail.compare is not None:  # the weights of both, whatever measure the view shows
-        compare = (trail.model, trail.compare[0], trail.compare[1])
-        trace_compared = trail.current.trace
     frames = view_frames(trace, kind, layer, head, bool(model_view), file_stem(trail))
-    if compare is not None:
-        frames["compare"] = view_frames(trace_compared, kind, layer, head, False, file_stem(trail), compare)["compare"]
+    if trail is not None and trail.compare is not None:  # the weights of both, whatever measure the view shows
+        frames["compare"] = comparison_frames([(trail.model, trail.current.trace), trail.compare], kind, layer, head,
+                                              file_stem(trail))
     return {layer_choice: gr.Dropdown(choices=layers, value=layer), head_choice: gr.Dropdown(choices=heads, value=head),
             view_state: frames}
 

@@ -9,7 +9,7 @@ import pytest
 
 from viz.attention import attention_heatmap, escape, label, probability_bars
 from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure,
-                       candidates_figure, overview_figure, translation_figure)
+                       candidates_figure, model_comparison_figure, overview_figure, translation_figure)
 from viz.whatif import IMPORTANCE_MEASURES, comparison_figure, importance_figure, log_prob_change_figure
 
 HOSTILE = '<img src=x onerror="alert(1)">'
@@ -117,6 +117,7 @@ def test_figures_pass_plotly_full_validation(trace):
              for kind in ("encoder", "decoder", "cross") for layer in (1, 2) for head in (1, 2)}
     shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
     figures += [importance_figure(heads, shapes, measure) for measure in IMPORTANCE_MEASURES]
+    figures += [model_comparison_figure([("one", trace), ("other", off)], kind, 1, 0, 3) for kind in (ENCODER, CROSS)]
     for figure in figures:
         go.Figure(figure.to_dict())  # raises on any invalid property or value
 

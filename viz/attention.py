@@ -26,6 +26,7 @@ from plotly.colors import sequential
 # as they are, and plotly.js's own "Blues" runs the other way.
 COLORSCALE = [[i / (len(sequential.Blues) - 1), colour] for i, colour in enumerate(sequential.Blues)]
 HIGHLIGHT = "#d62728"
+DIVERGING = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red below zero, blue above
 # Control, format (zero-width, bidirectional overrides), private-use, surrogate, unassigned and line/paragraph
 # separator characters: invisible or able to reorder and break the text around them.
 INVISIBLE_CATEGORIES = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}

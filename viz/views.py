@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import (COLORSCALE, _heatmap, _row_outline, attention_heatmap, bar_colors, bar_step, escape_text,
+from viz.attention import (COLORSCALE, DIVERGING, _heatmap, _row_outline, attention_heatmap, bar_colors, bar_step, escape_text,
                             head_grid, plain_figure, probability_bars, stepping_json, title_layout, title_text,
                             token_axis)
 
@@ -233,21 +233,26 @@ def translation_frames(trace: TraceArrays) -> dict:
 
 
 def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool,
-                file_stem: str = "view", compare: tuple[str, str, TraceArrays] | None = None) -> dict:
-    """One view's attention figure (and model view, when asked; and its comparison with another model's decoding,
-    `compare` = (this model's name, the other's, its trace)) at the last step, as gr.Plot JSON whose `layout.meta`
-    lets the browser show any earlier step (viz/stepping.js) and names the files it downloads as
+                file_stem: str = "view") -> dict:
+    """One view's attention figure (and model view, when asked) at the last step, as gr.Plot JSON whose
+    `layout.meta` lets the browser show any earlier step (viz/stepping.js) and names the files it downloads as
     (`file_stem`, the view, the step)."""
     last = trace.steps - 1
-    file = f"{file_stem}_{view_name(kind, layer, head)}"
     attention = attention_figure(trace, kind, layer, head, last)
     overview = overview_figure(trace, kind, last) if model_view else None
-    compared = None if compare is None else comparison_figure([(compare[0], trace), compare[1:]], kind, layer, head,
-                                                              last)
-    return {"steps": trace.steps, "attention": _steppable(attention, trace, kind, file),
-            "overview": None if overview is None else _steppable(overview, trace, kind, f"{file_stem}_{KIND_KEYS[kind]}"
-                                                                                       "_model-view"),
-            "compare": None if compared is None else _steppable(compared, trace, kind, f"{file}_compared")}
+    return {"steps": trace.steps,
+            "attention": _steppable(attention, trace, kind, f"{file_stem}_{view_name(kind, layer, head)}"),
+            "overview": None if overview is None else _steppable(overview, trace, kind,
+                                                                 f"{file_stem}_{KIND_KEYS[kind]}_model-view")}
+
+
+def comparison_frames(decodings: list[tuple[str, TraceArrays]], kind: str, layer: int, head: int | str,
+                      file_stem: str = "view") -> str:
+    """Two models' decodings compared (`model_comparison_figure`) at the first one's last step, as gr.Plot JSON the
+    browser steps like the view's own figure."""
+    first = decodings[0][1]
+    figure = model_comparison_figure(decodings, kind, layer, head, first.steps - 1)
+    return _steppable(figure, first, kind, f"{file_stem}_{view_name(kind, layer, head)}_compared")
 
 
 def view_name(kind: str, layer: int, head: int | str) -> str:
@@ -263,9 +268,6 @@ def _steppable(figure: go.Figure, trace: TraceArrays, kind: str, file: str = "")
     return stepping_json(figure, {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
                                   "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}"
                                              for t in range(trace.steps)], "file": file})
-
-
-DIFFERENCE_SCALE = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red: the second model attends more
 
 
 def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int
@@ -284,11 +286,13 @@ def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step:
     return mean, queries, keys, f"layer {layer + 1}, mean of {'its' if on.all() else 'the on'} {on.sum()} heads"
 
 
-def comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str, layer: int, head: int | str,
-                      step: int) -> go.Figure:
+def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str, layer: int, head: int | str,
+                            step: int) -> go.Figure:
     """The same attention (kind, layer, head) of two models' decodings side by side at `step`, and their difference
-    (first minus second) where both read the same tokens; a model without that attention kind gets a note."""
-    (first_name, first), (second_name, second) = decodings
+    (first minus second: red where the second attends more) where both read the same tokens; a model without that
+    attention kind gets a note."""
+    (first_name, first), (second_name, _) = decodings
+    step = min(step, first.steps - 1)
     panels = []  # (name, map, queries, keys, is the difference)
     for name, trace in decodings:
         if kind in trace.available():
@@ -303,7 +307,7 @@ def comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str, layer
     gap = 0.07
     width = (1 - gap * (count - 1)) / count
     data, layout, annotations, shapes = [], {}, [], []
-    highlight = None if kind == ENCODER else min(step, first.steps - 1)
+    highlight = None if kind == ENCODER else step
     for i, (name, weights, queries, keys, difference) in enumerate(panels):
         suffix = "" if i == 0 else str(i + 1)
         x0 = i * (width + gap)
@@ -318,8 +322,6 @@ def comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str, layer
                                 xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=11)))
         if highlight is not None:
             shapes.append(_row_outline(highlight, len(keys), f"x{suffix}", f"y{suffix}", 2))
-    if first.steps <= step:
-        step = first.steps - 1
     lines = [f"{kind}: {first_name} and {second_name} compared (weights)", *notes, step_heading(first, step)]
     rows = max(len(queries) for _, _, queries, _, _ in panels) if panels else 1
     layout.update(title=title_layout(lines), annotations=annotations, shapes=shapes, plot_bgcolor="white",
@@ -327,6 +329,6 @@ def comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str, layer
                   margin=dict(l=10, r=10, t=24 + 17 * len(lines), b=10),
                   coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0,
                                  colorbar=dict(thickness=12, len=0.45, y=0.78, title=dict(text="weight"))),
-                  coloraxis2=dict(colorscale=DIFFERENCE_SCALE, cmin=-1.0, cmax=1.0,
+                  coloraxis2=dict(colorscale=DIVERGING, cmin=-1.0, cmax=1.0,
                                   colorbar=dict(thickness=12, len=0.45, y=0.22, title=dict(text="difference"))))
     return plain_figure(data, layout)

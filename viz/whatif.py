@@ -10,7 +10,7 @@ import difflib
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import (COLORSCALE, HIGHLIGHT, attention_heatmap, escape_text, plain_figure, positions,
+from viz.attention import (COLORSCALE, DIVERGING, HIGHLIGHT, attention_heatmap, escape_text, plain_figure, positions,
                            title_layout, title_text, token_axis, visible)
 from viz.views import KIND_KEYS, KINDS, head_key
 
@@ -29,7 +29,6 @@ IMPORTANCE_MEASURES = {
     "alignment error rate (shift-att)": ("shift_alignment_aer", "AER"),
 }
 SIGNED = {"bleu_change", "log_likelihood_change", "offset"}  # drawn on a red-white-blue scale around zero
-DIVERGING = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red below zero, blue above
 
 
 def token_differences(original: list[str], other: list[str], chosen: int | None = None) -> list[tuple[str, str | None]]:
