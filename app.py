@@ -814,6 +814,7 @@ def open_link(query, model_view: bool = False) -> dict:
             notes.append(compared)
         else:
             trail = replace(trail, compare=compared)
+            outputs[compare_model] = other
     # Out of range: the default view's (layer 1, step 1), as a first visit shows it.
     layer_index = layer - 1 if layer is not None and layer <= trace.layers(kind) else 0
     at_step = step if step is not None and step <= steps else 1
@@ -1204,7 +1205,7 @@ with Blocks(title="Transformer attention inspector") as demo:
     source.input(None, None, example, js="() => null")
     # A link may open at a later step: once every output is in place, draw the views at the slider's step (the
     # view's own change event can run before the slider's new value has arrived).
-    demo.load(first_visit, settings, [source, example, *translate_outputs, model_name], api_name="first_visit",
+    demo.load(first_visit, settings, [source, example, *translate_outputs, model_name, compare_model], api_name="first_visit",
               **trace_queue).then(None, [step, translation_state, view_state], views, js=RENDER_JS)
     demo.load(None, js=DOWNLOADS_JS)
     demo.load(None, js=KEYS_JS)

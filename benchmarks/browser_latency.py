@@ -4,7 +4,8 @@
 
 Starts `python app.py` on a free loopback port and drives Debian's Chromium (headless, through Playwright) at
 1400x900. Prints the CPU, then: page load -> the first heatmap drawn; translate (click) -> the new heatmap
-drawn, over 5 sentences; Next (click) -> the heatmap redrawn at the next step, p50/p95 over `--steps` steps,
+drawn, over 5 sentences; a shared link (a new tab opening `?model=..&text=..&step=3&kind=decoder&layer=2&head=2`)
+-> that view drawn, over the same 5; Next (click) -> the heatmap redrawn at the next step, p50/p95 over `--steps` steps,
 in the single-head, all-heads and model views (for the model view, until its every-head figure is redrawn
 too); and where ten clicks at ten per second land. Times are taken inside the page, from the click to the
 first animation frame after Plotly has drawn the new step (what the user sees).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from urllib.parse import urlencode
 import subprocess
 import sys
 import time
@@ -66,6 +68,23 @@ def step_latencies(page, steps: int, plots: list[str]) -> list[float]:
     """Next, `steps - 1` times from step 1, each timed until `plots` show the new step."""
     page.evaluate(CLICK_UNTIL_STEP, ["#first", 1, plots])
     return [page.evaluate(CLICK_UNTIL_STEP, ["#next", step, plots]) for step in range(2, steps + 1)]
+
+
+def open_links(browser, port: int, model: str, sentences: list[str]) -> list[float]:
+    """Milliseconds from opening a link in a new tab to its view drawn (decoder self-attention, layer 2, head 2,
+    step 3), one link per sentence."""
+    times = []
+    for text in sentences:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        query = urlencode({"model": model, "text": text, "step": 3, "kind": "decoder", "layer": 2, "head": 2})
+        began = time.perf_counter()
+        page.goto(f"http://127.0.0.1:{port}/?{query}")
+        page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Opened the link')"
+                               " && document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
+                               ".includes('step 3 of')", timeout=120000)
+        times.append((time.perf_counter() - began) * 1000)
+        page.close()
+    return times
 
 
 def choose(page, elem_id: str, option: str) -> None:
@@ -162,6 +181,7 @@ def main() -> None:
                                        ".text.includes('step 1 of')")
                 translate.append((time.perf_counter() - began) * 1000)
             print(f"translate -> heatmap: {percentiles(translate)}")
+            print(f"shared link opened in a new tab -> its view: {percentiles(open_links(browser, port, args.model, sentences[1:]))}")
 
             page.fill("#source textarea", sentences[0])
             page.click("#translate")

@@ -6,12 +6,14 @@ Each is what the screen shows without scrolling (1400x900 and 390x844), a transl
 one desktop screenshot per what-if view, scrolled to it: a branch (the second candidate at step 4, beside the
 original), three cross-attention heads of layer 2 switched off, the beam, where each word came from, and the
 cross-attention view of layer 3 showing ALTI+ contributions, rollout and (all heads) weight × value norm instead
-of weights.
+of weights; last, a shared link that opens the two EN→FR GRU models compared at step 4 (a sentence they translate alike, so
+the difference map shows).
 """
 
 import argparse
 import sys
 from pathlib import Path
+from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -90,6 +92,18 @@ def what_if(page, out: Path) -> None:
     save(page, out, "value-norm.png", "#step-bar")
 
 
+def compare(page, out: Path, url: str) -> None:
+    """A link that compares the two EN→FR GRU models (dot-product and multi-head cross-attention) at step 4."""
+    query = urlencode({"model": "en-fr-rnn-multihead", "compare": "en-fr-rnn-dot", "step": 4,
+                       "text": "A woman holding a bowl of food in a kitchen."})
+    page.goto(f"{url}?{query}")
+    status_starts(page, "Opened the link")
+    page.get_by_role("tab", name="Compare models").click()
+    page.wait_for_function("() => document.querySelector('#compare-plot .js-plotly-plot')?.layout?.title.text"
+                           ".includes('step 4 of')", timeout=60000)
+    save(page, out, "compare.png", "#what-if")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots"))
@@ -122,6 +136,7 @@ def main() -> None:
                 print(f"saved {Path(args.out) / name}")
                 if screen["viewport"]["width"] >= 600:
                     what_if(page, Path(args.out))
+                    compare(page, Path(args.out), app.demo.local_url)
             browser.close()
     finally:
         app.demo.close()

@@ -35,7 +35,7 @@ def test_a_link_opens_exactly_its_view(app_module):
     assert out[app_module.measure_choice].value == "weight × value norm" and out[app_module.source] == TEXT
     figure = json.loads(out[app_module.view_state]["attention"])
     assert "value norm" in figure["layout"]["title"]["text"] and "layer 2, head 4" in figure["layout"]["title"]["text"]
-    assert out[app_module.view_state]["compare"] is not None
+    assert out[app_module.view_state]["compare"] is not None and out[app_module.compare_model] == MODEL  # and its menu says so
     link = out[app_module.translation_state]["link"]  # what Copy link puts in the URL
     assert link == {"model": MODEL, "text": TEXT, "force": query["force"], "mask": query["mask"], "compare": MODEL}
 

@@ -303,6 +303,9 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
         panels.append((f"{first_name} − {second_name}", panels[0][1] - panels[1][1], panels[0][2], panels[0][3], True))
     elif len(panels) == 2:
         notes.append("the two read different tokens here (their translations differ), so there is no difference map")
+    rows = max(len(queries) for _, _, queries, _, _ in panels) if panels else 1
+    plot_height = max(220, 22 * rows) + 24
+    top = 1 - 24 / plot_height  # the maps end below a strip that holds their names, under the title
     count = max(len(panels), 1)
     gap = 0.07
     width = (1 - gap * (count - 1)) / count
@@ -316,17 +319,15 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
                              yaxis=f"y{suffix}"))
         layout[f"xaxis{suffix}"] = token_axis(keys, domain=[x0, x0 + width], anchor=f"y{suffix}", tickangle=-45,
                                                tickfont=dict(size=9), automargin=True)
-        layout[f"yaxis{suffix}"] = token_axis(queries, anchor=f"x{suffix}", autorange="reversed",
+        layout[f"yaxis{suffix}"] = token_axis(queries, domain=[0, top], anchor=f"x{suffix}", autorange="reversed",
                                                tickfont=dict(size=9), automargin=True)
-        annotations.append(dict(text=escape_text(name), x=x0 + width / 2, y=1, xref="paper", yref="paper",
+        annotations.append(dict(text=escape_text(name), x=x0 + width / 2, y=top, xref="paper", yref="paper",
                                 xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=11)))
         if highlight is not None:
             shapes.append(_row_outline(highlight, len(keys), f"x{suffix}", f"y{suffix}", 2))
     lines = [f"{kind}: {first_name} and {second_name} compared (weights)", *notes, step_heading(first, step)]
-    rows = max(len(queries) for _, _, queries, _, _ in panels) if panels else 1
     layout.update(title=title_layout(lines), annotations=annotations, shapes=shapes, plot_bgcolor="white",
-                  height=int(120 + 17 * len(lines) + max(220, 22 * rows)),
-                  margin=dict(l=10, r=10, t=24 + 17 * len(lines), b=10),
+                  height=int(120 + 17 * len(lines) + plot_height), margin=dict(l=10, r=10, t=24 + 17 * len(lines), b=10),
                   coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0,
                                  colorbar=dict(thickness=12, len=0.45, y=0.78, title=dict(text="weight"))),
                   coloraxis2=dict(colorscale=DIVERGING, cmin=-1.0, cmax=1.0,
