@@ -63,11 +63,15 @@ os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
 # One torch thread per request (in a worker process or a request thread): two cores serve every user.
 torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
 TRANSLATORS, LOAD_ERRORS = load_all(CHECKPOINT_ROOT)
-# Traces run in this many forked worker processes (0: in the request's thread): one per core this process may use.
-TRACE_WORKERS = int(os.environ.get("TRACE_WORKERS", str(available_cores()))) if can_fork() else 0
+# Traces run in this many forked worker processes (0: in the request's thread), each decoding its requests together:
+# one per two cores this process may use, as the web server needs the other (on 2 cores, 1 worker served 10.5
+# translations/s under benchmarks/load.py, 2 workers 8.0).
+TRACE_WORKERS = int(os.environ.get("TRACE_WORKERS", str(max(1, available_cores() // 2)))) if can_fork() else 0
 TRACE_POOL = TracePool(TRANSLATORS, TRACE_WORKERS) if TRANSLATORS and TRACE_WORKERS > 0 else None
-# Requests handled at once: a translation per trace worker (two in-process), and two view changes.
-TRACE_CONCURRENCY, VIEW_CONCURRENCY = max(TRACE_WORKERS, 2), 2
+# Requests handled at once: with workers, enough translations for each worker's batch to fill (their steps are
+# shared; TRACE_BATCH per worker), else two in-process; and two view changes.
+TRACE_BATCH = int(os.environ.get("TRACE_BATCH", "16"))
+TRACE_CONCURRENCY, VIEW_CONCURRENCY = max(TRACE_WORKERS * TRACE_BATCH, 2), 2
 DEFAULT_MODEL = "en-de" if "en-de" in TRANSLATORS else next(iter(TRANSLATORS), None)
 # The browser's step functions (step, translation frames, view frames) => the step's views: one that redraws
 # the plots on the page (a step), one that hands Gradio new figures (a new translation or view).

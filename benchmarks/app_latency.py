@@ -6,7 +6,9 @@ Calls the app's own callbacks (what a request runs, minus the network) and print
 JSON encoding of what the browser receives. Stepping needs no request: benchmarks/browser_latency.py
 measures it in a browser. The what-if table compares a branch, a re-translation with a head switched off and
 the beam view with a plain translation of the same sentence, in the same run (goal: each within 1.5x), and
-the ALTI+ contributions of the translation on screen (goal: within 1.5x of the plain trace).
+the ALTI+ contributions of the translation on screen (goal: within 1.5x of the plain trace). Last, a 20-token
+trace alone against the time of its bare matrix products (every weight matrix it multiplies by, as one torch.mm
+each, nothing else; goal: the trace within 2x), through the step decoder and through the module tree.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson  # noqa: E402  (what Gradio encodes its answers with)
+import torch  # noqa: E402
 
 import app  # noqa: E402  (after the path set-up above)
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
+from model.decoding import greedy_trace  # noqa: E402
 from viz.views import ALL_HEADS, CROSS, ENCODER, MEAN  # noqa: E402
 
 SENTENCES = [  # about 5, 20 and 40 tokens
@@ -78,6 +82,7 @@ def main() -> None:
         print(f"| {tokens} | {trace.steps} | " + " | ".join(f"{t:.1f}" for t in times)
               + " | " + " / ".join(f"{b:,}" for b in sizes) + " |")
     what_if(args.checkpoint, SENTENCES[1], args.runs)
+    against_matmuls(translator, SENTENCES[1], args.runs)
 
 
 def first_measure(trail) -> dict:
@@ -108,6 +113,46 @@ def what_if(checkpoint: str, sentence: str, runs: int) -> None:
     print("|---|---|---|---|")
     for name, call in calls.items():
         print(f"| {name} | {times[name]:.1f} | {times[name] / plain:.2f} | {json_bytes(call()):,} |")
+
+
+def bare_matmuls(model, src_length: int, steps: int):
+    """A function doing only the matrix products a trace of `steps` steps of a `src_length`-token source does: the
+    encoder's over the whole source, cross-attention's keys and values of the memory, and per step one row through
+    every decoder weight matrix and the output layer."""
+    encoder = [linear.weight.detach() for layer in model.encoder_layers for linear in
+               (*(getattr(layer.self_attention, w) for w in ("w_q", "w_k", "w_v", "w_o")),
+                layer.feed_forward.linear_in, layer.feed_forward.linear_out)]
+    memory = [getattr(layer.cross_attention, w).weight.detach() for layer in model.decoder_layers for w in ("w_k", "w_v")]
+    step = [linear.weight.detach() for layer in model.decoder_layers for linear in
+            (*(getattr(layer.self_attention, w) for w in ("w_q", "w_k", "w_v", "w_o")), layer.cross_attention.w_q,
+             layer.cross_attention.w_o, layer.feed_forward.linear_in, layer.feed_forward.linear_out)]
+    step.append(model.generator.weight.detach())
+    inputs = {(rows, size): torch.randn(rows, size) for rows in (1, src_length)
+              for size in (model.config.d_model, model.config.d_ff)}
+
+    def run():
+        for weight in encoder + memory:
+            torch.mm(inputs[src_length, weight.size(1)], weight.t())
+        for _ in range(steps):
+            for weight in step:
+                torch.mm(inputs[1, weight.size(1)], weight.t())
+    return run
+
+
+def against_matmuls(translator, sentence: str, runs: int) -> None:
+    """A 20-token trace alone (the app's path and the module tree's) against its bare matrix products."""
+    traced = translator.trace(sentence)
+    src_ids, steps = traced.trace.src_ids, len(traced.target_tokens)
+    bare = median_ms(bare_matmuls(translator.model, len(src_ids), steps), runs)
+    fast = median_ms(lambda: translator.trace(sentence), runs)
+    modules = median_ms(lambda: greedy_trace(translator.model, src_ids), runs)
+    print(f"\na {len(src_ids) - 1}-token trace alone ({steps} steps), one thread:")
+    print("| what | ms | x bare matrix products |")
+    print("|---|---|---|")
+    for name, ms in (("bare matrix products (every weight matrix once per step, torch.mm)", bare),
+                     ("trace, step decoder (Translator.trace: what the app runs)", fast),
+                     ("trace through the module tree (greedy_trace, before)", modules)):
+        print(f"| {name} | {ms:.1f} | {ms / bare:.2f} |")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,16 @@ and a single-sentence greedy trace that records every step's choice, alternative
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from model.seq2seq import HeadGates, Seq2Seq
+from model.seq2seq import CROSS, DECODER, HeadGates, Seq2Seq
+from model.transformer import StepDecoder, Transformer
 from model.vocab import EOS_ID, PAD_ID, SOS_ID
 
 NEVER_EMITTED = (PAD_ID, SOS_ID)
@@ -248,3 +251,176 @@ def _lower_triangular(rows: list[Tensor]) -> np.ndarray:
     for t, row in enumerate(rows):
         full[:, :, t, :t + 1] = row
     return full.float().numpy()
+
+
+@dataclass
+class TraceRequest:
+    """What one greedy trace needs: the source ids, how many candidates to keep per step, a forced prefix, head
+    gates and a length limit (see `greedy_trace`)."""
+
+    src_ids: list[int]
+    top_k: int = 5
+    force: list[int] = ()
+    gates: HeadGates | None = None
+    max_len: int | None = None
+
+
+@dataclass
+class _Row:
+    """A sentence in a `TraceBatch`: its request, what it has recorded so far and where it is."""
+
+    ticket: int
+    request: TraceRequest
+    limit: int  # steps it may take
+    encoder_attention: np.ndarray
+    token_ids: list[int] = field(default_factory=list)
+    probabilities: list[float] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_probabilities: list[list[float]] = field(default_factory=list)
+    self_rows: list[Tensor] = field(default_factory=list)  # per step (L, H, t + 1)
+    cross_rows: list[Tensor] = field(default_factory=list)  # per step (L, H, S)
+
+    def trace(self) -> Trace:
+        """What `greedy_trace` returns for this sentence."""
+        return Trace(src_ids=list(self.request.src_ids), token_ids=self.token_ids,
+                     probabilities=np.array(self.probabilities, dtype=np.float32), top_ids=np.array(self.top_ids),
+                     top_probabilities=np.array(self.top_probabilities, dtype=np.float32),
+                     encoder_attention=self.encoder_attention, decoder_attention=_lower_triangular(self.self_rows),
+                     cross_attention=torch.stack(self.cross_rows, dim=2).float().numpy(),
+                     forced=min(len(self.request.force), len(self.token_ids)))
+
+
+class TraceBatch:
+    """Greedy traces of many sentences decoded together, a step at a time (continuous batching).
+
+    `add` queues a sentence, which joins the batch at the next `step`, whatever step the others are at; `step`
+    advances every sentence by one token and returns the traces of those that just finished, which leave the
+    batch. Each trace is the one `greedy_trace` records for its sentence alone (up to float rounding: a test
+    holds them within 1e-6). One batch serves one thread; the model and `decoder` are only read.
+    """
+
+    def __init__(self, model: Transformer, decoder: StepDecoder | None = None):
+        self.model = model
+        self.decoder = decoder or StepDecoder(model)
+        self.rows: list[_Row] = []
+        self.waiting: list[tuple[_Row, list[tuple[Tensor, Tensor]]]] = []  # encoded, not yet in the batch
+        self.tickets = itertools.count()
+        layers = len(self.decoder.layers)
+        self.self_keys: list[Tensor] = [None] * layers  # (B, H, capacity, d_head): every sentence's cached positions
+        self.self_values: list[Tensor] = [None] * layers
+        self.cross: list[tuple[Tensor, Tensor]] = []  # per layer (B, H, S, d_head), S the longest source
+        self.cross_bias = self.previous = self.positions = self.self_gates = self.cross_gates = None
+
+    def __len__(self) -> int:
+        """Sentences being decoded or waiting to join."""
+        return len(self.rows) + len(self.waiting)
+
+    @torch.inference_mode()
+    def add(self, request: TraceRequest) -> int:
+        """Encode a sentence now; it joins the batch at the next step. Returns its ticket, which `step` gives back
+        with its trace."""
+        src = torch.tensor([request.src_ids], dtype=torch.long)
+        memory, _, encoded = self.model.encode(src, need_weights=True, gates=request.gates)
+        row = _Row(next(self.tickets), request, output_limit(self.model, len(request.src_ids), request.max_len),
+                   encoded.encoder[:, 0].float().numpy())
+        self.waiting.append((row, self.decoder.memory_keys_values(memory)))
+        return row.ticket
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[int, Trace]]:
+        """One token for every sentence in the batch -> (ticket, trace) of each sentence that ended with it."""
+        if self.waiting:
+            self._join()
+        if not self.rows:
+            return []
+        positions = [len(row.token_ids) for row in self.rows]
+        width = max(positions) + 1
+        # A sentence attends to its own positions so far: -inf past them.
+        self_bias = torch.zeros(len(self.rows), 1, 1, width).masked_fill(
+            torch.arange(width) > self.positions[:, None, None, None], float("-inf"))
+        logits, self_maps, cross_maps = self.decoder.step(
+            self.previous, self.positions, [keys[:, :, :width] for keys in self.self_keys],
+            [values[:, :, :width] for values in self.self_values], self_bias, self.cross, self.cross_bias,
+            self.self_gates, self.cross_gates)
+        distribution = next_token_logits(logits[:, None]).softmax(-1)  # (B, V)
+        top_k = min(max(row.request.top_k for row in self.rows), distribution.size(-1))
+        best = distribution.topk(top_k)
+        chosen = [row.request.force[t] if t < len(row.request.force) else int(best_id)
+                  for row, t, best_id in zip(self.rows, positions, best.indices[:, 0].tolist())]
+        chosen_ids = torch.tensor(chosen)
+        probabilities = distribution.gather(1, chosen_ids[:, None])[:, 0].tolist()
+        top_ids, top_probabilities = best.indices.tolist(), best.values.tolist()
+        finished, done = [], []
+        for b, (row, t) in enumerate(zip(self.rows, positions)):
+            k = row.request.top_k
+            row.token_ids.append(chosen[b])
+            row.probabilities.append(probabilities[b])
+            row.top_ids.append(top_ids[b][:k])
+            row.top_probabilities.append(top_probabilities[b][:k])
+            row.self_rows.append(self_maps[:, b, :, :t + 1])
+            row.cross_rows.append(cross_maps[:, b, :, :len(row.request.src_ids)])
+            if chosen[b] == EOS_ID or t + 1 == row.limit:
+                finished.append((row.ticket, row.trace()))
+                done.append(b)
+        self.previous, self.positions = chosen_ids, self.positions + 1
+        if done:
+            self._keep([b for b in range(len(self.rows)) if b not in set(done)])
+        return finished
+
+    def run(self) -> dict[int, Trace]:
+        """Step until every sentence has finished -> each one's trace by ticket."""
+        finished = {}
+        while self.rows or self.waiting:
+            finished.update(self.step())
+        return finished
+
+    def _join(self) -> None:
+        """Put the waiting sentences into the batch: their memory's keys and values padded to the longest source,
+        empty self-attention caches, gates of ones where a sentence switches nothing off."""
+        rows = self.rows + [row for row, _ in self.waiting]
+        longest = max(len(row.request.src_ids) for row in rows)
+        joining = [keys_values for _, keys_values in self.waiting]
+        parts = ([] if not self.rows else [self.cross]) + joining
+        self.cross = [tuple(torch.cat([F.pad(part[i][j], (0, 0, 0, longest - part[i][j].size(2))) for part in parts])
+                            for j in range(2)) for i in range(len(self.decoder.layers))]
+        lengths = torch.tensor([len(row.request.src_ids) for row in rows])
+        self.cross_bias = torch.zeros(len(rows), 1, 1, longest).masked_fill(
+            torch.arange(longest) >= lengths[:, None, None, None], float("-inf"))
+        capacity = max(row.limit for row in rows)  # a sentence writes its step t's keys at position t < its limit
+        empty = (len(joining), self.decoder.n_heads, capacity, self.decoder.d_head)
+        for caches in (self.self_keys, self.self_values):
+            for i, cache in enumerate(caches):
+                kept = [] if not self.rows else [F.pad(cache, (0, 0, 0, capacity - cache.size(2)))]
+                caches[i] = torch.cat(kept + [torch.zeros(empty)])
+        new = len(self.waiting)
+        self.previous = torch.cat([self.previous if self.rows else torch.empty(0, dtype=torch.long),
+                                   torch.full((new,), SOS_ID)])
+        self.positions = torch.cat([self.positions if self.rows else torch.empty(0, dtype=torch.long),
+                                    torch.zeros(new, dtype=torch.long)])
+        self.rows, self.waiting = rows, []
+        self._set_gates()
+
+    def _keep(self, kept: list[int]) -> None:
+        """Only the batch rows `kept` stay (the others finished)."""
+        index = torch.tensor(kept, dtype=torch.long)
+        self.rows = [self.rows[b] for b in kept]
+        if not self.rows:
+            self.cross, self.self_keys, self.self_values = [], [None] * len(self.self_keys), [None] * len(self.self_keys)
+            return
+        self.cross = [(keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross]
+        self.self_keys = [keys.index_select(0, index) for keys in self.self_keys]
+        self.self_values = [values.index_select(0, index) for values in self.self_values]
+        self.cross_bias, self.previous, self.positions = (t.index_select(0, index) for t in
+                                                          (self.cross_bias, self.previous, self.positions))
+        self._set_gates()
+
+    def _set_gates(self) -> None:
+        """(L, B, H) gates of the batch's decoder and cross-attention, or None where no sentence switches any off."""
+        for kind, attribute in ((DECODER, "self_gates"), (CROSS, "cross_gates")):
+            gates = [None if row.request.gates is None else getattr(row.request.gates, kind) for row in self.rows]
+            if all(gate is None for gate in gates):
+                setattr(self, attribute, None)
+            else:
+                shape = self.model.heads()[kind]
+                setattr(self, attribute, torch.stack([torch.ones(shape) if gate is None else gate for gate in gates],
+                                                     dim=1))

@@ -19,6 +19,7 @@ import random
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -329,7 +330,7 @@ def finish(args, translator: Translator, data: dict, state: dict, work: Path, de
     }
     save_checkpoint(translator, args.out)
     print(f"saved {args.out} ({chosen})")
-    return translator
+    return replace(translator)  # a new translator lays out the trained weights for its traces
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -381,3 +381,140 @@ class Transformer(nn.Module):
     def new_cache(self) -> list[LayerCache]:
         """An empty key/value cache, one entry per decoder layer."""
         return [LayerCache() for _ in self.decoder_layers]
+
+
+@dataclass(frozen=True)
+class LayerNormWeights:
+    """A LayerNorm's parameters, applied without a module call."""
+
+    weight: Tensor
+    bias: Tensor
+    eps: float
+
+    @classmethod
+    def of(cls, norm: nn.LayerNorm) -> LayerNormWeights:
+        return cls(norm.weight.detach(), norm.bias.detach(), norm.eps)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+@dataclass(frozen=True)
+class DecoderLayerWeights:
+    """One decoder layer's weights as plain tensors, laid out for a cached step: self-attention's W_Q, W_K and
+    W_V stacked into one (3 d_model, d_model) matrix, cross-attention's W_K and W_V into one."""
+
+    self_qkv: tuple[Tensor, Tensor]  # (weight, bias) of each linear map
+    self_out: tuple[Tensor, Tensor]
+    cross_query: tuple[Tensor, Tensor]
+    cross_key_value: tuple[Tensor, Tensor]
+    cross_out: tuple[Tensor, Tensor]
+    feed_forward_in: tuple[Tensor, Tensor]
+    feed_forward_out: tuple[Tensor, Tensor]
+    norms: tuple[LayerNormWeights, LayerNormWeights, LayerNormWeights]  # after (post-LN) or before (pre-LN) each sublayer
+
+
+def _stacked(*linears: nn.Linear) -> tuple[Tensor, Tensor]:
+    """The weight and bias of linear maps applied side by side, as one map."""
+    if len(linears) == 1:
+        return linears[0].weight.detach(), linears[0].bias.detach()
+    return (torch.cat([linear.weight.detach() for linear in linears]),
+            torch.cat([linear.bias.detach() for linear in linears]))
+
+
+class StepDecoder:
+    """The decoder of a trained `Transformer`, one cached step of many sentences at a time.
+
+    A step through `Transformer.decode` walks the module tree (about a hundred module calls for three layers) and
+    projects queries, keys and values separately; here the weights are read out once, the projections fused, and a
+    step is a flat run of tensor operations. Each sentence of the batch has its own position, its own number of
+    cached target positions and its own source length (keys past those carry -inf scores, so exactly zero
+    weight): what `Transformer.decode` computes for each sentence alone, up to float rounding (a test compares).
+    Read-only once built; the caches belong to the caller (`model.decoding.TraceBatch`).
+    """
+
+    def __init__(self, model: Transformer):
+        config = model.config
+        self.n_heads, self.d_head = config.n_heads, config.d_model // config.n_heads
+        self.pre_norm = config.norm == "pre"
+        embedding = model.tgt_embedding
+        self.token_table = embedding.tokens.weight.detach()
+        self.scale = embedding.scale
+        self.position_table = (embedding.positions.weight if embedding.positions is not None
+                               else embedding.sinusoid).detach()
+        self.layers = [DecoderLayerWeights(
+            self_qkv=_stacked(layer.self_attention.w_q, layer.self_attention.w_k, layer.self_attention.w_v),
+            self_out=_stacked(layer.self_attention.w_o), cross_query=_stacked(layer.cross_attention.w_q),
+            cross_key_value=_stacked(layer.cross_attention.w_k, layer.cross_attention.w_v),
+            cross_out=_stacked(layer.cross_attention.w_o), feed_forward_in=_stacked(layer.feed_forward.linear_in),
+            feed_forward_out=_stacked(layer.feed_forward.linear_out),
+            norms=tuple(LayerNormWeights.of(block.norm) for block in (
+                layer.self_attention_block, layer.cross_attention_block, layer.feed_forward_block)))
+            for layer in model.decoder_layers]
+        self.final_norm = LayerNormWeights.of(model.decoder_norm) if self.pre_norm else None
+        self.generator = _stacked(model.generator)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, S, d_model) -> (B, H, S, d_head)."""
+        return x.view(x.size(0), x.size(1), self.n_heads, self.d_head).transpose(1, 2)
+
+    def memory_keys_values(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Every layer's cross-attention keys and values of `memory` (B, S, d_model): (B, H, S, d_head) each."""
+        d_model = memory.size(-1)
+        pairs = []
+        for layer in self.layers:
+            keys_values = F.linear(memory, *layer.cross_key_value)  # (B, S, 2 d_model)
+            pairs.append((self.split_heads(keys_values[..., :d_model]), self.split_heads(keys_values[..., d_model:])))
+        return pairs
+
+    def _attend(self, query: Tensor, keys: Tensor, values: Tensor, bias: Tensor, gate: Tensor | None
+                ) -> tuple[Tensor, Tensor]:
+        """One query per sentence (B, H, 1, d_head) against keys/values (B, H, S, d_head), `bias` (B, 1, 1, S) 0 or
+        -inf -> the heads' output (B, d_model) before W_O, and the weights (B, H, S)."""
+        scores = query @ keys.transpose(-2, -1) / math.sqrt(self.d_head) + bias  # (B, H, 1, S)
+        weights = scores.softmax(dim=-1)
+        out = weights @ values  # (B, H, 1, d_head)
+        if gate is not None:
+            out = out * gate[..., None, None]  # (B, H, 1, d_head) * (B, H, 1, 1)
+        return out.reshape(out.size(0), -1), weights[:, :, 0]
+
+    def _residual(self, x: Tensor, sublayer_output: Tensor, norm: LayerNormWeights) -> Tensor:
+        x = x + sublayer_output
+        return x if self.pre_norm else norm(x)
+
+    def step(self, tokens: Tensor, positions: Tensor, self_keys: list[Tensor], self_values: list[Tensor],
+             self_bias: Tensor, cross: list[tuple[Tensor, Tensor]], cross_bias: Tensor,
+             self_gates: Tensor | None = None, cross_gates: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """One step of B sentences: each reads `tokens[b]` at position `positions[b]`.
+
+        `self_keys`/`self_values` per layer (B, H, width, d_head): this step's keys and values are written at each
+        sentence's position, and `self_bias` (B, 1, 1, width) is 0 up to it and -inf after. `cross` per layer: the
+        memory's keys and values (B, H, S, d_head), `cross_bias` (B, 1, 1, S) -inf at padding. Gates (L, B, H).
+        -> logits (B, V), self-attention weights (L, B, H, width), cross-attention weights (L, B, H, S).
+        """
+        rows = torch.arange(tokens.size(0))
+        x = self.token_table[tokens] * self.scale + self.position_table[positions]  # (B, d_model)
+        self_maps, cross_maps = [], []
+        for i, layer in enumerate(self.layers):
+            self_norm, cross_norm, feed_forward_norm = layer.norms
+            h = self_norm(x) if self.pre_norm else x
+            query, key, value = F.linear(h, *layer.self_qkv).view(-1, 3, self.n_heads, self.d_head).unbind(1)
+            self_keys[i][rows, :, positions] = key  # each sentence's new position, (B, H, d_head)
+            self_values[i][rows, :, positions] = value
+            out, weights = self._attend(query[:, :, None], self_keys[i], self_values[i], self_bias,
+                                        None if self_gates is None else self_gates[i])
+            self_maps.append(weights)
+            x = self._residual(x, F.linear(out, *layer.self_out), self_norm)
+
+            h = cross_norm(x) if self.pre_norm else x
+            query = F.linear(h, *layer.cross_query).view(-1, self.n_heads, 1, self.d_head)
+            out, weights = self._attend(query, *cross[i], cross_bias, None if cross_gates is None else cross_gates[i])
+            cross_maps.append(weights)
+            x = self._residual(x, F.linear(out, *layer.cross_out), cross_norm)
+
+            h = feed_forward_norm(x) if self.pre_norm else x
+            x = self._residual(x, F.linear(F.relu(F.linear(h, *layer.feed_forward_in)), *layer.feed_forward_out),
+                               feed_forward_norm)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return F.linear(x, *self.generator), torch.stack(self_maps), torch.stack(cross_maps)

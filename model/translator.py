@@ -10,10 +10,10 @@ import torch
 
 from model.batching import pad, token_batches
 from model.contributions import Contributions, alti_plus, measure_maps
-from model.decoding import (BeamTrace, Hypothesis, Trace, beam_search, beam_trace, greedy_decode, greedy_trace,
-                            output_limit, teacher_forced_log_probs)
+from model.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
+                            greedy_decode, greedy_trace, output_limit, teacher_forced_log_probs)
 from model.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
-from model.transformer import Transformer
+from model.transformer import StepDecoder, Transformer
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 
 
@@ -153,6 +153,10 @@ class Translator:
         """Display text of target tokens: truecased and detokenized."""
         return self.tgt_tokenizer.detokenize(self.truecaser(tokens))
 
+    def __post_init__(self):
+        # Traces step a Transformer's decoder through its weights laid out once (the GRU models step their modules).
+        self.step_decoder = StepDecoder(self.model) if isinstance(self.model, Transformer) else None
+
     def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
               mask: list[str] | None = None) -> TracedTranslation:
         """Greedy translation of one sentence, recording every step; raises InputError for an unusable request.
@@ -160,18 +164,36 @@ class Translator:
         `force`: target tokens (spelled as in `target_tokens`) that fix the first steps; decoding continues
         greedily after them. `mask`: heads to switch off, named `kind.layer.head` (e.g. "cross.2.5").
         """
+        tokens, request = self.trace_request(text, top_k, force, mask)
+        if self.step_decoder is None:
+            trace = greedy_trace(self.model, request.src_ids, top_k=top_k, force=request.force, gates=request.gates)
+        else:
+            batch = self.trace_batch()
+            ticket = batch.add(request)
+            trace = batch.run()[ticket]
+        return self.traced(tokens, trace)
+
+    def trace_request(self, text: str, top_k: int = 5, force: list[str] | None = None,
+                      mask: list[str] | None = None) -> tuple[list[str], TraceRequest]:
+        """The source tokens of `text` and what tracing it takes (`trace`'s arguments checked and turned into ids),
+        or an InputError saying why it cannot be traced."""
         tokens = self.source_tokens(text)
         src_ids = self.encode_source(tokens)
         force_ids = self.target_ids(checked_strings(force, "force"), output_limit(self.model, len(src_ids)),
                                     "Forced token")
-        trace = greedy_trace(self.model, src_ids, top_k=top_k, force=force_ids,
-                             gates=self.gates(checked_strings(mask, "mask")))
+        return tokens, TraceRequest(src_ids, top_k, force_ids, self.gates(checked_strings(mask, "mask")))
+
+    def trace_batch(self) -> TraceBatch:
+        """A new batch in which traces of this Transformer decode together (continuous batching)."""
+        return TraceBatch(self.model, self.step_decoder)
+
+    def traced(self, tokens: list[str], trace: Trace) -> TracedTranslation:
+        """A trace of the source `tokens` with its tokens as strings."""
         itos = self.tgt_vocab.itos
-        target_tokens = [itos[i] for i in trace.token_ids]
         return TracedTranslation(
             source_tokens=tokens + ["<eos>"],
-            unknown=[i == UNK_ID for i in src_ids],
-            target_tokens=target_tokens,
+            unknown=[i == UNK_ID for i in trace.src_ids],
+            target_tokens=[itos[i] for i in trace.token_ids],
             top_tokens=[[itos[i] for i in row] for row in trace.top_ids.tolist()],
             text=self.to_text(self.tgt_vocab.decode(trace.token_ids)),  # a generated <unk> stays visible
             trace=trace,

@@ -1,22 +1,26 @@
-"""Greedy traces in worker processes, so that several users' translations run on every core at once.
+"""Greedy traces in worker processes, decoded together: several users' translations share every step.
 
-A trace is a loop of many small torch calls whose Python side holds the GIL, so traces run in threads of
-one process take turns with each other and with the web server. Forked workers inherit the loaded
-translators (copy-on-write, nothing is loaded twice) and return a `TracedTranslation`; an `InputError`
-raised in a worker reaches the caller unchanged. If a worker dies, the request is traced in this process
-and a fresh set of workers replaces the broken one.
+A trace is a loop of many small torch calls whose Python side holds the GIL, so traces run in threads of one
+process take turns with each other and with the web server. Forked workers inherit the loaded translators
+(copy-on-write, nothing is loaded twice). Each worker keeps one `TraceBatch` per Transformer checkpoint and
+decodes every request it holds together (continuous batching): a request that arrives joins the batch at the
+next step, and a finished one leaves it and is answered at once, so a short sentence never waits for a long
+one. The GRU models are traced one request at a time between steps. An `InputError` raised in a worker
+reaches the caller unchanged. If a worker dies, its requests are traced in this process and a new worker
+takes its place.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from model.translator import TracedTranslation, Translator
@@ -37,8 +41,35 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _trace(name: str, text: str, options: dict) -> TracedTranslation:
-    return _translators[name].trace(text, **options)
+def _serve(connection: Connection, parent: int) -> None:
+    """A worker's loop: take every request that has arrived (waiting for one only when nothing is being decoded),
+    then advance each checkpoint's batch by one step and answer the requests that finished."""
+    _exit_with_parent(parent)
+    batches = {name: translator.trace_batch() for name, translator in _translators.items()
+               if translator.step_decoder is not None}
+    in_batch: dict[tuple[str, int], tuple[int, list[str]]] = {}  # (checkpoint, ticket) -> (request id, tokens)
+    while True:
+        busy = bool(in_batch)
+        while connection.poll(0 if busy else None):
+            message = connection.recv()
+            if message is None:
+                return
+            request_id, name, text, options = message
+            translator = _translators[name]
+            try:
+                if name in batches:
+                    tokens, request = translator.trace_request(text, **options)
+                    in_batch[name, batches[name].add(request)] = request_id, tokens
+                    busy = True
+                else:
+                    connection.send((request_id, translator.trace(text, **options), None))
+            except Exception as error:  # an InputError (or a bug) is the caller's answer, not this worker's end
+                connection.send((request_id, None, error))
+        for name, batch in batches.items():
+            if len(batch):
+                for ticket, trace in batch.step():
+                    request_id, tokens = in_batch.pop((name, ticket))
+                    connection.send((request_id, _translators[name].traced(tokens, trace), None))
 
 
 def available_cores(cgroup_cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
@@ -62,40 +93,100 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
+class WorkerDied(RuntimeError):
+    """The worker holding a request ended before answering it."""
+
+
+class _Worker:
+    """One forked worker: its process, its end of the pipe, and the requests it has not answered yet."""
+
+    def __init__(self, pool: TracePool):
+        self.pool = pool
+        self.connection, child = multiprocessing.Pipe()
+        self.process = multiprocessing.get_context("fork").Process(target=_serve, args=(child, os.getpid()),
+                                                                   daemon=True)
+        self.process.start()
+        child.close()
+        self.pending: dict[int, Future] = {}
+        self.send_lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def submit(self, request_id: int, message: tuple) -> Future:
+        future = Future()
+        self.pending[request_id] = future
+        try:
+            with self.send_lock:
+                self.connection.send(message)
+        except OSError:  # the worker is gone; its reader fails this request
+            pass
+        return future
+
+    def _read(self) -> None:
+        """Hand each answer to its request; when the worker ends, fail what it still held and replace it."""
+        try:
+            while True:
+                request_id, traced, error = self.connection.recv()
+                future = self.pending.pop(request_id)
+                future.set_exception(error) if error is not None else future.set_result(traced)
+        except (EOFError, OSError):
+            pass
+        self.pool._replace(self)
+        while self.pending:
+            self.pending.popitem()[1].set_exception(WorkerDied(f"trace worker {self.process.pid} ended"))
+
+    def stop(self) -> None:
+        try:
+            with self.send_lock:
+                self.connection.send(None)
+        except OSError:
+            pass
+        self.process.join(timeout=5)
+        self.connection.close()
+
+
 class TracePool:
-    """`trace(name, text)` in one of `workers` forked processes."""
+    """`trace(name, text)` in one of `workers` forked processes, batched with the other requests it holds."""
 
     def __init__(self, translators: dict[str, Translator], workers: int):
         if workers < 1 or not can_fork():
             raise ValueError(f"a trace pool needs at least one worker and fork (got {workers} workers)")
-        self.translators, self.workers = translators, workers
-        self._lock = threading.Lock()
-        self._executor = self._start()
-
-    def _start(self) -> ProcessPoolExecutor:
-        """Fork every worker now (not lazily inside a request) and wait until each one answers."""
         global _translators
-        _translators = self.translators  # what these workers inherit, even if another pool was made since
-        executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
-                                       initializer=_exit_with_parent, initargs=(os.getpid(),))
-        wait([executor.submit(os.getpid) for _ in range(self.workers)])
-        return executor
+        _translators = translators  # what these workers inherit, even if another pool was made since
+        self.translators = translators
+        self._lock = threading.Lock()
+        self._request_ids = itertools.count()
+        self._closed = False
+        self._workers = [_Worker(self) for _ in range(workers)]
+
+    @property
+    def workers(self) -> int:
+        return len(self._workers)
 
     def worker_pids(self) -> list[int]:
-        return [process.pid for process in self._executor._processes.values()]
+        return [worker.process.pid for worker in self._workers]
 
     def trace(self, name: str, text: str, **options) -> TracedTranslation:
-        """`Translator.trace(text, **options)` of translator `name`, in a worker."""
-        executor = self._executor
+        """`Translator.trace(text, **options)` of translator `name`, in the worker holding the fewest requests."""
+        request_id = next(self._request_ids)
+        with self._lock:
+            worker = min(self._workers, key=lambda w: len(w.pending))
+            future = worker.submit(request_id, (request_id, name, text, options))
         try:
-            return executor.submit(_trace, name, text, options).result()
-        except BrokenProcessPool:
-            log.error("a trace worker died; tracing this request in-process and starting new workers")
-            with self._lock:
-                if self._executor is executor:
-                    executor.shutdown(wait=False, cancel_futures=True)
-                    self._executor = self._start()
+            return future.result()
+        except WorkerDied:
+            log.error("a trace worker died; tracing this request in-process")
             return self.translators[name].trace(text, **options)
 
+    def _replace(self, worker: _Worker) -> None:
+        """A new worker in place of one that ended (unless the pool is closing)."""
+        with self._lock:
+            if not self._closed and worker in self._workers:
+                global _translators
+                _translators = self.translators
+                self._workers[self._workers.index(worker)] = _Worker(self)
+
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+        for worker in self._workers:
+            worker.stop()

@@ -1,0 +1,119 @@
+"""Continuous batching of traces (model/decoding.py `TraceBatch`, model/transformer.py `StepDecoder`): every
+sentence's trace is what a lone `greedy_trace` records, whatever joins or leaves the batch around it.
+
+Alone, the step decoder's trace equals the module path's bit for bit. In a batch, a matrix product of B rows is
+blocked differently from B products of one row, so the float32 numbers differ in their last bits: up to 1.3e-6
+in a probability and 7.7e-7 in an attention weight for 16 sentences of the shipped en-de model (`ROUNDING`
+allows 2e-6); the choices and the candidates are the same.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from model.decoding import TraceBatch, TraceRequest, greedy_trace
+from model.seq2seq import head_gates
+from model.transformer import Transformer
+from model.vocab import EOS_ID
+from tests.conftest import tiny_config
+
+# Sources of mixed lengths (ids of the tiny vocabulary, ending with <eos>).
+SOURCES = [[5, 6, 7, EOS_ID], [8, 9, 10, 11, 12, 13, 14, 15, 16, EOS_ID], [17, EOS_ID], [18, 5, 9, 20, 6, EOS_ID]]
+ROUNDING = 2e-6
+FIELDS = ("probabilities", "top_probabilities", "encoder_attention", "decoder_attention", "cross_attention")
+
+
+def assert_close_traces(batched, alone, tolerance=ROUNDING):
+    """The same choices and candidates, and every recorded number within `tolerance`."""
+    assert batched.token_ids == alone.token_ids and batched.forced == alone.forced
+    np.testing.assert_array_equal(batched.top_ids, alone.top_ids)
+    for field in FIELDS:
+        assert getattr(batched, field).shape == getattr(alone, field).shape, field
+        np.testing.assert_allclose(getattr(batched, field), getattr(alone, field), rtol=0, atol=tolerance, err_msg=field)
+
+
+def model_with(eos_nudge: float = 2.0, **overrides) -> Transformer:
+    """An untrained tiny model; `eos_nudge` raises <eos> so that its outputs end at different lengths."""
+    torch.manual_seed(1)
+    model = Transformer(tiny_config(**overrides)).eval()
+    with torch.no_grad():
+        model.generator.bias[EOS_ID] += eos_nudge
+    return model
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}, {"positional": "learned"}])
+def test_one_sentence_alone_is_the_module_trace(overrides):
+    model = model_with(**overrides)
+    for src_ids in SOURCES:
+        batch = TraceBatch(model)
+        ticket = batch.add(TraceRequest(src_ids, top_k=3, max_len=12))
+        assert_close_traces(batch.run()[ticket], greedy_trace(model, src_ids, max_len=12, top_k=3), tolerance=0)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}])
+def test_sentences_joining_mid_decode_get_their_lone_traces(overrides):
+    """Arrivals at steps 0, 0, 2 and 5, of mixed lengths, leaving at different steps (length limits 4 to 15)."""
+    model = model_with(eos_nudge=0.0, **overrides)
+    batch = TraceBatch(model)
+    arrivals = {0: [0, 1], 2: [2], 5: [3]}
+    limits = [15, 4, 9, 12]
+    tickets, finished, sizes = {}, {}, []
+    for step in range(40):
+        for index in arrivals.get(step, []):
+            tickets[index] = batch.add(TraceRequest(SOURCES[index], top_k=4, max_len=limits[index]))
+        if not len(batch) and step > max(arrivals):
+            break
+        finished.update(batch.step())
+        sizes.append(len(batch.rows))
+    assert max(sizes) >= 3  # they really were decoded together
+    lengths = {len(finished[tickets[i]].token_ids) for i in tickets}
+    assert len(lengths) > 1  # and left at different steps
+    for index, ticket in tickets.items():
+        assert_close_traces(finished[ticket], greedy_trace(model, SOURCES[index], max_len=limits[index], top_k=4))
+
+
+def test_forced_prefixes_and_switched_off_heads_stay_with_their_own_sentence():
+    model = model_with()
+    off = head_gates(model, ["cross.1.2", "decoder.2.1", "encoder.1.3"])
+    requests = [TraceRequest(SOURCES[0], force=[7, 8], max_len=10), TraceRequest(SOURCES[1], gates=off, max_len=10),
+                TraceRequest(SOURCES[2], max_len=10), TraceRequest(SOURCES[3], force=[9], gates=off, max_len=10)]
+    batch = TraceBatch(model)
+    tickets = [batch.add(request) for request in requests]
+    traces = batch.run()
+    for ticket, request in zip(tickets, requests):
+        alone = greedy_trace(model, request.src_ids, max_len=10, force=request.force, gates=request.gates)
+        assert_close_traces(traces[ticket], alone)
+    assert traces[tickets[0]].token_ids[:2] == [7, 8] and traces[tickets[0]].forced == 2
+
+
+def test_a_batch_is_empty_after_its_sentences_finish_and_can_be_used_again():
+    model = model_with()
+    batch = TraceBatch(model)
+    first = batch.add(TraceRequest(SOURCES[1], max_len=6))
+    assert len(batch) == 1 and len(batch.run()[first].token_ids) <= 6 and len(batch) == 0
+    second = batch.add(TraceRequest(SOURCES[0], max_len=6))
+    assert_close_traces(batch.run()[second], greedy_trace(model, SOURCES[0], max_len=6))
+
+
+def test_the_shipped_model_traces_sixteen_sentences_together_as_alone():
+    """The real en-de checkpoint, 16 different sentences at once, joined in two waves."""
+    from model.checkpoint import load_checkpoint
+    from tests.conftest import SHIPPED
+    translator = load_checkpoint(SHIPPED / "en-de")
+    texts = ["A dog runs in the park.", "Two men are playing soccer on a green field.", "A child eats.",
+             "A woman in a red dress is walking down the street with her small brown dog.", "People sit.",
+             "A man is riding a bicycle.", "Three girls are laughing at a joke.", "An old man reads a newspaper.",
+             "A boy jumps into the lake from a wooden dock on a sunny afternoon.", "A cat sleeps on a sofa.",
+             "Workers repair the road.", "A band plays music on a stage in front of a large crowd at night.",
+             "Two dogs fight over a stick.", "A girl paints a picture.", "The chef cooks.",
+             "A group of tourists takes photographs of an old church in the city centre."]
+    requests = [translator.trace_request(text)[1] for text in texts]
+    batch = translator.trace_batch()
+    tickets = [batch.add(request) for request in requests[:10]]
+    finished = {}
+    for _ in range(3):
+        finished.update(batch.step())
+    tickets += [batch.add(request) for request in requests[10:]]
+    finished.update(batch.run())
+    for ticket, request in zip(tickets, requests):
+        assert_close_traces(finished[ticket], greedy_trace(translator.model, request.src_ids))
