@@ -335,8 +335,8 @@ class TraceBatch:
             return []
         positions = [len(row.token_ids) for row in self.rows]
         width = max(positions) + 1
-        # A sentence attends to its own positions so far: -inf past them.
-        self_bias = torch.zeros(len(self.rows), 1, 1, width).masked_fill(
+        # A sentence attends to its own positions so far: -inf past them (no bias when all are at the same one).
+        self_bias = None if min(positions) == width - 1 else torch.zeros(len(self.rows), 1, 1, width).masked_fill(
             torch.arange(width) > self.positions[:, None, None, None], float("-inf"))
         logits, self_maps, cross_maps = self.decoder.step(
             self.previous, self.positions, [keys[:, :, :width] for keys in self.self_keys],
@@ -383,9 +383,6 @@ class TraceBatch:
         parts = ([] if not self.rows else [self.cross]) + joining
         self.cross = [tuple(torch.cat([F.pad(part[i][j], (0, 0, 0, longest - part[i][j].size(2))) for part in parts])
                             for j in range(2)) for i in range(len(self.decoder.layers))]
-        lengths = torch.tensor([len(row.request.src_ids) for row in rows])
-        self.cross_bias = torch.zeros(len(rows), 1, 1, longest).masked_fill(
-            torch.arange(longest) >= lengths[:, None, None, None], float("-inf"))
         capacity = max(row.limit for row in rows)  # a sentence writes its step t's keys at position t < its limit
         empty = (len(joining), self.decoder.n_heads, capacity, self.decoder.d_head)
         for caches in (self.self_keys, self.self_values):
@@ -398,6 +395,7 @@ class TraceBatch:
         self.positions = torch.cat([self.positions if self.rows else torch.empty(0, dtype=torch.long),
                                     torch.zeros(new, dtype=torch.long)])
         self.rows, self.waiting = rows, []
+        self._set_cross_bias()
         self._set_gates()
 
     def _keep(self, kept: list[int]) -> None:
@@ -410,9 +408,16 @@ class TraceBatch:
         self.cross = [(keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross]
         self.self_keys = [keys.index_select(0, index) for keys in self.self_keys]
         self.self_values = [values.index_select(0, index) for values in self.self_values]
-        self.cross_bias, self.previous, self.positions = (t.index_select(0, index) for t in
-                                                          (self.cross_bias, self.previous, self.positions))
+        self.previous, self.positions = self.previous.index_select(0, index), self.positions.index_select(0, index)
+        self._set_cross_bias()
         self._set_gates()
+
+    def _set_cross_bias(self) -> None:
+        """-inf at the padding of each sentence's source (None when there is none)."""
+        lengths = torch.tensor([len(row.request.src_ids) for row in self.rows])
+        longest = self.cross[0][0].size(2)
+        self.cross_bias = None if lengths.min() == longest else torch.zeros(len(self.rows), 1, 1, longest).masked_fill(
+            torch.arange(longest) >= lengths[:, None, None, None], float("-inf"))
 
     def _set_gates(self) -> None:
         """(L, B, H) gates of the batch's decoder and cross-attention, or None where no sentence switches any off."""

@@ -1,10 +1,10 @@
 """Continuous batching of traces (model/decoding.py `TraceBatch`, model/transformer.py `StepDecoder`): every
 sentence's trace is what a lone `greedy_trace` records, whatever joins or leaves the batch around it.
 
-Alone, the step decoder's trace equals the module path's bit for bit. In a batch, a matrix product of B rows is
-blocked differently from B products of one row, so the float32 numbers differ in their last bits: up to 1.3e-6
-in a probability and 7.7e-7 in an attention weight for 16 sentences of the shipped en-de model (`ROUNDING`
-allows 2e-6); the choices and the candidates are the same.
+The step decoder multiplies by its weights in another layout than the modules (transposed, queries pre-scaled),
+and in a batch a matrix product of B rows is blocked differently from B products of one row, so the float32
+numbers differ in their last bits: up to 1.3e-6 in a probability and 7.7e-7 in an attention weight for 16
+sentences of the shipped en-de model (`ROUNDING` allows 2e-6); the choices and the candidates are the same.
 """
 
 import numpy as np
@@ -47,7 +47,7 @@ def test_one_sentence_alone_is_the_module_trace(overrides):
     for src_ids in SOURCES:
         batch = TraceBatch(model)
         ticket = batch.add(TraceRequest(src_ids, top_k=3, max_len=12))
-        assert_close_traces(batch.run()[ticket], greedy_trace(model, src_ids, max_len=12, top_k=3), tolerance=0)
+        assert_close_traces(batch.run()[ticket], greedy_trace(model, src_ids, max_len=12, top_k=3))
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}])
