@@ -189,6 +189,7 @@ class Trail:
     decodings: list[Decoding]
     shown: int = 0
     compare: tuple[str, TraceArrays] | None = None  # another model's greedy decoding of the sentence, shown beside
+    page: dict = field(default_factory=dict)  # what the page's menus hold (see `once`), by component id
 
     @property
     def current(self) -> Decoding:
@@ -198,6 +199,30 @@ class Trail:
         """The trail up to decoding `after` (default: the one shown), then `decoding`, shown."""
         after = self.shown if after is None else after
         return replace(self, decodings=self.decodings[:after + 1] + [decoding], shown=after + 1)
+
+
+def once(trail: Trail | None, component: gr.components.Component, value: object, **props) -> object:
+    """A component's new `value`, with its properties `props` (choices, visibility) only where the page does not
+    hold them yet.
+
+    Gradio rebuilds a component and its configuration for every property update (~0.5 ms of the web server's
+    time each, the largest part of a translation's own work on the server), while a value alone costs no such
+    thing. What the page holds is kept with the user's trail."""
+    if trail is not None and trail.page.get(component._id) == props:
+        return value
+    if trail is not None:
+        trail.page[component._id] = props
+    return type(component)(value=value, **props)
+
+
+def merge(outputs: dict, later: dict) -> None:
+    """Put a later callback's outputs into `outputs` (one event that draws twice): a value sent alone after an update
+    with properties keeps those properties, which `once` sends only the first time."""
+    for component, value in later.items():
+        earlier = outputs.get(component)
+        if isinstance(earlier, gr.components.Component) and not isinstance(value, gr.components.Component):
+            value = type(earlier)(**{**earlier.constructor_args, "value": value})
+        outputs[component] = value
 
 
 def head_choices(trace: TraceArrays, kind: str) -> list[tuple[str, int | str]]:
@@ -246,13 +271,14 @@ def translate(model_name: str, text: str, kind: str, layer: int, head: int | str
     except InputError as error:
         kept = f" The translation on screen is still that of {shown(previous.source)}." if previous else ""
         return {status: str(error) + kept}
-    trail = Trail(model_name, text, [Decoding("original", to_arrays(traced), traced.text)])
+    trail = Trail(model_name, text, [Decoding("original", to_arrays(traced), traced.text)],
+                  page={} if previous is None else previous.page)
     trace = trail.current.trace
     same_model = previous is not None and previous.model == model_name
     return {**show(trail, 1, kind, layer, head, model_view), **({} if same_model else head_panel(model_name, trace)),
             status: translate_status(traced, trace.available()), source_view: source_highlights(traced),
             masked_translation: None, mask_effect_plot: None, n_best: None, beam_steps: None,
-            beam_open: gr.Dropdown(choices=[], value=None), beam_state: None, branch_word: ""}
+            beam_open: once(trail, beam_open, None, choices=[]), beam_state: None, branch_word: ""}
 
 
 def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, model_view: bool) -> dict:
@@ -268,17 +294,17 @@ def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, mod
     return {trail_state: trail, trace_state: trace,
             translation: decoding.text,
             step: gr.Slider(maximum=max(trace.steps, 2), value=at_step, interactive=trace.steps > 1),
-            kind_choice: gr.Radio(choices=kinds, value=kind),
+            kind_choice: once(trail, kind_choice, kind, choices=kinds),
             translation_state: {**translation_frames(trace), "link": {"model": trail.model, "text": trail.source,
                                                                       "force": decoding.force, "mask": decoding.mask,
                                                                       "compare": trail.compare and trail.compare[0]}},
-            **{button: gr.Button(interactive=True) for button in step_buttons},
-            breadcrumb: gr.Radio(choices=[(d.name, i) for i, d in enumerate(trail.decodings)], value=trail.shown,
-                                 visible=len(trail.decodings) > 1),
+            **{button: once(trail, button, button.value, interactive=True) for button in step_buttons},
+            breadcrumb: once(trail, breadcrumb, trail.shown, choices=[(d.name, i) for i, d in enumerate(trail.decodings)],
+                             visible=len(trail.decodings) > 1),
             source_share_plot: None, contribution_plot: None,  # measured for another decoding: asked for again
             # A new decoding shows its weights; the GRU models have no residual stream for the other measures.
-            measure_choice: gr.Radio(choices=list(MEASURES) if trace.encoder is not None else [WEIGHTS],
-                                     value=WEIGHTS),
+            measure_choice: once(trail, measure_choice, WEIGHTS,
+                                 choices=list(MEASURES) if trace.encoder is not None else [WEIGHTS]),
             **comparison_outputs(trail), **grids, **view_outputs(trace, kind, layer, head, model_view, trail)}
 
 
@@ -354,8 +380,8 @@ def view_outputs(trace: TraceArrays, kind: str, layer: int, head: int | str, mod
     if trail is not None and trail.compare is not None:  # the weights of both, whatever measure the view shows
         frames["compare"] = comparison_frames([(trail.model, trail.current.trace), trail.compare], kind, layer, head,
                                               file_stem(trail))
-    return {layer_choice: gr.Dropdown(choices=layers, value=layer), head_choice: gr.Dropdown(choices=heads, value=head),
-            view_state: frames}
+    return {layer_choice: once(trail, layer_choice, layer, choices=layers),
+            head_choice: once(trail, head_choice, head, choices=heads), view_state: frames}
 
 
 def file_stem(trail: Trail | None) -> str:
@@ -577,7 +603,7 @@ def open_head(trace: TraceArrays | None, name: str, model_view: bool = False, tr
         return {status: f"No head {shown(name)} in this model ({sizes}): name one as kind.layer.head, 1-based, "
                         "e.g. cross.2.5."}
     kind, layer, head = parsed
-    return {kind_choice: gr.Radio(value=kind), **view_outputs(trace, kind, layer, head, model_view, trail),
+    return {kind_choice: kind, **view_outputs(trace, kind, layer, head, model_view, trail),
             status: f"Showing {head_key(kind, layer, head)}."}
 
 
@@ -661,8 +687,8 @@ def run_beam(trail: Trail | None) -> dict:
     ran_from = {"force": trail.current.force, "mask": mask}  # hypotheses open after this decoding
     return {n_best: rows, beam_steps: steps,
             beam_state: {"from": ran_from, "hypotheses": [traced.tokens(h) for h in beam.n_best]},
-            beam_open: gr.Dropdown(choices=[(f"#{r}: {text}", r - 1) for r, text in enumerate(texts, start=1)],
-                                   value=None),
+            beam_open: once(trail, beam_open, None,
+                            choices=[(f"#{r}: {text}", r - 1) for r, text in enumerate(texts, start=1)]),
             status: f"Beam search (beam {beam.beam_size}, length penalty {beam.length_penalty}{masked}): "
                     f"{len(beam.n_best)} finished hypotheses in {len(beam.steps)} steps; "
                     + ("the best one is the greedy translation." if texts and texts[0] == greedy else
@@ -823,15 +849,14 @@ def open_link(query, model_view: bool = False) -> dict:
     layer_index = layer - 1 if layer is not None and layer <= trace.layers(kind) else 0
     at_step = step if step is not None and step <= steps else 1
     head = head if not isinstance(head, int) or head < trace.heads(kind) else MEAN
-    outputs.update(show(trail, at_step, kind, layer_index, head, model_view))
+    merge(outputs, show(trail, at_step, kind, layer_index, head, model_view))
     measure = LINK_MEASURES.get(one("measure") or WEIGHTS)
     if measure is None:
         notes.append(f"measure {shown(one('measure'))} is none of {', '.join(LINK_MEASURES)}")
     elif measure != WEIGHTS:
         viewed = change_view(trail.current.trace, kind, layer_index, head, model_view, measure, trail)
         if view_state in viewed:
-            outputs.update(viewed)
-            outputs[measure_choice] = gr.Radio(choices=list(MEASURES), value=measure)
+            merge(outputs, {**viewed, measure_choice: measure})
         else:
             notes.append(viewed[status])
     outputs.update({source: text, example: gr.Dropdown(choices=examples, value=text if text in examples else None),

@@ -174,3 +174,21 @@ def test_server_answers_gradio_client(server, app_module):
         client.predict(MODEL, "  ", api_name="/trace")
     ui = client.predict(MODEL, "A dog.", CROSS, 0, MEAN, False, api_name="/translate")
     assert ui[0] == translator.trace("A dog.").text
+
+
+def test_menus_get_their_choices_only_when_they_change(app_module):
+    """Gradio rebuilds a component for each property update, so a menu's choices go to the page once and then only
+    its value, until another model (or a measure of whole layers) changes them."""
+    first = app_module.translate(MODEL, "A dog runs.", CROSS, 0, MEAN)
+    trail = first[app_module.trail_state]
+    menus = (app_module.kind_choice, app_module.layer_choice, app_module.head_choice, app_module.measure_choice)
+    assert all(isinstance(first[menu], app_module.gr.components.Component) for menu in menus)
+    again = app_module.translate(MODEL, "A man plays.", CROSS, 1, 2, False, trail)
+    assert [again[menu] for menu in menus] == [CROSS, 1, 2, app_module.WEIGHTS]  # values alone
+    assert not any(isinstance(again[button], app_module.gr.components.Component) for button in app_module.step_buttons)
+    view = app_module.change_view(again[app_module.trace_state], ENCODER, 0, 3, False, None, again[app_module.trail_state])
+    assert (view[app_module.layer_choice], view[app_module.head_choice]) == (0, 3)
+    other = app_module.translate("toy-rnn", "A man plays.", CROSS, 0, MEAN, False, again[app_module.trail_state])
+    assert other[app_module.kind_choice].choices == [(CROSS, CROSS)]  # another model: its own choices
+    assert app_module.translate(MODEL, "A dog.", ENCODER, 0, MEAN, False, other[app_module.trail_state])[
+        app_module.kind_choice].choices == [(kind, kind) for kind in (ENCODER, DECODER, CROSS)]
