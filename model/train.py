@@ -7,6 +7,11 @@ schedule, gradient clipping, dropout, validation (loss and greedy BLEU) after ev
 best/last checkpoints, averaging of the last epochs, resume after interruption (--resume),
 seeded and deterministic for a given machine. Uses every CPU core, or CUDA when present.
 Work files (last state for resume, per-epoch weights) go to --work; the shipped folder to --out.
+
+Started by torchrun, it trains with DistributedDataParallel over every process torchrun starts (gloo on CPU,
+nccl on GPUs; model/distributed.py), each taking its share of every batch; rank 0 alone validates and writes:
+
+    torchrun --nproc_per_node 2 -m model.train --src en --tgt de --out checkpoints/en-de
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from model.checkpoint import build_model, load_weights, read_json, save_checkpoint, save_weights, write_json
+from model import distributed
 from model.batching import make_batch, token_batches
 from model.data import load_pairs
 from model.evaluate import DEFAULT_DATA, score
@@ -219,6 +225,30 @@ def pick_examples(sentences: list[str], count: int = 6) -> list[str]:
     return [by_length[round(i * (len(by_length) - 1) / max(count - 1, 1))] for i in range(count)]
 
 
+def step_loss(model, data: dict, indices: list[int], ranks: distributed.Ranks, device, label_smoothing: float,
+              **forcing) -> tuple[torch.Tensor, float, int]:
+    """The loss to back-propagate for batch `indices` on this rank, its summed token loss and its target tokens.
+
+    One process: the mean cross-entropy over the batch's target tokens. Several: each rank sums over its share and
+    divides by the whole batch's tokens (which every rank can count) over the number of ranks, so that the average
+    of the ranks' gradients that DistributedDataParallel takes is the gradient of the whole batch's mean. A rank
+    whose share is empty (a batch of fewer sentences than ranks) still runs a sentence, weighted 0, as every rank
+    must take part in each gradient exchange.
+    """
+    mine = ranks.share(indices)
+    batch = make_batch([data["src"][i] for i in mine or indices[:1]], [data["tgt"][i] for i in mine or indices[:1]])
+    logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True, **forcing)
+    logits, targets = logits.flatten(0, 1), batch.tgt_out.to(device).flatten()
+    if ranks.world_size == 1:
+        loss = F.cross_entropy(logits, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing)
+        return loss, loss.item() * batch.n_target_tokens, batch.n_target_tokens
+    summed = F.cross_entropy(logits, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
+    if not mine:
+        summed = summed * 0.0
+    whole = sum(len(data["tgt"][i]) + 1 for i in indices)
+    return summed * (ranks.world_size / whole), summed.item(), batch.n_target_tokens if mine else 0
+
+
 def hardware(device) -> str:
     """What trained the model, for metrics.json."""
     if device.type == "cuda":
@@ -228,21 +258,28 @@ def hardware(device) -> str:
 
 def train(args) -> Translator:
     """Train as `args` say, epoch by epoch, then ship the better of best/averaged weights to --out."""
-    torch.set_num_threads(args.threads or os.cpu_count())
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ranks = distributed.start()
+    # torchrun's processes on one machine share its cores.
+    torch.set_num_threads(args.threads or max(1, os.cpu_count() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    device = ranks.device
     seed_everything(args.seed)
     data, translator = prepare_data(args)
     model = translator.model.to(device)
+    # One process: the model itself. Several: DDP, which starts every rank from rank 0's weights and averages the
+    # ranks' gradients during backward.
+    trained = model if ranks.backend is None else torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[ranks.local_rank] if ranks.backend == "nccl" else None)
     work = Path(args.work or Path("runs") / Path(args.out).name)
     (work / "epochs").mkdir(parents=True, exist_ok=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
     state = {"epoch": 0, "step": 0, "seconds": 0.0, "best_bleu": -1.0, "history": []}
     if args.resume and (work / "last").is_dir():
         state = load_state(work / "last", model, optimizer)
-        print(f"resumed from {work / 'last'} after epoch {state['epoch']}, step {state['step']}")
+        log(ranks, f"resumed from {work / 'last'} after epoch {state['epoch']}, step {state['step']}")
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{n_params / 1e6:.2f}M parameters; vocab {len(translator.src_vocab)} {args.src} / "
-          f"{len(translator.tgt_vocab)} {args.tgt}; {len(data['train']['src'])} training pairs; {hardware(device)}")
+    log(ranks, f"{n_params / 1e6:.2f}M parameters; vocab {len(translator.src_vocab)} {args.src} / "
+               f"{len(translator.tgt_vocab)} {args.tgt}; {len(data['train']['src'])} training pairs; {hardware(device)}"
+               + (f"; {ranks.world_size} processes ({ranks.backend})" if ranks.backend else ""))
     train_data = data["train"]
     forcing = {"teacher_forcing": args.teacher_forcing} if args.architecture == "rnn" else {}
     src_lengths = [len(s) for s in train_data["src"]]
@@ -251,37 +288,39 @@ def train(args) -> Translator:
     while state["epoch"] < args.epochs:
         epoch = state["epoch"] + 1
         epoch_seconds = state["history"][-1]["seconds"] if state["history"] else 0.0
-        if args.max_minutes and state["seconds"] + epoch_seconds > args.max_minutes * 60:
-            print(f"stopping before epoch {epoch}: the time budget of {args.max_minutes} min would be exceeded")
+        # Rank 0's clock decides, for every rank: they must stop together.
+        if ranks.agree(bool(args.max_minutes) and state["seconds"] + epoch_seconds > (args.max_minutes or 0) * 60):
+            log(ranks, f"stopping before epoch {epoch}: the time budget of {args.max_minutes} min would be exceeded")
             break
         model.train()
         start = time.perf_counter()
         batches = token_batches(src_lengths, tgt_lengths, args.max_tokens, seed=args.seed + epoch)
-        progress = tqdm(batches, desc=f"epoch {epoch}", file=sys.stdout, mininterval=10, dynamic_ncols=True)
+        progress = tqdm(batches, desc=f"epoch {epoch}", file=sys.stdout, mininterval=10, dynamic_ncols=True,
+                        disable=not ranks.main)
         total_loss, total_tokens = 0.0, 0
         for indices in progress:
-            batch = make_batch([train_data["src"][i] for i in indices], [train_data["tgt"][i] for i in indices])
             state["step"] += 1
             lr = learning_rate(state["step"], args.lr, args.warmup, args.decay, total_steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True, **forcing)
-            loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.to(device).flatten(),
-                                   ignore_index=PAD_ID, label_smoothing=args.label_smoothing)
+            loss, summed, tokens = step_loss(trained, train_data, indices, ranks, device, args.label_smoothing,
+                                             **forcing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             optimizer.step()
-            tokens = batch.n_target_tokens
-            total_loss += loss.item() * tokens
+            total_loss += summed
             total_tokens += tokens
             elapsed = time.perf_counter() - start
-            progress.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{total_tokens / elapsed:.0f}", lr=f"{lr:.2e}",
-                                 refresh=False)
+            progress.set_postfix(loss=f"{summed / max(tokens, 1):.3f}", tok_s=f"{total_tokens / elapsed:.0f}",
+                                 lr=f"{lr:.2e}", refresh=False)
         seconds = time.perf_counter() - start
-        val = validate(translator, data["val"], device)
+        total_loss, total_tokens = ranks.sum([total_loss, total_tokens])
         state["seconds"] += seconds
         state["epoch"] = epoch
+        if not ranks.main:  # rank 0 validates and writes; the others go on to the next epoch's first exchange
+            continue
+        val = validate(translator, data["val"], device)
         record = {"epoch": epoch, "step": state["step"], "train_loss": round(total_loss / total_tokens, 4),
                   "seconds": round(seconds, 1), "target_tokens_per_s": round(total_tokens / seconds),
                   "val_loss": val["loss"], "val_bleu_tok_lc": val["bleu_tok_lc"], "val_bleu": val["bleu"]}
@@ -295,10 +334,29 @@ def train(args) -> Translator:
             state["best_bleu"] = val["bleu_tok_lc"]
             shutil.copy(epoch_file, work / "best.safetensors")
         save_state(work / "last", model, optimizer, state)
-    return finish(args, translator, data, state, work, device)
+    distributed.stop(ranks)
+    if not ranks.main:
+        return translator
+    return finish(args, translator, data, state, work, device, ranks)
 
 
-def finish(args, translator: Translator, data: dict, state: dict, work: Path, device) -> Translator:
+def launcher(ranks: distributed.Ranks) -> str:
+    """How this run was started: python, or torchrun with its nodes and processes per node."""
+    if ranks.backend is None:
+        return "python"
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size))
+    nodes = ranks.world_size // per_node
+    return "torchrun" + (f" --nnodes {nodes}" if nodes > 1 else "") + f" --nproc_per_node {per_node}"
+
+
+def log(ranks: distributed.Ranks, message: str) -> None:
+    """Print on rank 0 only (every rank would say the same)."""
+    if ranks.main:
+        print(message, flush=True)
+
+
+def finish(args, translator: Translator, data: dict, state: dict, work: Path, device,
+           ranks: distributed.Ranks = distributed.Ranks()) -> Translator:
     """Pick the best of {best epoch, average of the last epochs} on validation BLEU and ship it to --out."""
     model = translator.model
     candidates = {"best_epoch": load_file(str(work / "best.safetensors"))}
@@ -321,9 +379,10 @@ def finish(args, translator: Translator, data: dict, state: dict, work: Path, de
         "examples": pick_examples(load_pairs(args.data, "test", args.src, args.tgt)["src"][:200]),
         "training": {
             "data": f"{args.data} train ({len(data['train']['src'])} pairs)",
-            "command": "python -m model.train " + " ".join(sys.argv[1:]),
+            "command": launcher(ranks) + " -m model.train " + " ".join(sys.argv[1:]),
             "epochs": state["epoch"], "steps": state["step"], "wall_seconds": round(state["seconds"]),
             "hardware": hardware(device), "torch": torch.__version__,
+            "world_size": ranks.world_size, "backend": ranks.backend,
             "parameters": sum(p.numel() for p in model.parameters()), "history": state["history"],
             "args": vars(args),
         },

@@ -1,0 +1,111 @@
+"""Training on several processes (model/distributed.py, torchrun): the same gradients as one process with the
+whole batch, and a 2-process run that learns what a 1-process run learns."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from model import distributed
+from model.train import step_loss
+from model.transformer import Transformer
+from tests.conftest import tiny_config
+
+ROOT = Path(__file__).resolve().parent.parent
+# A batch of seven sentence pairs of the tiny vocabularies, of mixed lengths (ids only: no <eos>, no <sos>).
+DATA = {"src": [[5, 6, 7, 2], [8, 9, 2], [10, 11, 12, 13, 14, 2], [15, 2], [16, 17, 18, 2], [19, 20, 2], [21, 2]],
+        "tgt": [[7, 6, 5], [9, 8], [14, 13, 12, 11], [15], [18, 17, 16, 20], [20, 19], [21, 22, 23]]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gradients(model) -> dict[str, torch.Tensor]:
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def one_rank(rank: int, world_size: int, port: int, batches: list[list[int]], out: str) -> None:
+    """A rank of `world_size`: one backward step of each batch's share through DDP; rank 0 saves the gradients."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    ranks = distributed.start()
+    torch.manual_seed(rank)  # different initial weights: DDP must start every rank from rank 0's
+    model = Transformer(tiny_config(dropout=0.0))
+    if rank == 0:
+        torch.save(model.state_dict(), out + ".weights")
+    trained = torch.nn.parallel.DistributedDataParallel(model)
+    results = []
+    for indices in batches:
+        model.zero_grad()
+        loss, _, _ = step_loss(trained, DATA, indices, ranks, torch.device("cpu"), label_smoothing=0.1)
+        loss.backward()
+        results.append(gradients(model))
+    if rank == 0:
+        torch.save(results, out)
+    distributed.stop(ranks)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_sharing_a_batch_get_the_gradients_of_one_process_with_all_of_it(tmp_path, world_size):
+    batches = [list(range(7)), [1, 3], [6]]  # shares of 4/3 (or 3/2/2), of 1/1 (1/1/0) and of 1/0 sentences
+    out = str(tmp_path / "gradients.pt")
+    mp.spawn(one_rank, args=(world_size, free_port(), batches, out), nprocs=world_size)
+    shared = torch.load(out)
+    model = Transformer(tiny_config(dropout=0.0))
+    model.load_state_dict(torch.load(out + ".weights"))
+    for indices, ranks_gradients in zip(batches, shared):
+        model.zero_grad()
+        loss, _, _ = step_loss(model, DATA, indices, distributed.Ranks(), torch.device("cpu"), label_smoothing=0.1)
+        loss.backward()
+        alone = gradients(model)
+        assert alone.keys() == ranks_gradients.keys()
+        for name, gradient in alone.items():
+            torch.testing.assert_close(ranks_gradients[name], gradient, rtol=1e-4, atol=1e-6)  # float sums, reordered
+
+
+def torchrun(*args: str, processes: int = 2) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc_per_node={processes}", "-m", "model.train", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_two_processes_learn_reversal_as_one_does(tmp_path):
+    """The shipped reverser's recorded command, on 2 processes (torchrun, gloo): a checkpoint that loads and
+    reverses held-out strings as well as the 1-process run's (exact match >= 99%)."""
+    from model.checkpoint import load_checkpoint
+    from model.evaluate import evaluate
+    from tests.test_reversal import recorded_arguments
+    run = torchrun(*recorded_arguments(tmp_path))  # --threads 1: a thread per process
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    translator = load_checkpoint(tmp_path / "reverse")
+    training = translator.metrics["training"]
+    assert (training["world_size"], training["backend"]) == (2, "gloo")
+    assert training["command"].startswith("torchrun --nproc_per_node 2 -m model.train ")
+    metrics, _ = evaluate(translator, "reverse", "test", beam_size=1)
+    assert metrics["exact_match"] >= 99.0, metrics
+    assert run.stdout.count("epoch=") == 5  # rank 0 alone logs
+
+
+@pytest.mark.slow
+def test_a_two_process_run_resumes(toy_data, tmp_path):
+    common = ["--data", str(toy_data), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
+              "--d-model", "32", "--heads", "4", "--encoder-layers", "1", "--decoder-layers", "1", "--d-ff", "64",
+              "--max-tokens", "300", "--threads", "1"]
+    first = torchrun(*common, "--epochs", "1")
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = torchrun(*common, "--epochs", "2", "--resume")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "resumed from" in second.stdout and "after epoch 1" in second.stdout
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())["training"]
+    assert [record["epoch"] for record in metrics["history"]] == [1, 2] and metrics["world_size"] == 2
