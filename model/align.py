@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from model import distributed
 from model.checkpoint import load_checkpoint
 from model.seq2seq import head_name
 from model.translator import Translator
@@ -167,9 +168,10 @@ def pharaoh_lines(cross: np.ndarray, reading: str) -> dict[str, str]:
     return {name: pharaoh(links[0]) for (name, how), links in head_alignments([cross]).items() if how == reading}
 
 
-def head_alignments(maps: list[np.ndarray]) -> dict[tuple[str, str], list[Links]]:
-    """For every head (kind.layer.head) and layer mean (cross.layer.mean) and both readings, each sentence's links."""
-    layers, heads = maps[0].shape[:2]
+def head_alignments(maps: list[np.ndarray], shape: tuple[int, int] | None = None) -> dict[tuple[str, str], list[Links]]:
+    """For every head (kind.layer.head) and layer mean (cross.layer.mean) and both readings, each sentence's links
+    (`shape`: the cross-attention's layers and heads, when `maps` may be empty)."""
+    layers, heads = shape or maps[0].shape[:2]
     readers = {**{head_name("cross", layer, head): (lambda m, l=layer, h=head: m[l, h])
                   for layer in range(layers) for head in range(heads)},
                **{f"cross.{layer + 1}.mean": (lambda m, l=layer: m[l].mean(0)) for layer in range(layers)}}
@@ -200,10 +202,16 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         sys.exit(str(error))
     print(f"reference: {reference}", file=sys.stderr)
-    maps = [cross_attention(translator, s, t) for s, t in tqdm(list(zip(sources, targets)), desc="attention",
-                                                                file=sys.stderr)]
-    scores = {key: alignment_error_rate(links, list(sure), list(possible))
-              for key, links in head_alignments(maps).items()}
+    # Under torchrun each process reads a block of the split; the links are gathered in the split's order.
+    ranks = distributed.start()
+    maps = [cross_attention(translator, sources[i], targets[i]) for i in tqdm(
+        ranks.block(len(sources)), desc="attention", file=sys.stderr, disable=not ranks.main)]
+    alignments = {key: ranks.gather(links)
+                  for key, links in head_alignments(maps, translator.model.heads()["cross"]).items()}
+    distributed.stop(ranks)
+    if not ranks.main:
+        return
+    scores = {key: alignment_error_rate(links, list(sure), list(possible)) for key, links in alignments.items()}
     print(f"{len(sources)} sentences of {args.split}; AER per head and layer mean against {reference} (lower is "
           "better)")
     print(f"{'head':<14} " + " ".join(f"{reading:>8}" for reading in READINGS))
@@ -211,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name:<14} " + " ".join(f"{scores[name, reading]:>8.3f}" for reading in READINGS))
     (name, reading), best = min(scores.items(), key=lambda item: item[1])
     if args.out:
-        Path(args.out).write_text("\n".join(pharaoh(links) for links in head_alignments(maps)[name, reading]) + "\n")
+        Path(args.out).write_text("\n".join(pharaoh(links) for links in alignments[name, reading]) + "\n")
     print(f"best AER {best:.3f} at {name} ({reading})")
 
 

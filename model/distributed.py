@@ -6,7 +6,9 @@ torchrun sets RANK, WORLD_SIZE, LOCAL_RANK (and MASTER_ADDR/PORT) in each proces
 them into one process group: `gloo` on CPU, `nccl` on GPUs (one per process, by local rank). Without those
 variables everything runs as one process and nothing here does anything. Every rank builds the same batches
 (same seed) and takes its own share of each (`Ranks.share`), so the global batch, the learning-rate
-schedule and the number of steps are those of one process with the whole batch.
+schedule and the number of steps are those of one process with the whole batch. The evaluation CLIs
+(model.heads, model.align) give each rank a block of the split's sentences (`Ranks.block`) and add up or
+gather what the ranks found.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -42,13 +45,26 @@ class Ranks:
         alike in length)."""
         return indices[self.rank::self.world_size]
 
-    def sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum of `values` over all ranks (each rank passes its own)."""
+    def block(self, count: int) -> range:
+        """This rank's part of `count` items taken in order (an evaluation split): one contiguous block per rank."""
+        return range(self.rank * count // self.world_size, (self.rank + 1) * count // self.world_size)
+
+    def sum(self, values: list[float] | np.ndarray) -> list[float] | np.ndarray:
+        """Element-wise sum of `values` over all ranks (each rank passes its own), as a list or an array."""
         if self.backend is None:
             return values
-        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        tensor = torch.as_tensor(np.asarray(values, dtype=np.float64), device=self.device)
         dist.all_reduce(tensor)
-        return tensor.tolist()
+        summed = tensor.cpu().numpy()
+        return summed if isinstance(values, np.ndarray) else summed.tolist()
+
+    def gather(self, items: list) -> list:
+        """Every rank's `items` (picklable), one list in rank order: with `block`, the order of the whole."""
+        if self.backend is None:
+            return items
+        parts = [None] * self.world_size
+        dist.all_gather_object(parts, items)
+        return [item for part in parts for item in part]
 
     def agree(self, value: bool) -> bool:
         """Rank 0's `value`, on every rank (a decision all ranks must take together, such as stopping)."""

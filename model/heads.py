@@ -30,10 +30,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from model import distributed
 from model.align import alignment_error_rate, head_alignments, reference_alignments
 from model.batching import make_batch, token_batches
 from model.checkpoint import HEADS, load_checkpoint, read_json, write_json
 from model.data import load_pairs
+from model.distributed import Ranks
 from model.evaluate import DEFAULT_DATA, score
 from model.head_stats import head_statistics
 from model.seq2seq import HeadGates, head_gates, head_name
@@ -69,22 +71,26 @@ def batch_loss(translator: Translator, batch, gates: HeadGates | None) -> tuple[
 
 
 @torch.no_grad()
-def log_likelihood(translator: Translator, batches: list, gates: HeadGates | None = None) -> float:
-    """Mean teacher-forced log-likelihood per reference token."""
+def log_likelihood(translator: Translator, batches: list, gates: HeadGates | None = None,
+                   ranks: Ranks = Ranks()) -> float:
+    """Mean teacher-forced log-likelihood per reference token (`batches`: this rank's)."""
     total, count = 0.0, 0
     for batch in batches:
         loss, tokens = batch_loss(translator, batch, gates)
         total, count = total + float(loss), count + tokens
+    total, count = ranks.sum([total, count])
     return -total / count
 
 
 def greedy_bleu(translator: Translator, sources: list[list[str]], references: list[str],
-                gates: HeadGates | None = None) -> float:
-    """Tokenized lower-cased BLEU of greedy decoding (the app's decoding) with `gates`."""
-    return score(translator, translator.translate_tokens(sources, gates=gates), references)["bleu_tok_lc"]
+                gates: HeadGates | None = None, ranks: Ranks = Ranks()) -> float:
+    """Tokenized lower-cased BLEU of greedy decoding (the app's decoding) with `gates`, each rank translating its
+    block of the sentences."""
+    mine = [sources[i] for i in ranks.block(len(sources))]
+    return score(translator, ranks.gather(translator.translate_tokens(mine, gates=gates)), references)["bleu_tok_lc"]
 
 
-def gradient_importance(translator: Translator, batches: list) -> dict[str, float]:
+def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ranks()) -> dict[str, float]:
     """Michel et al.'s importance: Σ_batches |∂L/∂ξ_h| at ξ = 1, normalised to unit ℓ2 norm in each layer."""
     shapes = translator.model.heads()
     gates = HeadGates(**{kind: torch.ones(shape, requires_grad=True) for kind, shape in shapes.items()})
@@ -94,6 +100,7 @@ def gradient_importance(translator: Translator, batches: list) -> dict[str, floa
         gradients = torch.autograd.grad(loss, [getattr(gates, kind) for kind in shapes])
         for kind, gradient in zip(shapes, gradients):
             importance[kind] += gradient.abs()
+    importance = {kind: torch.from_numpy(ranks.sum(values.numpy())).float() for kind, values in importance.items()}
     normalised = {}
     for kind, values in importance.items():
         values = values / values.norm(dim=-1, keepdim=True).clamp(min=1e-12)  # (L, H): per layer
@@ -104,16 +111,19 @@ def gradient_importance(translator: Translator, batches: list) -> dict[str, floa
 
 @torch.inference_mode()
 def split_statistics(translator: Translator, sources: list[list[str]], targets: list[list[str]],
-                     alignments: tuple[list, list] | None = None) -> dict[str, dict[str, float]]:
+                     alignments: tuple[list, list] | None = None, ranks: Ranks = Ranks()) -> dict[str, dict[str, float]]:
     """Every head's statistics (model/head_stats.py), each the mean over the sentences of the split, read on the
     reference translations; a statistic that does not apply (offset of cross-attention) is left out.
 
     `alignments`: (sure, possible) word alignments of the split (model/align.py); each cross-attention head's
     alignment error rate against them is added, read at the output step (`alignment_aer`) and at the step where
-    the word is the decoder's input (`shift_alignment_aer`, shift-att)."""
+    the word is the decoder's input (`shift_alignment_aer`, shift-att). Each rank reads its block of the split;
+    their sums are added up and their alignments gathered."""
     sums: dict[str, np.ndarray] = {}
     cross_maps = []
-    for source, target in tqdm(list(zip(sources, targets)), desc="statistics", file=sys.stderr):
+    mine = ranks.block(len(sources))
+    for source, target in tqdm([(sources[i], targets[i]) for i in mine], desc="statistics", file=sys.stderr,
+                               disable=not ranks.main):
         attention = translator.reference_attention(source, target)
         cross_maps.append(attention.cross[:, 0].float().numpy())
         source_tokens = source[:translator.max_src_tokens] + ["<eos>"]
@@ -126,7 +136,8 @@ def split_statistics(translator: Translator, sources: list[list[str]], targets: 
                 sums.setdefault(f"{kind}|{statistic}", np.zeros(values.shape))
                 sums[f"{kind}|{statistic}"] += values
     statistics: dict[str, dict[str, float]] = {}
-    for key, total in sums.items():
+    for key in sorted(sums):  # the same order on every rank
+        total = ranks.sum(sums[key])
         kind, statistic = key.split("|")
         for layer, head in np.ndindex(total.shape):
             if np.isfinite(total[layer, head]):
@@ -134,7 +145,9 @@ def split_statistics(translator: Translator, sources: list[list[str]], targets: 
                     float(total[layer, head]) / len(sources), 5)
     if alignments is not None:
         sure, possible = alignments
-        for (name, reading), links in head_alignments(cross_maps).items():
+        shape = translator.model.heads()["cross"]
+        for (name, reading), links in head_alignments(cross_maps, shape).items():
+            links = ranks.gather(links)
             if name in statistics:  # a head, not a layer mean
                 key = "alignment_aer" if reading == "output" else "shift_alignment_aer"
                 statistics[name][key] = round(alignment_error_rate(links, sure, possible), 5)
@@ -163,8 +176,15 @@ def main(argv: list[str] | None = None) -> None:
     references = list(pairs["tgt"])
     targets = translator.tgt_tokenizer.tokenize_all(references)
     sure, possible, reference = reference_alignments(translator, args.data, args.split, sources, targets, args.gold)
-    statistics = split_statistics(translator, sources, targets, (sure, possible))
+    # Under torchrun each process reads a block of the split and the sums are added up; rank 0 writes.
+    ranks = distributed.start()
+    if len(sources) < ranks.world_size:
+        sys.exit(f"{len(sources)} sentences cannot be shared by {ranks.world_size} processes")
+    statistics = split_statistics(translator, sources, targets, (sure, possible), ranks)
     if args.statistics_only:
+        distributed.stop(ranks)
+        if not ranks.main:
+            return
         report = read_json(Path(args.checkpoint) / HEADS)
         for name, values in statistics.items():
             report["heads"].setdefault(name, {}).update(values)
@@ -174,29 +194,37 @@ def main(argv: list[str] | None = None) -> None:
         print(f"statistics of {len(statistics)} heads over {len(sources)} sentences of {args.split} added to "
               f"{Path(args.checkpoint) / HEADS}")
         return
+    # The batches of one process, a block of them per rank: importance sums |gradient| per batch, which depends on
+    # how sentences are grouped.
     batches = teacher_forced_batches(translator, sources, targets)
+    batches = [batches[i] for i in ranks.block(len(batches))]
     names = every_head(translator)
 
-    base_bleu, base_likelihood = greedy_bleu(translator, sources, references), log_likelihood(translator, batches)
-    importance = gradient_importance(translator, batches)
+    base_bleu = greedy_bleu(translator, sources, references, ranks=ranks)
+    base_likelihood = log_likelihood(translator, batches, ranks=ranks)
+    importance = gradient_importance(translator, batches, ranks)
     heads = {}
-    for name in tqdm(names, desc="one head off", file=sys.stderr):
+    for name in tqdm(names, desc="one head off", file=sys.stderr, disable=not ranks.main):
         gates = head_gates(translator.model, [name])
         heads[name] = {**statistics.get(name, {}), "importance": round(importance[name], 6),
-                       "bleu_change": round(greedy_bleu(translator, sources, references, gates) - base_bleu, 2),
-                       "log_likelihood_change": round(log_likelihood(translator, batches, gates) - base_likelihood,
-                                                      5)}
+                       "bleu_change": round(greedy_bleu(translator, sources, references, gates, ranks) - base_bleu, 2),
+                       "log_likelihood_change": round(log_likelihood(translator, batches, gates, ranks)
+                                                      - base_likelihood, 5)}
     order = sorted(names, key=lambda name: importance[name])  # least important first
     pruning = [{"fraction": 0.0, "heads_off": 0, "bleu": base_bleu}]
-    for fraction in tqdm(PRUNED_FRACTIONS, desc="pruning", file=sys.stderr):
+    for fraction in tqdm(PRUNED_FRACTIONS, desc="pruning", file=sys.stderr, disable=not ranks.main):
         off = order[:round(fraction * len(order))]
         if len(off) == pruning[-1]["heads_off"]:  # a model with few heads: the same point again
             continue
         pruning.append({"fraction": fraction, "heads_off": len(off),
-                        "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off))})
+                        "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off), ranks)})
+    distributed.stop(ranks)
+    if not ranks.main:
+        return
     drop = next((point for point in pruning if point["bleu"] < base_bleu - 1), None)
     report = {
-        "command": "python -m model.heads " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "command": ("python" if ranks.backend is None else f"torchrun --nproc_per_node {ranks.world_size}")
+                   + " -m model.heads " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "split": args.split, "sentences": len(references), "date": datetime.date.today().isoformat(),
         "hardware": hardware(torch.device("cpu")),
         "seconds": round(time.perf_counter() - began),

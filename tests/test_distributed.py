@@ -73,9 +73,9 @@ def test_ranks_sharing_a_batch_get_the_gradients_of_one_process_with_all_of_it(t
             torch.testing.assert_close(ranks_gradients[name], gradient, rtol=1e-4, atol=1e-6)  # float sums, reordered
 
 
-def torchrun(*args: str, processes: int = 2) -> subprocess.CompletedProcess:
+def torchrun(*args: str, module: str = "model.train", processes: int = 2) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc_per_node={processes}", "-m", "model.train", *args],
+                           f"--nproc_per_node={processes}", "-m", module, *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
@@ -109,3 +109,52 @@ def test_a_two_process_run_resumes(toy_data, tmp_path):
     assert "resumed from" in second.stdout and "after epoch 1" in second.stdout
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())["training"]
     assert [record["epoch"] for record in metrics["history"]] == [1, 2] and metrics["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_alignment_error_rates_on_two_processes_are_those_of_one(capsys):
+    from model import align
+    argv = ["--checkpoint", str(ROOT / "checkpoints" / "reverse"), "--data", "reverse", "--split", "test",
+            "--limit", "61"]
+    align.main(argv)
+    alone = capsys.readouterr().out
+    shared = torchrun(*argv, module="model.align")
+    assert shared.returncode == 0, shared.stderr[-2000:]
+    assert shared.stdout == alone  # rank 0 alone prints, the whole split's rates
+
+
+@pytest.mark.slow
+def test_head_statistics_on_two_processes_are_those_of_one(toy_checkpoints, tmp_path):
+    """model.heads on a split shared by 2 processes: every head's statistics, importance, BLEU and likelihood
+    changes, and the pruning curve are those of one process reading it all."""
+    import shutil
+    from model import heads
+    root, data = toy_checkpoints
+    reports = {}
+    for processes in (1, 2):
+        folder = tmp_path / f"p{processes}" / "toy-en-de"
+        shutil.copytree(root / "toy-en-de", folder)
+        argv = ["--checkpoint", str(folder), "--data", str(data), "--split", "val", "--threads", "1"]
+        if processes == 1:
+            heads.main(argv)
+        else:
+            run = torchrun(*argv, module="model.heads")
+            assert run.returncode == 0, run.stderr[-2000:]
+        reports[processes] = json.loads((folder / heads.HEADS).read_text())
+    alone, shared = reports[1], reports[2]
+    assert shared["command"].startswith("torchrun --nproc_per_node 2 -m model.heads")
+    assert shared["bleu"] == alone["bleu"]
+    # The pruning curve switches heads off in order of importance; heads of almost equal importance (sums taken
+    # over differently grouped batches) may swap places, so its BLEU is compared where the order is the same.
+    def order(report):
+        return sorted(report["heads"], key=lambda name: report["heads"][name]["importance"])
+    assert [p["heads_off"] for p in shared["pruning"]] == [p["heads_off"] for p in alone["pruning"]]
+    for a, b in zip(shared["pruning"], alone["pruning"]):
+        if order(shared)[:a["heads_off"]] == order(alone)[:b["heads_off"]]:
+            assert a["bleu"] == b["bleu"], (a, b)
+    assert shared["log_likelihood"] == pytest.approx(alone["log_likelihood"], abs=1e-4)
+    assert shared["heads"].keys() == alone["heads"].keys()
+    for name, values in alone["heads"].items():
+        assert shared["heads"][name].keys() == values.keys()
+        for key, value in values.items():
+            assert shared["heads"][name][key] == pytest.approx(value, abs=2e-4), (name, key)
