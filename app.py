@@ -1252,8 +1252,11 @@ with Blocks(title="Transformer attention inspector") as demo:
 
     demo.defaults_when_missing[measure_choice._id] = WEIGHTS
     for control in [*settings, measure_choice]:
+        # A view change reads the user's stored trace (a few ms): answered at once, without the queue's
+        # bookkeeping and its event stream.
         control.input(view_change, [trace_state, trail_state, *settings, measure_choice],
-                      [layer_choice, head_choice, view_state, status], api_name=control.elem_id.replace("-", "_"))
+                      [layer_choice, head_choice, view_state, status], api_name=control.elem_id.replace("-", "_"),
+                      queue=False)
 
     # What if: branch, switch heads off, open a head, beam search.
     for trigger in (branch_button.click, branch_word.submit):

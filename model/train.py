@@ -17,6 +17,7 @@ nccl on GPUs; model/distributed.py), each taking its share of every batch; rank 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import platform
@@ -35,7 +36,7 @@ from tqdm import tqdm
 from model.checkpoint import build_model, load_weights, read_json, save_checkpoint, save_weights, write_json
 from model import distributed
 from model.batching import make_batch, token_batches
-from model.data import load_pairs
+from model.data import Column, load_pairs, rows, take
 from model.evaluate import DEFAULT_DATA, score
 from model.rnn import RNNConfig
 from model.transformer import ModelConfig
@@ -119,34 +120,64 @@ def model_config(args, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig 
 
 
 def prepare_data(args) -> tuple[dict, Translator]:
-    """Tokenize train/val, build vocabularies and the truecaser; returns id lists and an untrained Translator."""
+    """Tokenize train/val, build vocabularies and the truecaser; returns the id pairs and an untrained Translator.
+
+    Tokens and ids are computed a block of sentences at a time into tables that `datasets` keeps on disk (for a
+    local corpus) and memory-maps; vocabularies and the truecaser are counted in one pass over them. Train's ids
+    are read back a row at a time as batches need them (`Column`), so a corpus of millions of pairs is never in
+    memory whole; val's tokens and references (a few thousand sentences) are kept as lists for validation."""
     lowercase = not args.cased
     src_tokenizer, tgt_tokenizer = Tokenizer(args.src, lowercase), Tokenizer(args.tgt, lowercase)
     cased_target = Tokenizer(args.tgt, lowercase=False)
-    splits = {}
-    for split in ("train", "val"):
-        pairs = load_pairs(args.data, split, args.src, args.tgt)
-        tgt_cased = cased_target.tokenize_all(pairs["tgt"])
-        splits[split] = {"src": src_tokenizer.tokenize_all(pairs["src"]),
-                         "tgt": [[t.lower() for t in s] for s in tgt_cased] if lowercase else tgt_cased,
-                         "tgt_cased": tgt_cased, "references": pairs["tgt"]}
+
+    def tokenize(batch: dict) -> dict:
+        tgt_cased = cased_target.tokenize_all(batch["tgt"])
+        return {"src_tokens": src_tokenizer.tokenize_all(batch["src"]), "tgt_cased": tgt_cased,
+                "tgt_tokens": [[t.lower() for t in s] for s in tgt_cased] if lowercase else tgt_cased}
+
+    recipe = f"{args.src}-{args.tgt}-{'lower' if lowercase else 'cased'}"  # what the cached tables depend on
+    splits = {split: _mapped(load_pairs(args.data, split, args.src, args.tgt), tokenize, f"tokens-{recipe}")
+              for split in ("train", "val")}
     train = splits["train"]
-    src_vocab, tgt_vocab = Vocab.build(train["src"], args.min_freq), Vocab.build(train["tgt"], args.min_freq)
+    src_vocab = Vocab.build(rows(train, "src_tokens"), args.min_freq)
+    tgt_vocab = Vocab.build(rows(train, "tgt_tokens"), args.min_freq)
     if args.tgt == CHARS:  # characters keep their case as written: nothing to restore
         truecaser = Truecaser({}, capitalize_first=False)
     else:
-        truecaser = Truecaser.build(train["tgt_cased"]) if lowercase else Truecaser({})
+        truecaser = Truecaser.build(rows(train, "tgt_cased")) if lowercase else Truecaser({})
     translator = Translator(build_model(model_config(args, len(src_vocab), len(tgt_vocab))),
                             src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser)
     limit = args.max_len - 1
+
+    def encode(batch: dict) -> dict:
+        src = [src_vocab.encode(s) + [EOS_ID] for s in batch["src_tokens"]]
+        tgt = [tgt_vocab.encode(t) for t in batch["tgt_tokens"]]
+        return {"src": src, "tgt": tgt, "keep": [len(s) <= limit and len(t) + 1 <= limit for s, t in zip(src, tgt)]}
+
+    vocabularies = f"{recipe}-{args.min_freq}-{len(src_vocab)}-{len(tgt_vocab)}-{limit}"
     data = {}
-    for split, d in splits.items():
-        src_ids = [src_vocab.encode(s) + [EOS_ID] for s in d["src"]]
-        tgt_ids = [tgt_vocab.encode(t) for t in d["tgt"]]
-        keep = [i for i in range(len(src_ids)) if len(src_ids[i]) <= limit and len(tgt_ids[i]) + 1 <= limit]
-        data[split] = {"src": [src_ids[i] for i in keep], "tgt": [tgt_ids[i] for i in keep],
-                       "src_tokens": d["src"], "references": d["references"]}
+    for split, tokens in splits.items():
+        ids = _mapped(tokens, encode, f"ids-{vocabularies}", remove_columns=tokens.column_names)
+        ids = ids.filter(lambda keep: keep, input_columns="keep", batched=True, batch_size=10_000,
+                         new_fingerprint=fingerprint(ids, "kept"))
+        data[split] = {"src": Column(ids, "src"), "tgt": Column(ids, "tgt"),
+                       "src_lengths": [len(s) for s in rows(ids, "src")],
+                       "tgt_lengths": [len(t) + 1 for t in rows(ids, "tgt")]}
+    val = splits["val"]
+    data["val"].update(src_tokens=val["src_tokens"], references=val["tgt"])
     return data, translator
+
+
+def _mapped(dataset, function, step: str, **options):
+    """`dataset.map(function)` over blocks of rows, its result a table in the dataset's cache (memory-mapped) when
+    the dataset has one; named by `step` so that a run with the same data and settings reuses it."""
+    return dataset.map(function, batched=True, batch_size=1000, new_fingerprint=fingerprint(dataset, step),
+                       desc=step.split("-")[0], **options)
+
+
+def fingerprint(dataset, step: str) -> str:
+    """The name `datasets` caches the result of `step` on `dataset` under (at most 64 characters)."""
+    return hashlib.sha256(f"{dataset._fingerprint}-{step}".encode()).hexdigest()[:32]
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -207,8 +238,8 @@ def validate(translator: Translator, val: dict, device) -> dict:
     model = translator.model
     model.eval()
     total_loss, total_tokens = 0.0, 0
-    for indices in token_batches([len(s) for s in val["src"]], [len(t) + 1 for t in val["tgt"]], 6000):
-        batch = make_batch([val["src"][i] for i in indices], [val["tgt"][i] for i in indices])
+    for indices in token_batches(val["src_lengths"], val["tgt_lengths"], 6000):
+        batch = make_batch(take(val["src"], indices), take(val["tgt"], indices))
         logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True)
         total_loss += F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.to(device).flatten(),
                                       ignore_index=PAD_ID, reduction="sum").item()
@@ -236,7 +267,7 @@ def step_loss(model, data: dict, indices: list[int], ranks: distributed.Ranks, d
     must take part in each gradient exchange.
     """
     mine = ranks.share(indices)
-    batch = make_batch([data["src"][i] for i in mine or indices[:1]], [data["tgt"][i] for i in mine or indices[:1]])
+    batch = make_batch(take(data["src"], mine or indices[:1]), take(data["tgt"], mine or indices[:1]))
     logits, _ = model(batch.src.to(device), batch.tgt_in.to(device), fused=True, **forcing)
     logits, targets = logits.flatten(0, 1), batch.tgt_out.to(device).flatten()
     if ranks.world_size == 1:
@@ -245,7 +276,7 @@ def step_loss(model, data: dict, indices: list[int], ranks: distributed.Ranks, d
     summed = F.cross_entropy(logits, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
     if not mine:
         summed = summed * 0.0
-    whole = sum(len(data["tgt"][i]) + 1 for i in indices)
+    whole = sum(len(tgt) + 1 for tgt in take(data["tgt"], indices))
     return summed * (ranks.world_size / whole), summed.item(), batch.n_target_tokens if mine else 0
 
 
@@ -282,8 +313,7 @@ def train(args) -> Translator:
                + (f"; {ranks.world_size} processes ({ranks.backend})" if ranks.backend else ""))
     train_data = data["train"]
     forcing = {"teacher_forcing": args.teacher_forcing} if args.architecture == "rnn" else {}
-    src_lengths = [len(s) for s in train_data["src"]]
-    tgt_lengths = [len(t) + 1 for t in train_data["tgt"]]
+    src_lengths, tgt_lengths = train_data["src_lengths"], train_data["tgt_lengths"]
     total_steps = args.epochs * len(token_batches(src_lengths, tgt_lengths, args.max_tokens, seed=args.seed))
     while state["epoch"] < args.epochs:
         epoch = state["epoch"] + 1

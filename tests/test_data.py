@@ -114,3 +114,35 @@ def test_reverse_task_pairs_strings_with_their_reversal_in_disjoint_splits():
     assert splits["test"]["src"] == load_pairs("reverse", "test", "chars", "chars")["src"]  # deterministic
     with pytest.raises(DataError, match="character level"):
         load_pairs("reverse", "train", "en", "de")
+
+
+def resident_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+
+
+@pytest.mark.slow
+def test_a_corpus_of_a_million_lines_is_memory_mapped_not_loaded(tmp_path):
+    """1M generated pairs (~80 MB of text): read through an on-disk Arrow table, with a blank line near the end
+    found without holding the corpus in memory."""
+    rows = 1_000_000
+    for lang, line in (("en", "a man with a red dog number {} walks past"), ("de", "ein mann mit roter hund nummer {}")):
+        with gzip.open(tmp_path / f"train.{lang}.gz", "wt", compresslevel=1) as out:
+            out.writelines(line.format(i) + "\n" for i in range(rows))
+    before = resident_mib()
+    pairs = load_pairs(str(tmp_path), "train", "en", "de")
+    assert len(pairs) == rows and pairs.cache_files  # a table on disk, memory-mapped
+    assert pairs[rows - 1] == {"src": f"a man with a red dog number {rows - 1} walks past",
+                               "tgt": f"ein mann mit roter hund nummer {rows - 1}"}
+    assert sum(1 for _ in rows_of(pairs)) == rows  # read through, a block at a time
+    assert resident_mib() - before < 200, resident_mib() - before  # the text alone would take ~80 MB as bytes,
+    # several times that as Python strings
+    with gzip.open(tmp_path / "train.de.gz", "wt", compresslevel=1) as out:
+        out.writelines(("  " if i == rows - 3 else f"satz {i}") + "\n" for i in range(rows))
+    with pytest.raises(DataError, match=f"empty line at line {rows - 2}"):
+        load_pairs(str(tmp_path), "train", "en", "de")
+
+
+def rows_of(pairs):
+    from model.data import rows
+    return rows(pairs, "src")
