@@ -206,8 +206,8 @@ def once(trail: Trail | None, component: gr.components.Component, value: object,
     hold them yet.
 
     Gradio rebuilds a component and its configuration for every property update (~0.5 ms of the web server's
-    time each, the largest part of a translation's own work on the server), while a value alone costs no such
-    thing. What the page holds is kept with the user's trail."""
+    time each; a translation sent 14), while a value alone costs no such thing. What the page holds is kept with
+    the user's trail."""
     if trail is not None and trail.page.get(component._id) == props:
         return value
     if trail is not None:
@@ -299,7 +299,8 @@ def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, mod
                                                                       "force": decoding.force, "mask": decoding.mask,
                                                                       "compare": trail.compare and trail.compare[0]}},
             **{button: once(trail, button, button.value, interactive=True) for button in step_buttons},
-            breadcrumb: once(trail, breadcrumb, trail.shown, choices=[(d.name, i) for i, d in enumerate(trail.decodings)],
+            breadcrumb: once(trail, breadcrumb, trail.shown,
+                             choices=[(d.name, i) for i, d in enumerate(trail.decodings)],
                              visible=len(trail.decodings) > 1),
             source_share_plot: None, contribution_plot: None,  # measured for another decoding: asked for again
             # A new decoding shows its weights; the GRU models have no residual stream for the other measures.
@@ -1234,7 +1235,8 @@ with Blocks(title="Transformer attention inspector") as demo:
     source.input(None, None, example, js="() => null")
     # A link may open at a later step: once every output is in place, draw the views at the slider's step (the
     # view's own change event can run before the slider's new value has arrived).
-    demo.load(first_visit, settings, [source, example, *translate_outputs, model_name, compare_model], api_name="first_visit",
+    demo.load(first_visit, settings, [source, example, *translate_outputs, model_name, compare_model],
+              api_name="first_visit",
               **trace_queue).then(None, [step, translation_state, view_state], views, js=RENDER_JS)
     demo.load(None, js=DOWNLOADS_JS)
     demo.load(None, js=KEYS_JS)

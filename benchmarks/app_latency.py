@@ -122,7 +122,8 @@ def bare_matmuls(model, src_length: int, steps: int):
     encoder = [linear.weight.detach() for layer in model.encoder_layers for linear in
                (*(getattr(layer.self_attention, w) for w in ("w_q", "w_k", "w_v", "w_o")),
                 layer.feed_forward.linear_in, layer.feed_forward.linear_out)]
-    memory = [getattr(layer.cross_attention, w).weight.detach() for layer in model.decoder_layers for w in ("w_k", "w_v")]
+    memory = [getattr(layer.cross_attention, w).weight.detach() for layer in model.decoder_layers
+              for w in ("w_k", "w_v")]
     step = [linear.weight.detach() for layer in model.decoder_layers for linear in
             (*(getattr(layer.self_attention, w) for w in ("w_q", "w_k", "w_v", "w_o")), layer.cross_attention.w_q,
              layer.cross_attention.w_o, layer.feed_forward.linear_in, layer.feed_forward.linear_out)]

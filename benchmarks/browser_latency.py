@@ -181,7 +181,8 @@ def main() -> None:
                                        ".text.includes('step 1 of')")
                 translate.append((time.perf_counter() - began) * 1000)
             print(f"translate -> heatmap: {percentiles(translate)}")
-            print(f"shared link opened in a new tab -> its view: {percentiles(open_links(browser, port, args.model, sentences[1:]))}")
+            links = open_links(browser, port, args.model, sentences[1:])
+            print(f"shared link opened in a new tab -> its view: {percentiles(links)}")
 
             page.fill("#source textarea", sentences[0])
             page.click("#translate")

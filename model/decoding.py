@@ -295,8 +295,9 @@ class TraceBatch:
 
     `add` queues a sentence, which joins the batch at the next `step`, whatever step the others are at; `step`
     advances every sentence by one token and returns the traces of those that just finished, which leave the
-    batch. Each trace is the one `greedy_trace` records for its sentence alone (up to float rounding: a test
-    holds them within 1e-6). One batch serves one thread; the model and `decoder` are only read.
+    batch. Each trace is the one `greedy_trace` records for its sentence alone, up to float rounding (the same
+    tokens and candidates, numbers within 2e-6: tests/test_trace_batch.py). One batch serves one thread; the model
+    and `decoder` are only read.
     """
 
     def __init__(self, model: Transformer, decoder: StepDecoder | None = None):
@@ -403,7 +404,8 @@ class TraceBatch:
         index = torch.tensor(kept, dtype=torch.long)
         self.rows = [self.rows[b] for b in kept]
         if not self.rows:
-            self.cross, self.self_keys, self.self_values = [], [None] * len(self.self_keys), [None] * len(self.self_keys)
+            layers = len(self.self_keys)
+            self.cross, self.self_keys, self.self_values = [], [None] * layers, [None] * layers
             return
         self.cross = [(keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross]
         self.self_keys = [keys.index_select(0, index) for keys in self.self_keys]

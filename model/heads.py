@@ -111,7 +111,8 @@ def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ra
 
 @torch.inference_mode()
 def split_statistics(translator: Translator, sources: list[list[str]], targets: list[list[str]],
-                     alignments: tuple[list, list] | None = None, ranks: Ranks = Ranks()) -> dict[str, dict[str, float]]:
+                     alignments: tuple[list, list] | None = None,
+                     ranks: Ranks = Ranks()) -> dict[str, dict[str, float]]:
     """Every head's statistics (model/head_stats.py), each the mean over the sentences of the split, read on the
     reference translations; a statistic that does not apply (offset of cross-attention) is left out.
 

@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.checkpoint import build_model, load_weights, read_json, save_checkpoint, save_weights, write_json
 from model import distributed
 from model.batching import make_batch, token_batches
+from model.checkpoint import build_model, load_weights, read_json, save_checkpoint, save_weights, write_json
 from model.data import Column, load_pairs, rows, take
 from model.evaluate import DEFAULT_DATA, score
 from model.rnn import RNNConfig

@@ -411,7 +411,7 @@ class DecoderLayerWeights:
     cross_out: tuple[Tensor, Tensor]
     feed_forward_in: tuple[Tensor, Tensor]
     feed_forward_out: tuple[Tensor, Tensor]
-    norms: tuple[LayerNormWeights, LayerNormWeights, LayerNormWeights]  # after (post-LN) or before (pre-LN) each sublayer
+    norms: tuple[LayerNormWeights, ...]  # after (post-LN) or before (pre-LN) each of the three sublayers
 
 
 def _stacked(*linears: nn.Linear, scales: tuple[float, ...] | None = None) -> tuple[Tensor, Tensor]:
@@ -478,7 +478,7 @@ class StepDecoder:
             pairs.append((self.split_heads(keys_values[..., :d_model]), self.split_heads(keys_values[..., d_model:])))
         return pairs
 
-    def _attend(self, query: Tensor, keys: Tensor, values: Tensor, bias: Tensor, gate: Tensor | None
+    def _attend(self, query: Tensor, keys: Tensor, values: Tensor, bias: Tensor | None, gate: Tensor | None
                 ) -> tuple[Tensor, Tensor]:
         """One query per sentence (B, H, 1, d_head), scaled, against keys/values (B, H, S, d_head), `bias` (B, 1, 1, S)
         0 or -inf (None: every key counts) -> the heads' output (B, d_model) before W_O, and the weights (B, H, S)."""
@@ -494,7 +494,7 @@ class StepDecoder:
         return x if self.pre_norm else norm(x)
 
     def step(self, tokens: Tensor, positions: Tensor, self_keys: list[Tensor], self_values: list[Tensor],
-             self_bias: Tensor, cross: list[tuple[Tensor, Tensor]], cross_bias: Tensor,
+             self_bias: Tensor | None, cross: list[tuple[Tensor, Tensor]], cross_bias: Tensor | None,
              self_gates: Tensor | None = None, cross_gates: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """One step of B sentences: each reads `tokens[b]` at position `positions[b]`.
 

@@ -127,7 +127,10 @@ class _Worker:
             while True:
                 request_id, traced, error = self.connection.recv()
                 future = self.pending.pop(request_id)
-                future.set_exception(error) if error is not None else future.set_result(traced)
+                if error is None:
+                    future.set_result(traced)
+                else:
+                    future.set_exception(error)
         except (EOFError, OSError):
             pass
         self.pool._replace(self)

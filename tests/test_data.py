@@ -126,7 +126,8 @@ def test_a_corpus_of_a_million_lines_is_memory_mapped_not_loaded(tmp_path):
     """1M generated pairs (~80 MB of text): read through an on-disk Arrow table, with a blank line near the end
     found without holding the corpus in memory."""
     rows = 1_000_000
-    for lang, line in (("en", "a man with a red dog number {} walks past"), ("de", "ein mann mit roter hund nummer {}")):
+    for lang, line in (("en", "a man with a red dog number {} walks past"),
+                       ("de", "ein mann mit roter hund nummer {}")):
         with gzip.open(tmp_path / f"train.{lang}.gz", "wt", compresslevel=1) as out:
             out.writelines(line.format(i) + "\n" for i in range(rows))
     before = resident_mib()

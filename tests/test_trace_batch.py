@@ -29,7 +29,8 @@ def assert_close_traces(batched, alone, tolerance=ROUNDING):
     np.testing.assert_array_equal(batched.top_ids, alone.top_ids)
     for field in FIELDS:
         assert getattr(batched, field).shape == getattr(alone, field).shape, field
-        np.testing.assert_allclose(getattr(batched, field), getattr(alone, field), rtol=0, atol=tolerance, err_msg=field)
+        np.testing.assert_allclose(getattr(batched, field), getattr(alone, field), rtol=0, atol=tolerance,
+                                   err_msg=field)
 
 
 def model_with(eos_nudge: float = 2.0, **overrides) -> Transformer:
