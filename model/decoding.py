@@ -351,7 +351,7 @@ class TraceBatch:
         chosen_ids = torch.tensor(chosen)
         probabilities = distribution.gather(1, chosen_ids[:, None])[:, 0].tolist()
         top_ids, top_probabilities = best.indices.tolist(), best.values.tolist()
-        finished, done = [], []
+        finished, done = [], set()
         for b, (row, t) in enumerate(zip(self.rows, positions)):
             k = row.request.top_k
             row.token_ids.append(chosen[b])
@@ -362,10 +362,10 @@ class TraceBatch:
             row.cross_rows.append(cross_maps[:, b, :, :len(row.request.src_ids)])
             if chosen[b] == EOS_ID or t + 1 == row.limit:
                 finished.append((row.ticket, row.trace()))
-                done.append(b)
+                done.add(b)
         self.previous, self.positions = chosen_ids, self.positions + 1
         if done:
-            self._keep([b for b in range(len(self.rows)) if b not in set(done)])
+            self._keep([b for b in range(len(self.rows)) if b not in done])
         return finished
 
     def run(self) -> dict[int, Trace]:

@@ -152,17 +152,19 @@ def prepare_data(args) -> tuple[dict, Translator]:
     def encode(batch: dict) -> dict:
         src = [src_vocab.encode(s) + [EOS_ID] for s in batch["src_tokens"]]
         tgt = [tgt_vocab.encode(t) for t in batch["tgt_tokens"]]
-        return {"src": src, "tgt": tgt, "keep": [len(s) <= limit and len(t) + 1 <= limit for s, t in zip(src, tgt)]}
+        src_lengths, tgt_lengths = [len(s) for s in src], [len(t) + 1 for t in tgt]  # <eos> counted on both sides
+        return {"src": src, "tgt": tgt, "src_length": src_lengths, "tgt_length": tgt_lengths,
+                "keep": [s <= limit and t <= limit for s, t in zip(src_lengths, tgt_lengths)]}
 
+    # The step names a cached table by what it holds: a new layout of `encode` needs a new name ("ids2": lengths).
     vocabularies = f"{recipe}-{args.min_freq}-{len(src_vocab)}-{len(tgt_vocab)}-{limit}"
     data = {}
     for split, tokens in splits.items():
-        ids = _mapped(tokens, encode, f"ids-{vocabularies}", remove_columns=tokens.column_names)
+        ids = _mapped(tokens, encode, f"ids2-{vocabularies}", remove_columns=tokens.column_names)
         ids = ids.filter(lambda keep: keep, input_columns="keep", batched=True, batch_size=10_000,
                          new_fingerprint=fingerprint(ids, "kept"))
         data[split] = {"src": Column(ids, "src"), "tgt": Column(ids, "tgt"),
-                       "src_lengths": [len(s) for s in rows(ids, "src")],
-                       "tgt_lengths": [len(t) + 1 for t in rows(ids, "tgt")]}
+                       "src_lengths": ids["src_length"][:], "tgt_lengths": ids["tgt_length"][:]}  # lists
     val = splits["val"]
     data["val"].update(src_tokens=val["src_tokens"], references=val["tgt"])
     return data, translator
@@ -276,7 +278,7 @@ def step_loss(model, data: dict, indices: list[int], ranks: distributed.Ranks, d
     summed = F.cross_entropy(logits, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
     if not mine:
         summed = summed * 0.0
-    whole = sum(len(tgt) + 1 for tgt in take(data["tgt"], indices))
+    whole = sum(data["tgt_lengths"][i] for i in indices)  # the batch's target tokens, <eos> included
     return summed * (ranks.world_size / whole), summed.item(), batch.n_target_tokens if mine else 0
 
 

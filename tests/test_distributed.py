@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # A batch of seven sentence pairs of the tiny vocabularies, of mixed lengths (ids only: no <eos>, no <sos>).
 DATA = {"src": [[5, 6, 7, 2], [8, 9, 2], [10, 11, 12, 13, 14, 2], [15, 2], [16, 17, 18, 2], [19, 20, 2], [21, 2]],
         "tgt": [[7, 6, 5], [9, 8], [14, 13, 12, 11], [15], [18, 17, 16, 20], [20, 19], [21, 22, 23]]}
+DATA["tgt_lengths"] = [len(t) + 1 for t in DATA["tgt"]]  # as model.train.prepare_data gives them (<eos> counted)
 
 
 def free_port() -> int:
