@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from model.checkpoint import load_checkpoint  # noqa: E402  (after the path set-up above)
 from model.data import load_pairs  # noqa: E402
 from model.evaluate import DEFAULT_DATA  # noqa: E402
+from model.train import cpu_model  # noqa: E402
 from viz.attention import escape  # noqa: E402
 from viz.views import CROSS, MEAN  # noqa: E402
 
@@ -51,14 +52,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo (Linux): runs on other CPUs are not comparable."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def process_tree(pid: int) -> list[int]:

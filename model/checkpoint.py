@@ -14,7 +14,7 @@ from model.rnn import RNNConfig, RNNSeq2Seq
 from model.seq2seq import Seq2Seq
 from model.transformer import ModelConfig, Transformer
 from model.translator import Translator
-from model.vocab import Tokenizer, Truecaser, Vocab
+from model.vocab import BPE, Tokenizer, Truecaser, Vocab
 
 WEIGHTS, CONFIG, VOCAB, METRICS, HEADS = \
     "model.safetensors", "config.json", "vocab.json", "metrics.json", "heads.json"
@@ -49,13 +49,22 @@ def save_checkpoint(translator: Translator, folder: str | Path, dtype: torch.dty
     save_weights(translator.model, folder / WEIGHTS, dtype)
     write_json(folder / CONFIG, translator.model.config.to_dict())
     write_json(folder / VOCAB, {
-        "src": {"lang": translator.src_tokenizer.lang, "lowercase": translator.src_tokenizer.lowercase,
-                "itos": translator.src_vocab.itos},
-        "tgt": {"lang": translator.tgt_tokenizer.lang, "lowercase": translator.tgt_tokenizer.lowercase,
-                "itos": translator.tgt_vocab.itos, "truecase": translator.truecaser.forms,
-                "capitalize_first": translator.truecaser.capitalize_first},
+        "src": {**tokenizer_json(translator.src_tokenizer), "itos": translator.src_vocab.itos},
+        "tgt": {**tokenizer_json(translator.tgt_tokenizer), "itos": translator.tgt_vocab.itos,
+                "truecase": translator.truecaser.forms, "capitalize_first": translator.truecaser.capitalize_first},
     })
     write_json(folder / METRICS, translator.metrics)
+
+
+def tokenizer_json(tokenizer: Tokenizer) -> dict:
+    """How vocab.json describes a tokenizer: its language, lower-casing and byte-pair merges (if it has them)."""
+    merges = {"bpe": [list(pair) for pair in tokenizer.bpe.merges]} if tokenizer.bpe is not None else {}
+    return {"lang": tokenizer.lang, "lowercase": tokenizer.lowercase, **merges}
+
+
+def tokenizer_from_json(side: dict) -> Tokenizer:
+    """The inverse of `tokenizer_json`."""
+    return Tokenizer(side["lang"], side["lowercase"], BPE(side["bpe"]) if "bpe" in side else None)
 
 
 def write_json(path: Path, data) -> None:
@@ -127,8 +136,7 @@ def load_checkpoint(folder: str | Path) -> Translator:
     try:
         src, tgt = vocab_data["src"], vocab_data["tgt"]
         src_vocab, tgt_vocab = Vocab(src["itos"]), Vocab(tgt["itos"])
-        src_tokenizer = Tokenizer(src["lang"], src["lowercase"])
-        tgt_tokenizer = Tokenizer(tgt["lang"], tgt["lowercase"])
+        src_tokenizer, tgt_tokenizer = tokenizer_from_json(src), tokenizer_from_json(tgt)
         truecaser = Truecaser(tgt.get("truecase", {}), tgt.get("capitalize_first", True))
     except (KeyError, TypeError, ValueError, ImportError) as error:
         raise CheckpointError(f"{folder / VOCAB} is not a valid vocabulary file: {error!r}") from error

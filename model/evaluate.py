@@ -32,11 +32,12 @@ def score(translator: Translator, hypotheses: list[list[str]], references: list[
     chrf = sacrebleu.CHRF()
     bleu_score = bleu.corpus_score(detokenized, [references])
     chrf_score = chrf.corpus_score(detokenized, [references])
-    reference_tokens = [" ".join(t.lower() for t in tokens)
-                        for tokens in translator.tgt_tokenizer.tokenize_all(references)]
+    # Word tokens on both sides (byte-pair pieces joined again), as papers score.
+    reference_tokens = [" ".join(t.lower() for t in words) for words in translator.tgt_tokenizer.words_all(references)]
+    hypothesis_tokens = [" ".join(translator.tgt_tokenizer.words(h)).lower() for h in hypotheses]
     # force: these hypotheses are tokenized on purpose (sacreBLEU would warn about it).
     tok_lc = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)
-    tok_lc_score = tok_lc.corpus_score([" ".join(h).lower() for h in hypotheses], [reference_tokens])
+    tok_lc_score = tok_lc.corpus_score(hypothesis_tokens, [reference_tokens])
     exact = sum(h == r.strip() for h, r in zip(detokenized, references)) / max(len(references), 1)
     return {
         "exact_match": round(100 * exact, 2),

@@ -25,6 +25,7 @@ import random
 import shutil
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from model.evaluate import DEFAULT_DATA, score
 from model.rnn import RNNConfig
 from model.transformer import ModelConfig
 from model.translator import Translator
-from model.vocab import CHARS, EOS_ID, PAD_ID, Tokenizer, Truecaser, Vocab
+from model.vocab import BPE, CHARS, EOS_ID, PAD_ID, Tokenizer, Truecaser, Vocab
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", help="folder for resumable state and per-epoch weights (default: runs/<out name>)")
     p.add_argument("--resume", action="store_true", help="continue from <work>/last")
     p.add_argument("--min-freq", type=int, default=2)
+    p.add_argument("--bpe", type=int, default=0, metavar="MERGES",
+                   help="split words into byte-pair pieces: this many merges, learned jointly on both sides' "
+                        "training words (0: whole words)")
     p.add_argument("--cased", action="store_true", help="keep case (default: lower-case, restored by a truecaser)")
     p.add_argument("--architecture", default="transformer", choices=["transformer", "rnn"])
     p.add_argument("--d-model", type=int, default=256)
@@ -60,7 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--encoder-layers", type=int, default=3)
     p.add_argument("--decoder-layers", type=int, default=3)
     p.add_argument("--d-ff", type=int, default=512)
-    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--dropout", type=float, default=0.1,
+                   help="on embeddings and sub-layer outputs (and, unless set below, attention weights and the "
+                        "feed-forward activations too)")
+    p.add_argument("--attention-dropout", type=float, help="on attention weights (default: --dropout)")
+    p.add_argument("--activation-dropout", type=float,
+                   help="inside the feed-forward network (default: --dropout; fairseq's recipes use 0 for both)")
     p.add_argument("--positional", default="sinusoidal", choices=["sinusoidal", "learned"])
     p.add_argument("--norm", default="post", choices=["post", "pre"])
     p.add_argument("--no-tie", action="store_true", help="do not share target embedding and output projection")
@@ -115,6 +124,7 @@ def model_config(args, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig 
     return ModelConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=args.d_model,
                        n_heads=args.heads, n_encoder_layers=args.encoder_layers,
                        n_decoder_layers=args.decoder_layers, d_ff=args.d_ff, dropout=args.dropout,
+                       attention_dropout=args.attention_dropout, activation_dropout=args.activation_dropout,
                        max_len=args.max_len, positional=args.positional, norm=args.norm,
                        tie_embeddings=not args.no_tie, pad_id=PAD_ID)
 
@@ -131,16 +141,22 @@ def prepare_data(args) -> tuple[dict, Translator]:
     cased_target = Tokenizer(args.tgt, lowercase=False)
 
     def tokenize(batch: dict) -> dict:
-        tgt_cased = cased_target.tokenize_all(batch["tgt"])
-        return {"src_tokens": src_tokenizer.tokenize_all(batch["src"]), "tgt_cased": tgt_cased,
+        tgt_cased = cased_target.words_all(batch["tgt"])
+        return {"src_tokens": src_tokenizer.words_all(batch["src"]), "tgt_cased": tgt_cased,
                 "tgt_tokens": [[t.lower() for t in s] for s in tgt_cased] if lowercase else tgt_cased}
 
     recipe = f"{args.src}-{args.tgt}-{'lower' if lowercase else 'cased'}"  # what the cached tables depend on
     splits = {split: _mapped(load_pairs(args.data, split, args.src, args.tgt), tokenize, f"tokens-{recipe}")
               for split in ("train", "val")}
     train = splits["train"]
-    src_vocab = Vocab.build(rows(train, "src_tokens"), args.min_freq)
-    tgt_vocab = Vocab.build(rows(train, "tgt_tokens"), args.min_freq)
+    if args.bpe:
+        # Joint merges (as Sennrich et al. and Wu et al.): a name spelled alike on both sides splits alike.
+        word_counts = Counter(word for side in ("src_tokens", "tgt_tokens") for words in rows(train, side)
+                              for word in words)
+        bpe = BPE.learn(word_counts, args.bpe)
+        src_tokenizer, tgt_tokenizer = Tokenizer(args.src, lowercase, bpe), Tokenizer(args.tgt, lowercase, bpe)
+    src_vocab = Vocab.build((src_tokenizer.pieces(s) for s in rows(train, "src_tokens")), args.min_freq)
+    tgt_vocab = Vocab.build((tgt_tokenizer.pieces(t) for t in rows(train, "tgt_tokens")), args.min_freq)
     if args.tgt == CHARS:  # characters keep their case as written: nothing to restore
         truecaser = Truecaser({}, capitalize_first=False)
     else:
@@ -150,14 +166,15 @@ def prepare_data(args) -> tuple[dict, Translator]:
     limit = args.max_len - 1
 
     def encode(batch: dict) -> dict:
-        src = [src_vocab.encode(s) + [EOS_ID] for s in batch["src_tokens"]]
-        tgt = [tgt_vocab.encode(t) for t in batch["tgt_tokens"]]
+        src = [src_vocab.encode(src_tokenizer.pieces(s)) + [EOS_ID] for s in batch["src_tokens"]]
+        tgt = [tgt_vocab.encode(tgt_tokenizer.pieces(t)) for t in batch["tgt_tokens"]]
         src_lengths, tgt_lengths = [len(s) for s in src], [len(t) + 1 for t in tgt]  # <eos> counted on both sides
         return {"src": src, "tgt": tgt, "src_length": src_lengths, "tgt_length": tgt_lengths,
                 "keep": [s <= limit and t <= limit for s, t in zip(src_lengths, tgt_lengths)]}
 
     # The step names a cached table by what it holds: a new layout of `encode` needs a new name ("ids2": lengths).
-    vocabularies = f"{recipe}-{args.min_freq}-{len(src_vocab)}-{len(tgt_vocab)}-{limit}"
+    vocabularies = f"{recipe}-{args.min_freq}-{len(src_vocab)}-{len(tgt_vocab)}-{limit}" + \
+        (f"-bpe{args.bpe}" if args.bpe else "")
     data = {}
     for split, tokens in splits.items():
         ids = _mapped(tokens, encode, f"ids2-{vocabularies}", remove_columns=tokens.column_names)
@@ -166,7 +183,7 @@ def prepare_data(args) -> tuple[dict, Translator]:
         data[split] = {"src": Column(ids, "src"), "tgt": Column(ids, "tgt"),
                        "src_lengths": ids["src_length"][:], "tgt_lengths": ids["tgt_length"][:]}  # lists
     val = splits["val"]
-    data["val"].update(src_tokens=val["src_tokens"], references=val["tgt"])
+    data["val"].update(src_tokens=[src_tokenizer.pieces(s) for s in val["src_tokens"]], references=val["tgt"])
     return data, translator
 
 
@@ -282,11 +299,20 @@ def step_loss(model, data: dict, indices: list[int], ranks: distributed.Ranks, d
     return summed * (ranks.world_size / whole), summed.item(), batch.n_target_tokens if mine else 0
 
 
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo (Linux): runs on other CPUs are not comparable."""
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return f"{platform.processor() or platform.machine()} CPU"
+
+
 def hardware(device) -> str:
     """What trained the model, for metrics.json."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {torch.get_num_threads()} threads"
 
 
 def train(args) -> Translator:

@@ -36,7 +36,9 @@ class ModelConfig:
     n_encoder_layers: int = 6
     n_decoder_layers: int = 6
     d_ff: int = 2048
-    dropout: float = 0.1
+    dropout: float = 0.1  # on embeddings and on each sub-layer's output before the residual sum
+    attention_dropout: float | None = None  # on attention weights; None: `dropout`, as the tutorials do
+    activation_dropout: float | None = None  # inside the feed-forward network; None: `dropout`
     max_len: int = 256
     positional: str = "sinusoidal"  # or "learned"
     norm: str = "post"  # or "pre"
@@ -45,6 +47,9 @@ class ModelConfig:
     architecture: str = "transformer"
 
     def __post_init__(self):
+        for name in ("attention_dropout", "activation_dropout"):
+            if getattr(self, name) is None:  # one rate everywhere (configs saved before these fields existed)
+                object.__setattr__(self, name, self.dropout)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.positional not in ("sinusoidal", "learned"):
@@ -185,8 +190,8 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.dropout)
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout)
         self.attention_block = Residual(config.d_model, config.dropout, config.norm)
         self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
 
@@ -208,9 +213,9 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
-        self.cross_attention = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.dropout)
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
+        self.cross_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout)
         self.self_attention_block = Residual(config.d_model, config.dropout, config.norm)
         self.cross_attention_block = Residual(config.d_model, config.dropout, config.norm)
         self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)

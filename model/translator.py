@@ -150,8 +150,8 @@ class Translator:
         return [self.to_text(t) for t in tokens]
 
     def to_text(self, tokens: list[str]) -> str:
-        """Display text of target tokens: truecased and detokenized."""
-        return self.tgt_tokenizer.detokenize(self.truecaser(tokens))
+        """Display text of target tokens: joined into words, truecased and detokenized."""
+        return self.tgt_tokenizer.detokenize(self.truecaser(self.tgt_tokenizer.words(tokens)))
 
     def __post_init__(self):
         # Traces step a Transformer's decoder through its weights laid out once (the GRU models step their modules).

@@ -1,7 +1,9 @@
-"""Tokenization (spaCy's rule-based word tokenizers, or characters), vocabularies, truecasing, detokenization."""
+"""Tokenization (spaCy's rule-based word tokenizers, optionally split into byte-pair subwords, or characters),
+vocabularies, truecasing, detokenization."""
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -13,6 +15,8 @@ SPECIALS = ("<pad>", "<unk>", "<sos>", "<eos>")
 PAD_ID, UNK_ID, SOS_ID, EOS_ID = range(4)
 CHARS = "chars"  # the "language" of character-level models (the string-reversal toy task)
 SPACE = "▁"  # a space as a character token, visible on a heatmap axis (SentencePiece's convention)
+CONTINUES = "@@"  # ends a subword piece that the word goes on after (subword-nmt's convention)
+_WORD_END = "</w>"  # while merging: marks a word's last symbol, so "en" inside a word and "en" at its end differ
 
 
 @lru_cache(maxsize=None)
@@ -21,31 +25,141 @@ def _blank_pipeline(lang: str):
     return spacy.blank(lang)
 
 
-class Tokenizer:
-    """spaCy rule-based word tokenizer for one language (or characters, lang "chars"), optionally lower-casing."""
+class BPE:
+    """Byte-pair encoding (Sennrich et al. 2016): words split into subword pieces by merges learned from word counts.
 
-    def __init__(self, lang: str, lowercase: bool = True):
+    A word starts as its characters; the merges, applied in the order they were learned, join adjacent symbols.
+    Every piece but a word's last ends in "@@", so "hundeleine" may read "hunde@@ leine" and any word the merges
+    never saw still splits into pieces the vocabulary knows (down to single characters).
+    """
+
+    def __init__(self, merges: Iterable[Iterable[str]]):
+        self.merges = [tuple(pair) for pair in merges]
+        if any(len(pair) != 2 or not all(isinstance(s, str) and s for s in pair) for pair in self.merges):
+            raise ValueError("BPE merges must be pairs of non-empty strings")
+        self.ranks = {pair: rank for rank, pair in enumerate(self.merges)}
+        self.segment = lru_cache(maxsize=1 << 16)(self._segment)  # words repeat: each is split once
+
+    @classmethod
+    def learn(cls, word_counts: Counter, n_merges: int, min_count: int = 2) -> BPE:
+        """Learn up to `n_merges` merges, each time joining the most frequent adjacent pair (ties: the smaller
+        pair), until no pair occurs `min_count` times. Pair counts are updated only for the words a merge touches."""
+        words = [[*word[:-1], word[-1] + _WORD_END] for word in sorted(word_counts) if word]
+        counts = [word_counts[word] for word in sorted(word_counts) if word]
+        pair_counts: Counter = Counter()
+        holders: dict[tuple[str, str], set[int]] = {}  # pair -> the words it occurs in
+        for index, symbols in enumerate(words):
+            for pair in zip(symbols, symbols[1:]):
+                pair_counts[pair] += counts[index]
+                holders.setdefault(pair, set()).add(index)
+        heap = [(-count, pair) for pair, count in pair_counts.items()]
+        heapq.heapify(heap)
+        merges = []
+        while heap and len(merges) < n_merges:
+            negative, pair = heapq.heappop(heap)
+            if -negative != pair_counts.get(pair, 0):
+                continue  # a stale entry: the pair's count changed after it was pushed
+            if -negative < min_count:
+                break
+            merges.append(pair)
+            changed = set()
+            for index in holders.pop(pair):
+                old = words[index]
+                for old_pair in zip(old, old[1:]):
+                    pair_counts[old_pair] -= counts[index]
+                    changed.add(old_pair)
+                new = _merge_pair(old, pair)
+                words[index] = new
+                for new_pair in zip(new, new[1:]):
+                    pair_counts[new_pair] += counts[index]
+                    holders.setdefault(new_pair, set()).add(index)
+                    changed.add(new_pair)
+            for changed_pair in changed - {pair}:
+                if pair_counts[changed_pair] > 0:
+                    heapq.heappush(heap, (-pair_counts[changed_pair], changed_pair))
+            pair_counts.pop(pair, None)
+        return cls(merges)
+
+    def _segment(self, word: str) -> tuple[str, ...]:
+        symbols = [*word[:-1], word[-1] + _WORD_END]
+        while len(symbols) > 1:
+            rank, pair = min((self.ranks.get(pair, len(self.ranks)), pair) for pair in zip(symbols, symbols[1:]))
+            if rank == len(self.ranks):
+                break
+            symbols = _merge_pair(symbols, pair)
+        return tuple(s[:-len(_WORD_END)] if s.endswith(_WORD_END) else s + CONTINUES for s in symbols)
+
+    def split(self, words: list[str]) -> list[str]:
+        """The pieces of `words`, in order."""
+        return [piece for word in words if word for piece in self.segment(word)]
+
+
+def _merge_pair(symbols: list[str], pair: tuple[str, str]) -> list[str]:
+    """`symbols` with every adjacent occurrence of `pair` joined into one symbol, left to right."""
+    merged, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            merged.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            merged.append(symbols[i])
+            i += 1
+    return merged
+
+
+def join_pieces(pieces: list[str]) -> list[str]:
+    """Words from subword pieces: a piece ending in "@@" is joined to the next (a dangling one keeps its text)."""
+    words, current = [], ""
+    for piece in pieces:
+        if piece.endswith(CONTINUES) and len(piece) > len(CONTINUES):
+            current += piece[:-len(CONTINUES)]
+        else:
+            words.append(current + piece)
+            current = ""
+    return words + [current] if current else words
+
+
+class Tokenizer:
+    """spaCy rule-based word tokenizer for one language (or characters, lang "chars"), optionally lower-casing,
+    optionally splitting words into byte-pair pieces (`bpe`)."""
+
+    def __init__(self, lang: str, lowercase: bool = True, bpe: BPE | None = None):
         self.lang = lang
         self.lowercase = lowercase
+        self.bpe = bpe
         self.nlp = None if lang == CHARS else _blank_pipeline(lang)
+        if bpe is not None and self.nlp is None:
+            raise ValueError("byte-pair pieces are for word tokenizers, not characters")
 
     def __call__(self, text: str) -> list[str]:
         if self.nlp is None:
             text = " ".join(text.split())  # runs of white space count as one space
             return [SPACE if c == " " else c for c in (text.lower() if self.lowercase else text)]
-        return self._tokens(self.nlp.tokenizer(text))
+        return self.pieces(self._tokens(self.nlp.tokenizer(text)))
 
     def tokenize_all(self, texts: Iterable[str]) -> list[list[str]]:
-        """Tokenize many texts at once (faster than one call each)."""
+        """Tokenize many texts at once (faster than one call each): the model's tokens."""
+        return [self.pieces(words) for words in self.words_all(texts)]
+
+    def words_all(self, texts: Iterable[str]) -> list[list[str]]:
+        """Word tokens of many texts (characters for "chars"), before any byte-pair splitting."""
         if self.nlp is None:
             return [self(text) for text in texts]
         return [self._tokens(doc) for doc in self.nlp.tokenizer.pipe(texts, batch_size=1000)]
 
-    def detokenize(self, tokens: list[str]) -> str:
-        """Text from tokens: characters are joined, words spaced by `detokenize`'s rules."""
+    def pieces(self, words: list[str]) -> list[str]:
+        """The model's tokens of word tokens: the words themselves, or their byte-pair pieces."""
+        return words if self.bpe is None else self.bpe.split(words)
+
+    def words(self, tokens: list[str]) -> list[str]:
+        """Word tokens of the model's tokens: byte-pair pieces joined again (other tokens unchanged)."""
+        return tokens if self.bpe is None else join_pieces(tokens)
+
+    def detokenize(self, words: list[str]) -> str:
+        """Text from word tokens: characters are joined, words spaced by `detokenize`'s rules."""
         if self.nlp is None:
-            return "".join(" " if t == SPACE else t for t in tokens)
-        return detokenize(tokens)
+            return "".join(" " if t == SPACE else t for t in words)
+        return detokenize(words)
 
     def _tokens(self, doc) -> list[str]:
         words = [t.text for t in doc if not t.is_space]

@@ -81,3 +81,22 @@ def test_learning_rate_warms_up_then_decays(decay, at_end):
 def test_constant_lr_flag_is_an_alias_of_decay_constant():
     assert train.parse_args(["--out", "x", "--constant-lr"]).decay == "constant"
     assert train.parse_args(["--out", "x"]).decay == "inverse-sqrt"
+
+
+def test_byte_pair_pieces_are_trained_saved_and_joined_for_text(toy_data, tmp_path, capsys):
+    out = tmp_path / "bpe"
+    run_training(toy_data, out, tmp_path / "work", 1, "--bpe", "40")
+    vocab = json.loads((out / "vocab.json").read_text())
+    assert vocab["src"]["bpe"] == vocab["tgt"]["bpe"] and len(vocab["src"]["bpe"]) == 40  # joint merges
+    assert any(token.endswith("@@") for token in vocab["tgt"]["itos"])
+    translator = load_checkpoint(out)
+    assert translator.src_tokenizer.bpe.merges == [tuple(pair) for pair in vocab["src"]["bpe"]]
+    pieces = translator.src_tokenizer("A dog runs in the park.")
+    assert translator.src_tokenizer.words(pieces) == ["a", "dog", "runs", "in", "the", "park", "."]
+    known = translator.src_tokenizer.pieces(["a", "dog", "runs", "in", "park"])  # words of the training data
+    assert len(known) > 5 and all(piece in translator.src_vocab for piece in known)
+    assert translator.to_text(["ein", "hu@@", "nd", "läuft"]) == "Ein Hund läuft"  # text shows words, not pieces
+    traced = translator.trace("A dog runs in the park.")
+    assert traced.source_tokens == pieces + ["<eos>"] and "@@" not in traced.text
+    evaluate.main(["--checkpoint", str(out), "--data", str(toy_data), "--split", "test", "--beam", "1"])
+    assert "tokenized lower-cased BLEU" in capsys.readouterr().out

@@ -112,3 +112,17 @@ def test_tied_embeddings_share_one_tensor():
 def test_config_rejects_impossible_settings(bad):
     with pytest.raises(ValueError):
         tiny_config(**bad)
+
+
+def test_dropout_rates_can_differ_by_place_and_old_configs_use_one_rate():
+    fairseq_style = Transformer(ModelConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, d_ff=32,
+                                            n_encoder_layers=1, n_decoder_layers=1, dropout=0.3,
+                                            attention_dropout=0.0, activation_dropout=0.1))
+    decoder_layer = fairseq_style.decoder_layers[0]
+    assert decoder_layer.cross_attention.dropout == 0.0 and decoder_layer.self_attention.dropout == 0.0
+    assert decoder_layer.feed_forward.dropout.p == 0.1 and decoder_layer.feed_forward_block.dropout.p == 0.3
+    assert fairseq_style.encoder_layers[0].self_attention.dropout == 0.0
+    saved = {**tiny_config().to_dict(), "dropout": 0.2}
+    del saved["attention_dropout"], saved["activation_dropout"]  # as config.json was written before them
+    old = ModelConfig(**saved)
+    assert (old.attention_dropout, old.activation_dropout) == (0.2, 0.2)

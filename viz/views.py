@@ -302,7 +302,8 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
     if len(panels) == 2 and panels[0][2:4] == panels[1][2:4] and panels[0][1].shape == panels[1][1].shape:
         panels.append((f"{first_name} − {second_name}", panels[0][1] - panels[1][1], panels[0][2], panels[0][3], True))
     elif len(panels) == 2:
-        notes.append("the two read different tokens here (their translations differ), so there is no difference map")
+        notes.append("the two read different tokens here (their translations or tokenizers differ), so there is no "
+                     "difference map")
     rows = max(len(queries) for _, _, queries, _, _ in panels) if panels else 1
     plot_height = max(220, 22 * rows) + 24
     top = 1 - 24 / plot_height  # the maps end below a strip that holds their names, under the title
