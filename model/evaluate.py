@@ -57,8 +57,11 @@ def evaluate(translator: Translator, data: str, split: str, beam_size: int,
                                              length_penalty=length_penalty)
     seconds = time.perf_counter() - start
     metrics = score(translator, hypotheses, pairs["tgt"])
+    # A ceiling on any score: reference tokens outside the target vocabulary can never be written.
+    references = translator.tgt_tokenizer.tokenize_all(pairs["tgt"])
     metrics.update(split=split, sentences=len(pairs), beam_size=beam_size, length_penalty=length_penalty,
-                   decode_seconds=round(seconds, 1))
+                   decode_seconds=round(seconds, 1), reference_tokens=sum(map(len, references)),
+                   unknown_reference_tokens=sum(t not in translator.tgt_vocab for tokens in references for t in tokens))
     return metrics, [translator.to_text(h) for h in hypotheses]
 
 
@@ -87,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"chrF {metrics['chrf']} ({metrics['chrf_signature']})")
     print(f"tokenized lower-cased BLEU {metrics['bleu_tok_lc']}")
     print(f"exact match {metrics['exact_match']}%")
+    print(f"reference tokens not in the target vocabulary: {metrics['unknown_reference_tokens']:,} of "
+          f"{metrics['reference_tokens']:,}")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.writelines(t + "\n" for t in translations)

@@ -31,6 +31,7 @@ def test_train_then_evaluate(toy_data, tmp_path, capsys):
     evaluate.main(["--checkpoint", str(out), "--data", str(toy_data), "--split", "test", "--save-metrics"])
     printed = capsys.readouterr().out
     assert "nrefs:1|case:mixed|eff:no|tok:13a" in printed and "tokenized lower-cased BLEU" in printed
+    assert "reference tokens not in the target vocabulary: 0 of " in printed  # the toy's words are all known
     scores = json.loads((out / "metrics.json").read_text())["scores"]["test"]
     assert scores["sentences"] == 30 and scores["beam_size"] == 2
     assert 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100
