@@ -6,12 +6,15 @@ Layout and event wiring only: model work is in `model/`, figures in `viz/`.
 Loaded checkpoints are read-only module globals; each user's trace lives in a `gr.State`, with the decodings
 of the sentence they made (branches, heads switched off, beam hypotheses: a `Trail`).
 Translation, what-if and view changes (kind, layer, head) go to the server; stepping is a redraw in the
-browser (viz/stepping.js) from figures the page already holds.
+browser (viz/stepping.js) from figures the page already holds. The page sends translations and view changes, the
+busiest requests, to direct routes (`POST /direct/<event>`) that skip Gradio's queue but run the same callbacks on
+the same per-user state (see `Blocks.direct`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -19,10 +22,16 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
+import anyio
 import gradio as gr
 import numpy as np
 import torch
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from gradio.blocks import postprocess_update_dict
 from gradio.components.api_component import Api
+from gradio.routes import ORJSONResponse
+from gradio.state_holder import SessionState
 
 from model.align import READINGS, pharaoh_lines
 from model.checkpoint import load_all
@@ -111,9 +120,49 @@ CLICKS_JS = """() => {
   };
   new MutationObserver(bind).observe(document.body, {childList: true, subtree: true});
 }"""
+# A browser-side event that sends its inputs to a direct route and returns what it answers. One request of the page
+# at a time, in the order they were made, so the last one's answer is what stays on screen, as the user's state has
+# it. A refusal shows in the status line, everything else kept.
+DIRECT_JS = """async (...data) => {
+  const kept = (message) => Array.from({length: %(count)d},
+                                      (_, i) => (i === %(status)d ? message : {__type__: "update"}));
+  const session = window.__gradio_session_hash__;
+  if (!session) return kept("The page is not connected to the server yet: reload it.");
+  const earlier = window.directRequests || Promise.resolve();
+  let done;
+  window.directRequests = new Promise((resolve) => { done = resolve; });
+  await earlier;
+  document.body.classList.add("direct-busy");
+  try {
+    const response = await fetch(new URL("direct/%(api_name)s", window.location.href), {
+      method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({session_hash: session, data})});
+    const answer = await response.json();
+    return response.ok ? answer.data : kept(answer.error);
+  } catch (error) {
+    return kept(`The server did not answer (${error.message}). Try again.`);
+  } finally {
+    document.body.classList.remove("direct-busy");
+    done();
+  }
+}"""
+
+
+def page_outputs(outputs: list) -> list:
+    """An event's outputs that the page holds (a gr.State is kept on the server)."""
+    return [output for output in outputs if not output.stateful]
+
+
+def direct_js(api_name: str, outputs: list) -> str:
+    """The page's event for a direct route: `outputs` are the Gradio event's, gr.State included."""
+    shown_outputs = page_outputs(outputs)
+    return DIRECT_JS % {"count": len(shown_outputs), "status": shown_outputs.index(status), "api_name": api_name}
+
+
 # The head switches as a layers x heads grid: one row of checkboxes per layer.
 GRID = ".head-grid.heads-{n} .wrap {{ display: grid; grid-template-columns: repeat({n}, minmax(0, 1fr)); }}"
-CSS = "\n".join([".head-grid .wrap label { padding: 2px 6px; font-size: 0.85em; }"]
+CSS = "\n".join([".head-grid .wrap label { padding: 2px 6px; font-size: 0.85em; }",
+                 "body.direct-busy #translate { opacity: 0.6; cursor: progress; }"]
                 + [GRID.format(n=n) for n in (1, 2, 4, 6, 8, 12, 16)])
 
 
@@ -1019,8 +1068,41 @@ def beam_api(model: str, text: str, beam_size: int | None = None, mask: list[str
 
 # ---- layout -----------------------------------------------------------------------------------------
 
+def json_response(content: dict, status_code: int = 200) -> Response:
+    """JSON as Gradio encodes it; text holding a lone surrogate (which orjson refuses) escaped as Python's json does."""
+    try:
+        body = ORJSONResponse._render(content)
+    except TypeError:
+        body = json.dumps(content, default=ORJSONResponse.default).encode()
+    return Response(body, status_code, media_type="application/json")
+
+
+def frontend_value(state: SessionState, block: gr.components.Component, value: object) -> object:
+    """An output value as Gradio's postprocessing sends it to the page, the session's copy of the component updated
+    as Gradio updates it (a new value, or new properties such as a menu's choices)."""
+    block = state[block._id] if block._id in state else block
+    if isinstance(value, gr.components.Component):  # new properties (`once`, a slider's new maximum)
+        update = {**value.constructor_args, "__type__": "update"}
+        properties = {**block.constructor_args, **update, "render": False}
+        for name in ("value", "__type__"):
+            properties.pop(name, None)
+        state[block._id] = type(block)(**properties)
+        state._update_config(block._id)
+        sent = postprocess_update_dict(state[block._id], update, postprocess=True)
+        if "value" in sent:
+            state._update_value_in_config(block._id, sent["value"])
+        return sent
+    sent = block.postprocess(value)
+    sent = sent.model_dump() if hasattr(sent, "model_dump") else sent
+    if block._id not in state:
+        state[block._id] = block
+    state._update_value_in_config(block._id, sent)
+    return sent
+
+
 class Blocks(gr.Blocks):
-    """gr.Blocks whose events answer a malformed request with a message, where Gradio's own answer is an empty error.
+    """gr.Blocks whose events answer a malformed request with a message, where Gradio's own answer is an empty error,
+    and whose busiest events are answered by direct routes as well (below).
 
     Too few values: the trailing arguments of an API endpoint (its optional ones) arrive as None, which the
     endpoint checks; inputs added to an event after it was published get their `defaults_when_missing`; a UI
@@ -1051,6 +1133,84 @@ class Blocks(gr.Blocks):
                 raise gr.Error(f"{block.label} must be a number, not {shown(value)}.")
             if isinstance(block, gr.CheckboxGroup) and not isinstance(value, list):
                 raise gr.Error(f"{block.label} must be a list, not {shown(value)}.")
+
+    # ---- direct routes ----
+    # A Gradio event costs the web server ~40 ms of CPU besides the callback itself (the queue and its event stream,
+    # a thread hop per output, the request chain): with many users it, not the model, limited throughput. The
+    # events named here are answered by `POST /direct/<api_name>` as well: the same callback and inputs, the
+    # user's gr.State read from and written to the session's own store (so its ordinary events see it), outputs in
+    # the form Gradio sends them. The page calls the route from a browser-side event (`direct_js`).
+    direct_events: tuple[str, ...] = ()
+
+    def launch(self, *args, app_kwargs: dict | None = None, **kwargs):
+        """Gradio's launch, its web app given the direct route."""
+        self.direct_limiters = {}
+        app_kwargs = dict(app_kwargs or {})
+        app_kwargs["routes"] = [*app_kwargs.get("routes", []),
+                                APIRoute("/direct/{api_name}", self.direct, methods=["POST"], include_in_schema=False)]
+        return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
+
+    async def direct(self, api_name: str, request: Request) -> Response:
+        """`{"session_hash": ..., "data": [a value per input that is no gr.State]}` -> `{"data": [a value per
+        output that is no gr.State]}`, or `{"error": message}` with status 400 (404 for an unknown event)."""
+        block_fn = next((fn for fn in self.fns.values() if fn.api_name == api_name and api_name in self.direct_events),
+                        None)
+        if block_fn is None:
+            return json_response({"error": f"There is no direct route for {shown(api_name)}."}, 404)
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not (isinstance(body, dict) and isinstance(body.get("session_hash"), str)
+                and 0 < len(body["session_hash"]) <= 64 and isinstance(body.get("data"), list)):
+            return json_response({"error": 'Send JSON: {"session_hash": "<the page\'s session>", "data": [...]}.'}, 400)
+        # The event's concurrency group and limit, as its queued form has them (made here: a limiter belongs to the
+        # running event loop).
+        group = block_fn.concurrency_id
+        if group not in self.direct_limiters:
+            limit = block_fn.concurrency_limit
+            limit = self._queue.default_concurrency_limit if limit == "default" else limit
+            self.direct_limiters[group] = anyio.CapacityLimiter(limit or math.inf)
+        try:
+            outputs = await anyio.to_thread.run_sync(self.answer_directly, block_fn, body["session_hash"],
+                                                     body["data"], limiter=self.direct_limiters[group])
+        except gr.Error as error:
+            return json_response({"error": error.message}, 400)
+        return json_response({"data": outputs})
+
+    def answer_directly(self, block_fn, session_hash: str, sent: list) -> list:
+        """Gradio's preprocess, call and postprocess of one event, in this thread, on the session's state."""
+        state = self.state_holder[session_hash]  # Gradio's own store (it makes a session that does not exist yet)
+        takes = [block for block in block_fn.inputs if not block.stateful]
+        inputs = list(sent)
+        if len(sent) == len(takes):  # the gr.State's places, as Gradio fills them in
+            values = iter(sent)
+            inputs = [None if block.stateful else next(values) for block in block_fn.inputs]
+        self.validate_inputs(block_fn, inputs)  # completes what older clients leave out, or names what is missing
+        if len(inputs) != len(block_fn.inputs):
+            raise gr.Error(f"This request sent {len(sent)} values; this endpoint takes {len(takes)}: "
+                           + ", ".join(str(block.label or block.get_block_name()) for block in takes) + ".")
+        arguments = []
+        for block, value in zip(block_fn.inputs, inputs):
+            if block.stateful:
+                arguments.append(state[block._id])
+                continue
+            block = state[block._id] if block._id in state else block  # the session's copy (its choices)
+            try:
+                arguments.append(block.preprocess(value))
+            except gr.Error:
+                raise
+            except Exception:  # a value of the wrong type, which Gradio itself answers with an empty error
+                raise gr.Error(f"{block.label or block.get_block_name()} cannot be {shown(value)}.") from None
+        returned = block_fn.fn(*arguments)
+        outputs = []
+        for block in block_fn.outputs:
+            if block.stateful:
+                if block in returned:
+                    state[block._id] = returned[block]
+            else:
+                outputs.append(frontend_value(state, block, returned[block]) if block in returned else gr.skip())
+        return outputs
 
 
 with Blocks(title="Transformer attention inspector") as demo:
@@ -1223,10 +1383,15 @@ with Blocks(title="Transformer attention inspector") as demo:
     # Model work queues for the trace workers in its own group, so view changes (a few ms each) never wait
     # behind it.
     trace_queue = dict(concurrency_id="trace", concurrency_limit=TRACE_CONCURRENCY)
-    translate_button.click(translate, [model_name, source, *settings, trail_state], translate_outputs,
-                           api_name="translate", **trace_queue)
-    source.submit(translate, [model_name, source, *settings, trail_state], translate_outputs,
-                  api_name="translate_enter", **trace_queue)
+    # Translations and view changes, the page's busiest requests, go to the direct routes (`Blocks.direct`); their
+    # Gradio endpoints, which the direct routes answer as, stay for API clients on a trigger the page never shows.
+    api_only = gr.Button(visible=False, elem_id="api-only")
+    for api_name in ("translate", "translate_enter"):
+        api_only.click(translate, [model_name, source, *settings, trail_state], translate_outputs, api_name=api_name,
+                       **trace_queue)
+    for trigger in (translate_button.click, source.submit):
+        trigger(None, [model_name, source, *settings], page_outputs(translate_outputs),
+                js=direct_js("translate", translate_outputs))
     model_name.input(switch_model, [model_name, source, *settings], [example, *translate_outputs],
                       api_name="switch_model", **trace_queue)
     example.input(use_example, [example, model_name, source, *settings, trail_state], [source, *translate_outputs],
@@ -1253,12 +1418,15 @@ with Blocks(title="Transformer attention inspector") as demo:
     model_view_panel.expand(None, [step, translation_state, view_state], views, js=RENDER_JS)
 
     demo.defaults_when_missing[measure_choice._id] = WEIGHTS
+    view_change_outputs = [layer_choice, head_choice, view_state, status]
     for control in [*settings, measure_choice]:
-        # A view change reads the user's stored trace (a few ms): answered at once, without the queue's
-        # bookkeeping and its event stream.
-        control.input(view_change, [trace_state, trail_state, *settings, measure_choice],
-                      [layer_choice, head_choice, view_state, status], api_name=control.elem_id.replace("-", "_"),
-                      queue=False)
+        # A view change reads the user's stored trace (a few ms); through the API, answered outside the queue.
+        api_name = control.elem_id.replace("-", "_")
+        api_only.click(view_change, [trace_state, trail_state, *settings, measure_choice], view_change_outputs,
+                       api_name=api_name, queue=False)
+        control.input(None, [*settings, measure_choice], view_change_outputs,
+                      js=direct_js(api_name, view_change_outputs))
+    demo.direct_events = ("translate", *(control.elem_id.replace("-", "_") for control in [*settings, measure_choice]))
 
     # What if: branch, switch heads off, open a head, beam search.
     for trigger in (branch_button.click, branch_word.submit):

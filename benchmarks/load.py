@@ -1,11 +1,13 @@
-"""Load test: the app on 127.0.0.1, driven by concurrent gradio_client users, each in its own session.
+"""Load test: the app on 127.0.0.1, driven by concurrent users, each in its own session.
 
-    python benchmarks/load.py [--clients 16] [--requests 8] [--waves 4] [--tokens 20] [--cores N]
+    python benchmarks/load.py [--clients 16] [--requests 8] [--waves 4] [--tokens 20] [--cores N] [--via gradio]
 
 Starts `python app.py` on a free loopback port (nothing leaves this machine). In each wave, `--clients`
 new users connect at once; each translates `--requests` distinct sentences of about `--tokens` tokens
 (from the Multi30k val and test splits) and after each one switches the view to another head, which reads
-that user's stored trace (`gr.State`); stepping itself happens in the browser and sends no request. A
+that user's stored trace (`gr.State`); stepping itself happens in the browser and sends no request. Users send
+their requests as the page does, to the app's direct routes (`--via direct`), or through Gradio's queue as
+`gradio_client` does (`--via gradio`, how the page sent them before the direct routes). A
 response counts as cross-talk unless its translation, and the decoder inputs labelling the new view's
 rows, are those of the greedy translation of its own sentence, computed here in-process.
 The server's resident memory is sampled throughout; its session store is capped (`--session-capacity`,
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import socket
 import ssl
 import subprocess
@@ -30,6 +33,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx
 import numpy as np
 import torch
 from gradio_client import Client
@@ -126,22 +130,65 @@ def start_server(checkpoints: Path, port: int, session_capacity: int, log: Path)
     raise SystemExit(f"the app did not answer within 180 s; see {log}")
 
 
-def user(url: str, model: str, sentences: list[str], expected: dict, results: list, start: threading.Barrier):
+class GradioUser:
+    """A user through Gradio's queue and its event stream (`gradio_client`), as the page sent everything before the
+    direct routes."""
+
+    def __init__(self, url: str):
+        # gradio_client builds a fresh httpx client for every request, and with it a TLS context that loads
+        # the whole CA bundle (~130 ms of CPU, even for http://). One shared context keeps that load off the
+        # cores the server is measured on.
+        self.client = Client(url, verbose=False, ssl_verify=TLS_CONTEXT)
+
+    def translate(self, model: str, text: str) -> list:
+        return self.client.predict(model, text, CROSS, 0, MEAN, False, api_name="/translate")
+
+    def view(self) -> list:
+        return self.client.predict(CROSS, 0, 1, False, api_name="/head")  # head 2 of the stored trace
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class DirectUser:
+    """A user as the page is one: its configuration fetched once, then translations and view changes sent to the
+    app's direct routes (`POST /direct/<event>`) over one kept-alive connection, in a session of its own."""
+
+    def __init__(self, url: str):
+        self.client = httpx.Client(base_url=url, timeout=120)
+        self.client.get("/config").raise_for_status()
+        self.session = secrets.token_hex(8)
+
+    def send(self, event: str, data: list) -> list:
+        answer = self.client.post(f"/direct/{event}", json={"session_hash": self.session, "data": data})
+        if answer.status_code != 200:
+            raise RuntimeError(f"{answer.status_code}: {answer.json().get('error')}")
+        return answer.json()["data"]
+
+    def translate(self, model: str, text: str) -> list:
+        return self.send("translate", [model, text, CROSS, 0, MEAN, False])
+
+    def view(self) -> list:
+        return self.send("head", [CROSS, 0, 1, False, "weights"])  # head 2 of the stored trace, its weights
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def user(url: str, via: type, model: str, sentences: list[str], expected: dict, results: list,
+         start: threading.Barrier):
     """One user: a fresh session translating its sentences one after another, checking every answer."""
-    # gradio_client builds a fresh httpx client for every request, and with it a TLS context that loads
-    # the whole CA bundle (~130 ms of CPU, even for http://). One shared context keeps that load off the
-    # cores the server is measured on.
-    client = Client(url, verbose=False, ssl_verify=TLS_CONTEXT)
+    client = via(url)
     start.wait()
     try:
         for text in sentences:
             record = {"text": text, "error": None, "crossed": False}
             try:
                 began = time.perf_counter()
-                outputs = client.predict(model, text, CROSS, 0, MEAN, False, api_name="/translate")
+                outputs = client.translate(model, text)
                 record["translate_s"] = time.perf_counter() - began
                 began = time.perf_counter()
-                _, _, view, _ = client.predict(CROSS, 0, 1, False, api_name="/head")  # head 2 of the stored trace
+                _, _, view, _ = client.view()
                 record["view_s"] = time.perf_counter() - began
                 translation, status = outputs[0], outputs[1]
                 rows = json.loads(view["attention"])["layout"]["yaxis"]["ticktext"]
@@ -153,6 +200,9 @@ def user(url: str, model: str, sentences: list[str], expected: dict, results: li
             results.append(record)
     finally:
         client.close()
+
+
+USERS = {"direct": DirectUser, "gradio": GradioUser}
 
 
 def percentiles(values: list[float]) -> str:
@@ -171,6 +221,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=20, help="source sentence length to pick")
     parser.add_argument("--session-capacity", type=int, default=32, help="the server's SESSION_CAPACITY")
     parser.add_argument("--cores", type=int, help="run everything on the first N cores (default: all)")
+    parser.add_argument("--via", choices=list(USERS), default="direct",
+                        help="direct: as the page sends requests (the default); gradio: through Gradio's queue, "
+                             "as gradio_client does and as the page did before")
     args = parser.parse_args()
     if args.cores:  # the app and its trace workers inherit this, and start one worker per allowed core
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
@@ -186,7 +239,7 @@ def main() -> None:
         lengths.append(len(traced.source_tokens) - 1)  # without <eos>
     print(f"{len(sentences)} distinct sentences, {min(lengths)}-{max(lengths)} tokens (mean {np.mean(lengths):.1f}); "
           f"{args.clients} concurrent users x {args.requests} requests x {args.waves} waves; "
-          f"{cores} cores of {cpu_model()}")
+          f"{cores} cores of {cpu_model()}; requests {args.via}")
 
     port = free_port()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"load-app-{port}.log"
@@ -201,7 +254,7 @@ def main() -> None:
         began, server_cpu, own_cpu = time.perf_counter(), cpu_seconds(server.pid), time.process_time()
         for wave in range(args.waves):
             start = threading.Barrier(args.clients)
-            users = [threading.Thread(target=user, args=(url, args.model,
+            users = [threading.Thread(target=user, args=(url, USERS[args.via], args.model,
                                                          sentences[i * args.requests:(i + 1) * args.requests],
                                                          expected, results, start))
                      for i in range(args.clients)]

@@ -276,6 +276,30 @@ def attention_title(page) -> str:
     return page.evaluate("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || ''")
 
 
+def test_translations_and_view_changes_go_to_the_direct_routes(page):
+    with page.expect_response(lambda response: response.url.endswith("/direct/translate")) as answer:
+        translate(page, "A dog runs in the park.")
+    assert answer.value.status == 200
+    before = attention_title(page)
+    with page.expect_response(lambda response: response.url.endswith("/direct/head")) as answer:
+        choose(page, "head", "Head 2")
+    assert answer.value.status == 200
+    page.wait_for_function("(before) => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
+                           " !== before", arg=before, timeout=15000)
+    # A refusal shows in the status line and leaves the translation on screen.
+    translation = page.locator("#translation textarea").input_value()
+    page.route("**/direct/translate", lambda route: route.fulfill(
+        status=400, content_type="application/json", body='{"error": "Refused for the test."}'))
+    try:
+        page.fill("#source textarea", "A cat sleeps.")
+        page.click("#translate")
+        page.wait_for_function("() => document.querySelector('#status textarea')?.value === 'Refused for the test.'",
+                               timeout=15000)
+    finally:
+        page.unroute("**/direct/translate")
+    assert page.locator("#translation textarea").input_value() == translation
+
+
 def test_a_shared_link_opens_its_view_and_copy_link_gives_it_back(page, server):
     from urllib.parse import parse_qs, urlencode, urlsplit
 

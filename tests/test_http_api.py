@@ -8,6 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
+from viz.attention import escape
+
 MODEL = "toy-en-de"
 SURROGATE = '"a dog \\ud800 runs"'  # JSON text of a string holding a lone UTF-16 surrogate
 
@@ -188,3 +190,81 @@ def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_se
             body = json.dumps({"data": data}).replace("\\\\ud800", "\\ud800")  # keep the surrogate an escape
             event, answer = call(server, endpoint, body)
             assert event == "complete" or (event in ("error", "422") and answer), (endpoint, name, event, answer)
+
+
+# ---- the direct routes the page sends translations and view changes to ----
+
+def direct(server: str, endpoint: str, body: str, session: str | None = "direct-test") -> tuple[int, object]:
+    """POST a raw JSON {"session_hash", "data"} body to a direct route: (status, data) or (status, error)."""
+    if session is not None:
+        body = f'{{"session_hash": "{session}", "data": {body}}}'
+    answer = httpx.post(f"{server.rstrip('/')}/direct/{endpoint}", content=body.encode("utf-8", "surrogatepass"),
+                        headers={"Content-Type": "application/json"}, timeout=60)
+    return answer.status_code, answer.json().get("data", answer.json().get("error"))
+
+
+VIEW = '["Cross-attention", 0, 1, false, "weights"]'  # head 2 of the stored trace
+
+
+def rows(view_outputs: list) -> list[str]:
+    """The decoder tokens labelling a view change's heatmap rows."""
+    return json.loads(view_outputs[2]["attention"])["layout"]["yaxis"]["ticktext"]
+
+
+def test_a_direct_translation_is_what_the_gradio_event_answers(server, app_module):
+    settings = '"Cross-attention", 0, "Mean of heads", false'
+    status, answer = direct(server, "translate", f'["{MODEL}", "A dog runs.", {settings}]', session="same-a")
+    event, expected = call(server, "translate", f'{{"data": ["{MODEL}", "A dog runs.", {settings}], '
+                                                '"session_hash": "same-b"}')
+    assert status == 200 and event == "complete"
+    outputs = next(fn for fn in app_module.demo.fns.values() if fn.api_name == "translate").outputs
+    assert answer == [value for value, output in zip(expected, outputs) if not output.stateful]
+    assert answer[0] == app_module.TRANSLATORS[MODEL].trace("A dog runs.").text
+
+
+def test_each_page_session_keeps_its_own_trace_for_its_gradio_events(server, app_module):
+    translator = app_module.TRANSLATORS[MODEL]
+    sentences = {"page-one": "A dog runs.", "page-two": "A man sits in the park."}
+    for session, text in sentences.items():
+        status, _ = direct(server, "translate", f'["{MODEL}", "{text}", "Cross-attention", 0, "Mean of heads", false]',
+                           session=session)
+        assert status == 200
+    for session, text in sentences.items():
+        expected = escape(translator.trace(text).decoder_input_tokens)
+        status, answer = direct(server, "head", VIEW, session=session)  # a direct view change
+        assert status == 200 and rows(answer) == expected
+        event, answer = call(server, "head", f'{{"data": {VIEW}, "session_hash": "{session}"}}')  # Gradio's own
+        assert event == "complete" and rows(answer) == expected
+
+
+@pytest.mark.parametrize("name", UI_CASES)
+def test_direct_routes_answer_bad_requests_as_their_gradio_events_do(server, still_serving, name):
+    endpoint, data, message, as_error = UI_CASES[name]
+    status, answer = direct(server, endpoint, data, session=f"bad-{len(name)}")
+    if as_error:
+        assert status == 400 and message in answer
+    else:
+        assert status == 200 and message in texts(answer)
+
+
+@pytest.mark.parametrize("endpoint,body,status,message", [
+    ("translate", "not json at all", 400, "Send JSON"),
+    ("translate", '{"data": []}', 400, "session_hash"),
+    ("translate", '{"session_hash": 7, "data": []}', 400, "session_hash"),
+    ("translate", f'{{"session_hash": "{"x" * 65}", "data": []}}', 400, "session_hash"),
+    ("translate", '{"session_hash": "s", "data": "A dog."}', 400, "data"),
+    ("branch", '{"session_hash": "s", "data": []}', 404, "no direct route for 'branch'"),
+    ("nothing-here", '{"session_hash": "s", "data": []}', 404, "no direct route"),
+])
+def test_direct_routes_refuse_malformed_bodies_with_a_reason(server, still_serving, endpoint, body, status, message):
+    answer_status, answer = direct(server, endpoint, body, session=None)
+    assert answer_status == status and message in answer
+
+
+def test_direct_routes_answer_junk_with_a_result_or_a_message(server, still_serving, app_module):
+    offered = endpoints(server)
+    for endpoint in app_module.demo.direct_events:
+        for name, junk in JUNK.items():
+            body = json.dumps(junk * offered[endpoint]).replace("\\\\ud800", "\\ud800")
+            status, answer = direct(server, endpoint, body, session="junk")
+            assert (status, isinstance(answer, list)) == (200, True) or (status == 400 and answer), (endpoint, name)

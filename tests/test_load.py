@@ -1,5 +1,5 @@
 """The load benchmark runs end to end against a real server: concurrent sessions, no errors, no cross-talk
-(on one core, so the option that pins it is exercised too)."""
+(on one core, so the option that pins it is exercised too), through the direct routes and through Gradio's queue."""
 
 import subprocess
 import sys
@@ -12,12 +12,14 @@ pytestmark = pytest.mark.slow  # starts the app as a server and loads it with cl
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "load.py"
 
 
-def test_concurrent_users_get_their_own_answers(toy_checkpoints):
+@pytest.mark.parametrize("via", ["direct", "gradio"])
+def test_concurrent_users_get_their_own_answers(toy_checkpoints, via):
     root, data = toy_checkpoints
     run = subprocess.run([sys.executable, str(SCRIPT), "--checkpoints", str(root), "--model", "toy-en-de",
                           "--data", str(data), "--clients", "4", "--requests", "2", "--waves", "2",
-                          "--tokens", "6", "--session-capacity", "4", "--cores", "1"],
+                          "--tokens", "6", "--session-capacity", "4", "--cores", "1", "--via", via],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
+    assert f"requests {via}" in run.stdout
     assert "requests: 16 translations" in run.stdout and "on the same 1 cores" in run.stdout
     assert "errors: 0; cross-talk: 0" in run.stdout
