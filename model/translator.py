@@ -280,6 +280,15 @@ class Translator:
                              f"{self.max_src_tokens}. Please shorten it.")
         return tokens
 
+    def spelling_hint(self, token: str) -> str:
+        """How the model could write a token it has not: lower-cased, or as the byte-pair pieces it writes."""
+        if token.lower() in self.tgt_vocab:
+            return f" (did you mean {token.lower()!r}?)"
+        pieces = self.tgt_tokenizer.pieces([token.lower()])
+        if len(pieces) > 1 and all(piece in self.tgt_vocab for piece in pieces):
+            return f" (this model writes it in pieces: {', '.join(map(repr, pieces))})"
+        return ""
+
     def target_ids(self, tokens: list[str], limit: int, what: str) -> list[int]:
         """Target ids of tokens the model must emit (a forced prefix, a translation to score), or an InputError
         naming the first one it cannot emit there."""
@@ -289,8 +298,7 @@ class Translator:
         ids = []
         for position, token in enumerate(tokens):
             if token not in self.tgt_vocab:
-                hint = f" (did you mean {token.lower()!r}?)" if token.lower() in self.tgt_vocab else ""
-                raise InputError(f"{what} {token!r} is not in the target vocabulary{hint}.")
+                raise InputError(f"{what} {token!r} is not in the target vocabulary{self.spelling_hint(token)}.")
             token_id = self.tgt_vocab.stoi[token]
             if token_id in (PAD_ID, SOS_ID):
                 raise InputError(f"{what} {token!r} is never emitted by the model.")
