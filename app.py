@@ -1171,16 +1171,17 @@ class Blocks(gr.Blocks):
             limit = block_fn.concurrency_limit
             limit = self._queue.default_concurrency_limit if limit == "default" else limit
             self.direct_limiters[group] = anyio.CapacityLimiter(limit or math.inf)
+        # Gradio's own store, read in the event loop as Gradio reads it (a session that does not exist yet is made).
+        state = self.state_holder[body["session_hash"]]
         try:
-            outputs = await anyio.to_thread.run_sync(self.answer_directly, block_fn, body["session_hash"],
-                                                     body["data"], limiter=self.direct_limiters[group])
+            outputs = await anyio.to_thread.run_sync(self.answer_directly, block_fn, state, body["data"],
+                                                     limiter=self.direct_limiters[group])
         except gr.Error as error:
             return json_response({"error": error.message}, 400)
         return json_response({"data": outputs})
 
-    def answer_directly(self, block_fn, session_hash: str, sent: list) -> list:
-        """Gradio's preprocess, call and postprocess of one event, in this thread, on the session's state."""
-        state = self.state_holder[session_hash]  # Gradio's own store (it makes a session that does not exist yet)
+    def answer_directly(self, block_fn, state: SessionState, sent: list) -> list:
+        """Gradio's preprocess, call and postprocess of one event, in this thread, on a session's state."""
         takes = [block for block in block_fn.inputs if not block.stateful]
         inputs = list(sent)
         if len(sent) == len(takes):  # the gr.State's places, as Gradio fills them in
