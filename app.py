@@ -1144,6 +1144,7 @@ class Blocks(gr.Blocks):
 
     def launch(self, *args, app_kwargs: dict | None = None, **kwargs):
         """Gradio's launch, its web app given the direct route."""
+        self.direct_fns = {fn.api_name: fn for fn in self.fns.values() if fn.api_name in self.direct_events}
         self.direct_limiters = {}
         app_kwargs = dict(app_kwargs or {})
         app_kwargs["routes"] = [*app_kwargs.get("routes", []),
@@ -1153,8 +1154,7 @@ class Blocks(gr.Blocks):
     async def direct(self, api_name: str, request: Request) -> Response:
         """`{"session_hash": ..., "data": [a value per input that is no gr.State]}` -> `{"data": [a value per
         output that is no gr.State]}`, or `{"error": message}` with status 400 (404 for an unknown event)."""
-        block_fn = next((fn for fn in self.fns.values() if fn.api_name == api_name and api_name in self.direct_events),
-                        None)
+        block_fn = self.direct_fns.get(api_name)
         if block_fn is None:
             return json_response({"error": f"There is no direct route for {shown(api_name)}."}, 404)
         try:
@@ -1420,14 +1420,14 @@ with Blocks(title="Transformer attention inspector") as demo:
 
     demo.defaults_when_missing[measure_choice._id] = WEIGHTS
     view_change_outputs = [layer_choice, head_choice, view_state, status]
-    for control in [*settings, measure_choice]:
+    view_events = [control.elem_id.replace("-", "_") for control in [*settings, measure_choice]]
+    for control, api_name in zip([*settings, measure_choice], view_events):
         # A view change reads the user's stored trace (a few ms); through the API, answered outside the queue.
-        api_name = control.elem_id.replace("-", "_")
         api_only.click(view_change, [trace_state, trail_state, *settings, measure_choice], view_change_outputs,
                        api_name=api_name, queue=False)
         control.input(None, [*settings, measure_choice], view_change_outputs,
                       js=direct_js(api_name, view_change_outputs))
-    demo.direct_events = ("translate", *(control.elem_id.replace("-", "_") for control in [*settings, measure_choice]))
+    demo.direct_events = ("translate", *view_events)
 
     # What if: branch, switch heads off, open a head, beam search.
     for trigger in (branch_button.click, branch_word.submit):
