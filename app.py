@@ -342,7 +342,7 @@ def show(trail: Trail, at_step: int, kind: str, layer: int, head: int | str, mod
              for grid, grid_kind in zip(mask_grids, KINDS)}
     return {trail_state: trail, trace_state: trace,
             translation: decoding.text,
-            step: gr.Slider(maximum=max(trace.steps, 2), value=at_step, interactive=trace.steps > 1),
+            step: once(trail, step, at_step, maximum=max(trace.steps, 2), interactive=trace.steps > 1),
             kind_choice: once(trail, kind_choice, kind, choices=kinds),
             translation_state: {**translation_frames(trace), "link": {"model": trail.model, "text": trail.source,
                                                                       "force": decoding.force, "mask": decoding.mask,

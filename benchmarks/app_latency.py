@@ -6,7 +6,8 @@ Calls the app's own callbacks (what a request runs, minus the network) and print
 JSON encoding of what the browser receives. Stepping needs no request: benchmarks/browser_latency.py
 measures it in a browser. The what-if table compares a branch, a re-translation with a head switched off and
 the beam view with a plain translation of the same sentence, in the same run (goal: each within 1.5x), and
-the ALTI+ contributions of the translation on screen (goal: within 1.5x of the plain trace). Last, a 20-token
+the ALTI+ contributions of the translation on screen (goal: within 1.5x of the plain trace). Then a new user's
+first translation (Gradio's session made, every menu's properties sent) against a later one. Last, a 20-token
 trace alone against the time of its bare matrix products (every weight matrix it multiplies by, as one torch.mm
 each, nothing else; goal: the trace within 2x), through the step decoder and through the module tree.
 """
@@ -26,7 +27,9 @@ import torch  # noqa: E402
 
 import app  # noqa: E402  (after the path set-up above)
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
+from gradio.state_holder import SessionState  # noqa: E402
 from model.decoding import greedy_trace  # noqa: E402
+from viz.attention import PlainFigure  # noqa: E402
 from viz.views import ALL_HEADS, CROSS, ENCODER, MEAN  # noqa: E402
 
 SENTENCES = [  # about 5, 20 and 40 tokens
@@ -49,7 +52,7 @@ def median_ms(fn, runs: int) -> float:
 
 def json_bytes(outputs: dict) -> int:
     """Bytes of the JSON Gradio sends for a callback's outputs (figures travel as JSON strings)."""
-    sent = [value.to_json() if hasattr(value, "to_plotly_json") else value for value in outputs.values()]
+    sent = [value.to_json() if isinstance(value, PlainFigure) else value for value in outputs.values()]
     return len(orjson.dumps([value for value in sent if isinstance(value, (dict, str, list))]))
 
 
@@ -82,7 +85,31 @@ def main() -> None:
         print(f"| {tokens} | {trace.steps} | " + " | ".join(f"{t:.1f}" for t in times)
               + " | " + " / ".join(f"{b:,}" for b in sizes) + " |")
     what_if(args.checkpoint, SENTENCES[1], args.runs)
+    new_users(args.checkpoint, SENTENCES[1], args.runs)
     against_matmuls(translator, SENTENCES[1], args.runs)
+
+
+def new_users(checkpoint: str, sentence: str, runs: int) -> None:
+    """A new user's first translation against a later one, as the page's direct route answers them (Gradio's
+    preprocessing and postprocessing included): the first makes the user's Gradio session and sends every menu's,
+    button's and switch grid's properties; a later one sends values."""
+    event = next(fn for fn in app.demo.fns.values() if fn.api_name == "translate")
+    sent = [checkpoint, sentence, CROSS, 0, MEAN, False]
+
+    def session_and_first():
+        app.demo.answer_directly(event, SessionState(app.demo), sent)
+
+    session = SessionState(app.demo)
+    app.demo.answer_directly(event, session, sent)
+    times = {"a new session (Gradio's SessionState)": median_ms(lambda: SessionState(app.demo), runs),
+             "a new session and its first translation": median_ms(session_and_first, runs),
+             "a later translation in a session": median_ms(lambda: app.demo.answer_directly(event, session, sent),
+                                                           runs)}
+    print("\na new user, the same sentence, through the direct route's function (`Blocks.answer_directly`)")
+    print("| request | ms |")
+    print("|---|---|")
+    for name, ms in times.items():
+        print(f"| {name} | {ms:.1f} |")
 
 
 def first_measure(trail) -> dict:

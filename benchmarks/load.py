@@ -1,6 +1,7 @@
 """Load test: the app on 127.0.0.1, driven by concurrent users, each in its own session.
 
     python benchmarks/load.py [--clients 16] [--requests 8] [--waves 4] [--tokens 20] [--cores N] [--via gradio]
+                              [--records FILE]
 
 Starts `python app.py` on a free loopback port (nothing leaves this machine). In each wave, `--clients`
 new users connect at once; each translates `--requests` distinct sentences of about `--tokens` tokens
@@ -176,15 +177,16 @@ class DirectUser:
 
 
 def user(url: str, via: type, model: str, sentences: list[str], expected: dict, results: list,
-         start: threading.Barrier):
+         start: threading.Barrier, name: str, run_began: float):
     """One user: a fresh session translating its sentences one after another, checking every answer."""
     client = via(url)
     start.wait()
     try:
-        for text in sentences:
-            record = {"text": text, "error": None, "crossed": False}
+        for index, text in enumerate(sentences):
+            record = {"user": name, "request": index, "text": text, "error": None, "crossed": False}
             try:
                 began = time.perf_counter()
+                record["sent_at_s"] = began - run_began
                 outputs = client.translate(model, text)
                 record["translate_s"] = time.perf_counter() - began
                 began = time.perf_counter()
@@ -221,6 +223,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=20, help="source sentence length to pick")
     parser.add_argument("--session-capacity", type=int, default=32, help="the server's SESSION_CAPACITY")
     parser.add_argument("--cores", type=int, help="run everything on the first N cores (default: all)")
+    parser.add_argument("--records", help="write every request's timings here (JSON): user (wave.user), request "
+                                          "(its index), sent_at_s, translate_s, view_s, error")
     parser.add_argument("--via", choices=list(USERS), default="direct",
                         help="direct: as the page sends requests (the default); gradio: through Gradio's queue, "
                              "as gradio_client does and as the page did before")
@@ -256,7 +260,7 @@ def main() -> None:
             start = threading.Barrier(args.clients)
             users = [threading.Thread(target=user, args=(url, USERS[args.via], args.model,
                                                          sentences[i * args.requests:(i + 1) * args.requests],
-                                                         expected, results, start))
+                                                         expected, results, start, f"{wave + 1}.{i + 1}", began))
                      for i in range(args.clients)]
             for thread in users:
                 thread.start()
@@ -271,6 +275,8 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
 
+    if args.records:
+        Path(args.records).write_text(json.dumps([{k: v for k, v in r.items() if k != "text"} for r in results]))
     done = [r for r in results if r["error"] is None]
     errors = [r for r in results if r["error"] is not None]
     crossed = [r for r in done if r["crossed"]]

@@ -118,12 +118,13 @@ def main() -> None:
                 page.goto(app.demo.local_url)
                 page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Translated')",
                                        timeout=60000)
+                example = page.input_value("#translation textarea")  # the first visit's translated example
                 page.fill("#source textarea", args.sentence)
                 page.click("#translate")
-                page.wait_for_function("(text) => document.querySelector('#translation textarea').value.length > 0"
+                page.wait_for_function("(before) => document.querySelector('#translation textarea').value.length > 0"
                                        " && document.querySelector('#status textarea').value.startsWith('Translated')"
-                                       " && !document.querySelector('#translation textarea').value.startsWith('People')",
-                                       arg=args.sentence, timeout=60000)
+                                       " && document.querySelector('#translation textarea').value !== before",
+                                       arg=example, timeout=60000)
                 for _ in range(3):
                     page.click("#next")
                     page.wait_for_timeout(300)

@@ -192,3 +192,18 @@ def test_menus_get_their_choices_only_when_they_change(app_module):
     assert other[app_module.kind_choice].choices == [(CROSS, CROSS)]  # another model: its own choices
     assert app_module.translate(MODEL, "A dog.", ENCODER, 0, MEAN, False, other[app_module.trail_state])[
         app_module.kind_choice].choices == [(kind, kind) for kind in (ENCODER, DECODER, CROSS)]
+
+
+def test_the_step_slider_gets_a_new_length_only_when_the_length_changes(app_module):
+    """The slider too is rebuilt only when a translation has a different number of steps from the one before."""
+    first = app_module.translate(MODEL, "A man plays.", CROSS, 0, MEAN)
+    assert first[app_module.step].maximum == max(first[app_module.trace_state].steps, 2)
+    again = app_module.translate(MODEL, "A man plays.", CROSS, 0, MEAN, False, first[app_module.trail_state])
+    assert again[app_module.step] == 1  # the same length: the step alone
+    steps = again[app_module.trace_state].steps
+    other = next(outputs for text in ("A dog.", "Two young men are playing football on the green grass of a park.")
+                 if (outputs := app_module.translate(MODEL, text, CROSS, 0, MEAN, False, again[app_module.trail_state])
+                     )[app_module.trace_state].steps != steps)
+    assert other[app_module.step].maximum == max(other[app_module.trace_state].steps, 2)
+    assert other[app_module.step].value == 1
+    assert other[app_module.step].interactive == (other[app_module.trace_state].steps > 1)

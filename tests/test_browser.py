@@ -41,12 +41,15 @@ def wait_for_step(page, step: int) -> dict:
     return shown(page)
 
 
-def translate(page, text: str) -> None:
+def translate(page, app_module, text: str) -> None:
+    """Translate `text` on the page and wait until its translation is on screen (the page already shows a
+    translated example when it opens, so "Translated" in the status alone says nothing)."""
     page.fill("#source textarea", text)
     page.click("#translate")
+    expected = app_module.TRANSLATORS[MODEL].trace(text).text
     page.wait_for_function("(text) => document.querySelector('#status textarea')?.value.startsWith('Translated')"
-                           " && document.querySelector('#translation textarea')?.value.length > 0"
-                           " && document.querySelector('#attention .js-plotly-plot')", arg=text, timeout=30000)
+                           " && document.querySelector('#translation textarea')?.value === text"
+                           " && document.querySelector('#attention .js-plotly-plot')", arg=expected, timeout=30000)
     wait_for_step(page, 1)
 
 
@@ -94,7 +97,7 @@ def test_a_first_visit_shows_a_translated_example(page):
 
 @pytest.mark.parametrize("kind,head", [(CROSS, MEAN), (DECODER, 2), (ENCODER, 0), (CROSS, ALL_HEADS)])
 def test_every_step_drawn_in_the_browser_is_the_figure_python_builds(page, app_module, kind, head):
-    translate(page, LONG)
+    translate(page, app_module, LONG)
     page.get_by_label(kind).check()
     choose(page, "layer", "Layer 2")
     choose(page, "head", head if head in (MEAN, ALL_HEADS) else f"Head {head + 1}")
@@ -121,7 +124,7 @@ def steps_of(app_module, text: str) -> int:
 def test_buttons_keys_slider_and_number_box_agree_with_the_view(page, app_module):
     steps = steps_of(app_module, LONG)
     assert steps >= 10
-    translate(page, LONG)
+    translate(page, app_module, LONG)
     page.click("#next")
     assert wait_for_step(page, 2)["step"] == 2
     page.click("#last")
@@ -158,8 +161,8 @@ def test_buttons_keys_slider_and_number_box_agree_with_the_view(page, app_module
     assert f"step {steps} of {steps}" in shown(page)["title"]
 
 
-def test_the_model_view_follows_the_step(page):
-    translate(page, LONG)
+def test_the_model_view_follows_the_step(page, app_module):
+    translate(page, app_module, LONG)
     page.click("#next")
     page.click("#next")
     wait_for_step(page, 3)
@@ -178,7 +181,7 @@ def test_clicks_at_ten_per_second_are_never_lost(page, app_module):
     """Nine clicks, since the toy translator gives this sentence 11 steps (benchmarks/browser_latency.py clicks
     ten times on a 20-token sentence of en-de)."""
     assert steps_of(app_module, LONG) >= 10
-    translate(page, LONG)
+    translate(page, app_module, LONG)
     for _ in range(9):
         page.click("#next", delay=0)
         page.wait_for_timeout(100)
@@ -186,7 +189,7 @@ def test_clicks_at_ten_per_second_are_never_lost(page, app_module):
 
 
 def test_switching_the_model_translates_again(page, app_module):
-    translate(page, "A dog runs in the park.")
+    translate(page, app_module, "A dog runs in the park.")
     page.click("#model input")
     page.get_by_role("option", name=re.compile("^toy-rnn")).click()
     expected = app_module.TRANSLATORS["toy-rnn"].trace("A dog runs in the park.").text
@@ -201,7 +204,7 @@ def test_switching_the_model_translates_again(page, app_module):
 
 
 def test_picking_an_example_translates_it(page, app_module):
-    translate(page, "A dog runs.")
+    translate(page, app_module, "A dog runs.")
     sentence = app_module.examples_for(MODEL)[1]
     choose(page, "example", sentence)
     expected = app_module.TRANSLATORS[MODEL].trace(sentence).text
@@ -221,7 +224,7 @@ def test_click_a_candidate_to_branch_and_switch_a_head_off(page, app_module):
     text = "A man plays with a red ball in the park."
     page.wait_for_function("() => document.querySelector('#translation textarea')?.value.length > 0",
                            timeout=30000)  # the first visit's translation is in, so it cannot replace this one
-    translate(page, text)
+    translate(page, app_module, text)
     page.wait_for_function("(text) => document.querySelector('#translation textarea')?.value === text",
                            arg=translator.trace(text).text, timeout=30000)
     wait_for_step(page, 1)
@@ -251,10 +254,10 @@ def test_click_a_candidate_to_branch_and_switch_a_head_off(page, app_module):
     assert page.locator("#translation textarea").input_value() == translator.trace(text).text
 
 
-def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page):
+def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page, app_module):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    translate(page, 'A dog <img src=x onerror="alert(1)"> runs in the park.')
+    translate(page, app_module, 'A dog <img src=x onerror="alert(1)"> runs in the park.')
     page.click("#next")
     drawn = wait_for_step(page, 2)
     assert page.locator("img[src='x']").count() == 0 and not dialogs
@@ -276,9 +279,9 @@ def attention_title(page) -> str:
     return page.evaluate("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || ''")
 
 
-def test_translations_and_view_changes_go_to_the_direct_routes(page):
+def test_translations_and_view_changes_go_to_the_direct_routes(page, app_module):
     with page.expect_response(lambda response: response.url.endswith("/direct/translate")) as answer:
-        translate(page, "A dog runs in the park.")
+        translate(page, app_module, "A dog runs in the park.")
     assert answer.value.status == 200
     before = attention_title(page)
     with page.expect_response(lambda response: response.url.endswith("/direct/head")) as answer:
@@ -329,11 +332,11 @@ def test_a_link_with_nonsense_shows_the_default_view_and_a_note(page, server):
     assert page.locator("#attention b").count() == 0  # the link's markup stays text
 
 
-def test_compare_steps_both_models_and_every_plot_downloads_svg(page, server):
+def test_compare_steps_both_models_and_every_plot_downloads_svg(page, server, app_module):
     page.goto(server)
     page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Translated')",
                            timeout=60000)
-    translate(page, LONG)
+    translate(page, app_module, LONG)
     page.get_by_role("tab", name="Compare models").click()
     page.click("#compare-model input")
     page.get_by_role("option", name=re.compile(f"^{MODEL} ")).click()

@@ -1,6 +1,7 @@
 """The load benchmark runs end to end against a real server: concurrent sessions, no errors, no cross-talk
 (on one core, so the option that pins it is exercised too), through the direct routes and through Gradio's queue."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,13 +14,20 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "load.py"
 
 
 @pytest.mark.parametrize("via", ["direct", "gradio"])
-def test_concurrent_users_get_their_own_answers(toy_checkpoints, via):
+def test_concurrent_users_get_their_own_answers(toy_checkpoints, via, tmp_path):
     root, data = toy_checkpoints
+    records = tmp_path / "records.json"
     run = subprocess.run([sys.executable, str(SCRIPT), "--checkpoints", str(root), "--model", "toy-en-de",
                           "--data", str(data), "--clients", "4", "--requests", "2", "--waves", "2",
-                          "--tokens", "6", "--session-capacity", "4", "--cores", "1", "--via", via],
-                         capture_output=True, text=True, timeout=300)
+                          "--tokens", "6", "--session-capacity", "4", "--cores", "1", "--via", via,
+                          "--records", str(records)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"requests {via}" in run.stdout
     assert "requests: 16 translations" in run.stdout and "on the same 1 cores" in run.stdout
     assert "errors: 0; cross-talk: 0" in run.stdout
+    # Every request's timings, by user (wave.user) and request number, as the summary counted them.
+    timed = json.loads(records.read_text())
+    assert sorted((r["user"], r["request"]) for r in timed) == sorted(
+        (f"{wave}.{user}", request) for wave in (1, 2) for user in range(1, 5) for request in (0, 1))
+    assert all(r["error"] is None and 0 < r["translate_s"] and 0 < r["view_s"] and 0 <= r["sent_at_s"]
+               for r in timed)

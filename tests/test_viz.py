@@ -1,13 +1,14 @@
 """Figure builders: the heatmap shows exactly the requested slice, labels are inert text, duplicates stay apart."""
 
 import dataclasses
+import json
 
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from viz.attention import attention_heatmap, escape, label, probability_bars
+from viz.attention import attention_heatmap, escape, label, plain_figure, probability_bars
 from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure,
                        candidates_figure, model_comparison_figure, overview_figure, translation_figure)
 from viz.whatif import IMPORTANCE_MEASURES, comparison_figure, importance_figure, log_prob_change_figure
@@ -36,7 +37,7 @@ def trace():
 
 @pytest.mark.parametrize("kind,rows,cols", [(ENCODER, 6, 6), (DECODER, 3, 3), (CROSS, 3, 6)])
 def test_heatmap_data_is_the_selected_layer_head_and_step(trace, kind, rows, cols):
-    figure = attention_figure(trace, kind, layer=1, head=2, step=2)
+    figure = attention_figure(trace, kind, layer=1, head=2, step=2).figure()
     z = np.array(figure.data[0].z)
     assert z.shape == (rows, cols)
     np.testing.assert_allclose(z, trace.maps(kind)[1, 2, :rows, :cols])
@@ -47,9 +48,9 @@ def test_heatmap_data_is_the_selected_layer_head_and_step(trace, kind, rows, col
 
 
 def test_mean_of_heads_and_all_heads(trace):
-    mean = attention_figure(trace, CROSS, layer=0, head=MEAN, step=5)
+    mean = attention_figure(trace, CROSS, layer=0, head=MEAN, step=5).figure()
     np.testing.assert_allclose(np.array(mean.data[0].z), trace.cross[0].mean(axis=0))
-    every = attention_figure(trace, CROSS, layer=0, head=ALL_HEADS, step=5)
+    every = attention_figure(trace, CROSS, layer=0, head=ALL_HEADS, step=5).figure()
     assert len(every.data) == 4
     for h, heatmap in enumerate(every.data):
         np.testing.assert_allclose(np.array(heatmap.z), trace.cross[0, h])
@@ -57,20 +58,20 @@ def test_mean_of_heads_and_all_heads(trace):
 
 
 def test_overview_has_every_layer_and_head(trace):
-    figure = overview_figure(trace, ENCODER, step=0)
+    figure = overview_figure(trace, ENCODER, step=0).figure()
     assert len(figure.data) == 3 * 4
     np.testing.assert_allclose(np.array(figure.data[4 + 3].z), trace.encoder[1, 3])
 
 
 def test_current_step_row_is_highlighted(trace):
-    figure = attention_figure(trace, CROSS, layer=0, head=0, step=3)
+    figure = attention_figure(trace, CROSS, layer=0, head=0, step=3).figure()
     (shape,) = figure.layout.shapes
     assert (shape.y0, shape.y1) == (2.5, 3.5)
-    assert attention_figure(trace, ENCODER, layer=0, head=0, step=3).layout.shapes == ()
+    assert attention_figure(trace, ENCODER, layer=0, head=0, step=3).figure().layout.shapes == ()
 
 
 def test_duplicate_tokens_stay_separate_rows_and_columns(trace):
-    figure = attention_figure(trace, ENCODER, layer=0, head=0, step=0)
+    figure = attention_figure(trace, ENCODER, layer=0, head=0, step=0).figure()
     x, y = list(figure.data[0].x), list(figure.data[0].y)
     assert x[0] == "0: a" and x[3] == "3: a" and len(set(x)) == len(set(y)) == 6
     assert list(figure.layout.xaxis.categoryarray) == x and list(figure.layout.xaxis.tickvals) == x
@@ -85,9 +86,9 @@ def test_user_text_is_escaped_everywhere(trace):
         text = figure.to_json()
         assert "<img" not in text and "<script" not in text
         assert "&lt;" in text
-    ticks = attention_figure(trace, ENCODER, 0, 0, 0).layout.xaxis.ticktext
+    ticks = attention_figure(trace, ENCODER, 0, 0, 0).figure().layout.xaxis.ticktext
     assert ticks[4] == '&lt;img src=x onerror="ale…'  # cut to 24 characters, then escaped
-    assert attention_figure(trace, ENCODER, 0, 0, 0).data[0].x[4] == "4: " + ticks[4]  # what the hover shows
+    assert attention_figure(trace, ENCODER, 0, 0, 0).figure().data[0].x[4] == "4: " + ticks[4]  # what the hover shows
 
 
 def test_labels_spell_invisible_characters_and_cut_long_tokens():
@@ -98,7 +99,7 @@ def test_labels_spell_invisible_characters_and_cut_long_tokens():
 
 
 def test_step_title_escapes_and_describes_the_step(trace):
-    title = attention_figure(trace, CROSS, 0, 0, 4).layout.title.text
+    title = attention_figure(trace, CROSS, 0, 0, 4).figure().layout.title.text
     assert "step 5 of 6" in title and "&lt;script&gt;" in title
 
 
@@ -140,7 +141,7 @@ def test_heatmap_rejects_mismatched_labels():
 
 
 def test_probability_bars_highlight_and_values():
-    figure = probability_bars(["ein", "ein", "<b>"], np.array([0.9, 0.5, 0.1]), "p", highlight=1)
+    figure = probability_bars(["ein", "ein", "<b>"], np.array([0.9, 0.5, 0.1]), "p", highlight=1).figure()
     assert list(figure.data[0].y) == [0.9, 0.5, 0.1]
     assert figure.data[0].marker.color[1] != figure.data[0].marker.color[0]
     assert list(figure.layout.xaxis.ticktext) == ["ein", "ein", "&lt;b&gt;"]
@@ -148,3 +149,15 @@ def test_probability_bars_highlight_and_values():
 
 def test_escape_is_plain_html_escaping():
     assert escape(["a&b", "\"'", "<i>"]) == ["a&amp;b", "\"'", "&lt;i&gt;"]
+
+
+def test_plain_figures_send_what_plotly_would(trace):
+    """The page gets the JSON plotly.py makes of the same figure (a switched-off head's NaN weights as null)."""
+    off = dataclasses.replace(trace, switched_off=frozenset({"cross.2.1"}))
+    figures = [attention_figure(off, CROSS, 1, head, 3) for head in (0, ALL_HEADS)] + [translation_figure(trace, 2)]
+    for figure in figures:
+        assert json.loads(figure.to_json()) == json.loads(figure.figure().to_json())
+    assert json.loads(figures[0].to_json())["data"][0]["z"][0][0] is None
+    assert json.loads(figures[0].to_json({"file": "x"}))["layout"]["meta"] == {"file": "x"}
+    lone = plain_figure([], {"title": {"text": "a\ud800"}})  # a lone surrogate, which orjson refuses
+    assert json.loads(lone.to_json())["layout"]["title"]["text"] == "a\ud800"

@@ -1,4 +1,4 @@
-"""Plotly figures of attention maps and token probabilities: numpy arrays + tokens in, `go.Figure` out.
+"""Plotly figures of attention maps and token probabilities: numpy arrays + tokens in, `PlainFigure` out.
 
 Pure functions (no gradio, no torch). Every label is HTML-escaped, because Plotly renders a subset of
 HTML in tick labels, titles and hover text, and tokens come from whatever a user typed. Each axis is
@@ -6,16 +6,19 @@ a category axis whose values are "position: token" (unique, so two identical tok
 rows or columns, and the hover names both the position and the token) and whose tick labels show the
 bare token. The colour scale is fixed to 0-1 so heads and layers can be compared by eye.
 
-Figures are assembled from plain dicts without Plotly's per-property validation: that validation
-costs ~10x the rest on a step change. A test checks every figure kind against the full validator.
-They carry a compact template (see `TEMPLATE`) instead of plotly.py's whole default one.
+Figures are plain dicts (`PlainFigure`), never passed through Plotly's figure classes on the way to the page:
+Plotly's per-property validation costs ~10x the rest on a step change, and even an unvalidated `go.Figure`
+deep-copies its dicts twice on the way to JSON (~2 ms of the web server's CPU per figure). A test checks every
+figure kind against the full validator. They carry a compact template (see `TEMPLATE`) instead of plotly.py's
+whole default one.
 """
 
 from __future__ import annotations
 
+import functools
 import html
-import json
 import unicodedata
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
@@ -71,9 +74,16 @@ def label(token: str) -> str:
     return shown if len(shown) <= MAX_LABEL_CHARS else shown[:MAX_LABEL_CHARS - 1] + "…"
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def escaped_label(token: str) -> str:
+    """One token as literal text for a Plotly label (see `label`). Kept: a translation's figures label the same
+    tokens hundreds of times (every axis, every step's candidates)."""
+    return escape_text(label(token))
+
+
 def escape(tokens: list[str]) -> list[str]:
     """Tokens as literal text for Plotly labels (see `label`)."""
-    return [escape_text(label(t)) for t in tokens]
+    return [escaped_label(t) for t in tokens]
 
 
 def positions(tokens: list[str]) -> list[str]:
@@ -81,15 +91,42 @@ def positions(tokens: list[str]) -> list[str]:
     return [f"{i}: {t}" for i, t in enumerate(escape(tokens))]
 
 
-def plain_figure(data: list[dict], layout: dict) -> go.Figure:
-    """A figure from plain dicts, unvalidated, with the compact template."""
-    return go.Figure(data=data, layout=dict(layout, template=TEMPLATE), _validate=False)
+@dataclass(frozen=True)
+class PlainFigure:
+    """A Plotly figure as the plain dicts it is made of: `data` (the traces) and `layout`.
+
+    gr.Plot sends whatever its value's `to_json` gives; `figure()` is the `go.Figure` for anything else."""
+
+    data: list[dict]
+    layout: dict
+
+    def to_dict(self) -> dict:
+        return {"data": self.data, "layout": self.layout}
+
+    def to_json(self, meta: dict | None = None) -> str:
+        """The figure as plotly.py encodes it (NaN as null; <, > and / escaped, so no text can close a <script>),
+        `meta` (if any: what viz/stepping.js needs to show every step) put in its layout."""
+        content = self.to_dict() if meta is None else {"data": self.data, "layout": {**self.layout, "meta": meta}}
+        try:
+            return pio.to_json(content, validate=False, engine="orjson")
+        except TypeError:  # text holding a lone surrogate, which orjson refuses
+            return pio.to_json(content, validate=False, engine="json")
+
+    def figure(self) -> go.Figure:
+        """The same figure as a `go.Figure` (unvalidated)."""
+        return go.Figure(self.to_dict(), _validate=False)
+
+
+def plain_figure(data: list[dict], layout: dict) -> PlainFigure:
+    """A figure from plain dicts, with the compact template."""
+    return PlainFigure(data, dict(layout, template=TEMPLATE))
 
 
 def token_axis(tokens: list[str], **extra) -> dict:
     """A category axis of tokens: unique "i: token" values, the bare tokens as tick labels."""
-    return dict(type="category", categoryorder="array", categoryarray=positions(tokens),
-                tickmode="array", tickvals=positions(tokens), ticktext=escape(tokens), **extra)
+    values = positions(tokens)
+    return dict(type="category", categoryorder="array", categoryarray=values, tickmode="array", tickvals=values,
+                ticktext=escape(tokens), **extra)
 
 
 def _row_outline(row: int, n_keys: int, xref: str = "x", yref: str = "y", width: float = 3) -> dict:
@@ -125,7 +162,7 @@ def title_layout(lines: list[str]) -> dict:
 def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
                       highlight_row: int | None = None, query_label: str = "query", key_label: str = "key",
                       height: int | None = None, note: str | None = None, value_label: str = "weight",
-                      zmax: float = 1.0, raw: np.ndarray | None = None) -> go.Figure:
+                      zmax: float = 1.0, raw: np.ndarray | None = None) -> PlainFigure:
     """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row.
 
     `title` may be several lines; `height` defaults to one that grows with the number of queries. `note` is
@@ -156,7 +193,7 @@ def _note(text: str, x: float, y: float) -> dict:
 def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
               row_labels: list[str], col_labels: list[str], highlight_row: int | None = None,
               panel_height: int | None = None, off: np.ndarray | None = None, value_label: str = "weight",
-              zmax: float = 1.0, raw: np.ndarray | None = None) -> go.Figure:
+              zmax: float = 1.0, raw: np.ndarray | None = None) -> PlainFigure:
     """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads.
 
     `off` (R, C): panels of switched-off heads, drawn empty with a note instead of their unused weights."""
@@ -210,7 +247,7 @@ def bar_step(tokens: list[str], probabilities: np.ndarray, title: str, highlight
     """What a probability bar chart shows: one bar per token (the `highlight` one in red), labels and title.
 
     `probability_bars` draws it; a stepping figure carries one per step (`layout.meta.bars`, see
-    `stepping_json`), which viz/stepping.js puts in place of the figure's own."""
+    `PlainFigure.to_json`), which viz/stepping.js puts in place of the figure's own."""
     probabilities = np.asarray(probabilities, dtype=float)
     return {"x": positions(tokens), "y": probabilities.tolist(), "text": [f"{p:.2f}" for p in probabilities],
             "colors": bar_colors(len(tokens), highlight), "ticktext": escape(tokens), "title": title_text([title]),
@@ -222,7 +259,7 @@ def bar_colors(count: int, highlight: int | None) -> list[str]:
 
 
 def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str,
-                     highlight: int | None = None) -> go.Figure:
+                     highlight: int | None = None) -> PlainFigure:
     """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates)."""
     shown = bar_step(tokens, probabilities, title, highlight)
     bars = dict(type="bar", x=shown["x"], y=shown["y"], marker=dict(color=shown["colors"]), text=shown["text"],
@@ -236,17 +273,9 @@ def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str,
     ))
 
 
-def stepping_json(figure: go.Figure, meta: dict) -> str:
-    """The figure as the JSON a gr.Plot carries, with `meta` (what viz/stepping.js needs to show every step) in
-    its layout. Added after plotly has encoded the figure: through plotly, it would be deep-copied twice."""
-    encoded = json.loads(figure.to_json())
-    encoded["layout"]["meta"] = meta
-    return json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))
-
-
-def standalone_html(figure: go.Figure, title: str, file: str) -> str:
+def standalone_html(figure: PlainFigure, title: str, file: str) -> str:
     """A self-contained interactive page of `figure`: plotly.js embedded (nothing is fetched, so it opens offline),
     its toolbar downloading PNG as `file`.png."""
-    page = pio.to_html(figure, include_plotlyjs=True, full_html=True, validate=False, default_width="100%",
+    page = pio.to_html(figure.to_dict(), include_plotlyjs=True, full_html=True, validate=False, default_width="100%",
                        config={"displaylogo": False, "toImageButtonOptions": {"filename": file, "scale": 2}})
     return page.replace("<head>", f"<head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>", 1)

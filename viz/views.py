@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import plotly.graph_objects as go
 
-from viz.attention import (COLORSCALE, DIVERGING, _heatmap, _row_outline, attention_heatmap, bar_colors, bar_step, escape_text,
-                            head_grid, plain_figure, probability_bars, stepping_json, title_layout, title_text,
-                            token_axis)
+from viz.attention import (COLORSCALE, DIVERGING, PlainFigure, _heatmap, _row_outline, attention_heatmap,
+                            bar_colors, bar_step, escape_text, head_grid, plain_figure, probability_bars,
+                            title_layout, title_text, token_axis)
 
 ENCODER, DECODER, CROSS = "Encoder self-attention", "Decoder self-attention", "Cross-attention"
 KINDS = (ENCODER, DECODER, CROSS)
@@ -131,7 +130,7 @@ def query_rows(trace: TraceArrays, kind: str) -> int:
     return len(trace.source_tokens) if kind == ENCODER else trace.steps
 
 
-def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int) -> go.Figure:
+def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int) -> PlainFigure:
     """One layer's attention at `step`: a single head, the mean of its heads, or all heads side by side.
 
     The figure's size depends on the view, not the step, so stepping redraws in place."""
@@ -183,7 +182,7 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
                              raw=None if raw is None else raw[min(head, raw.shape[0] - 1)], **scale)
 
 
-def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
+def overview_figure(trace: TraceArrays, kind: str, step: int) -> PlainFigure:
     """Every layer x head of one attention kind at `step`, as small multiples (a per-step model view)."""
     weights, queries, keys, highlight = trace.at_step(kind, step)
     layers, heads = weights.shape[:2]
@@ -196,7 +195,7 @@ def overview_figure(trace: TraceArrays, kind: str, step: int) -> go.Figure:
                      value_label=trace.value_label, zmax=trace.scale_max, raw=trace.raw_at_step(kind, step))
 
 
-def translation_figure(trace: TraceArrays, step: int | None = None) -> go.Figure:
+def translation_figure(trace: TraceArrays, step: int | None = None) -> PlainFigure:
     """The probability of every chosen token; the current step in red."""
     return probability_bars(trace.target_tokens, trace.probabilities, "probability of each chosen token", step)
 
@@ -211,7 +210,7 @@ def chosen_rank(trace: TraceArrays, step: int) -> int | None:
     return candidates.index(trace.target_tokens[step]) if trace.target_tokens[step] in candidates else None
 
 
-def candidates_figure(trace: TraceArrays, step: int) -> go.Figure:
+def candidates_figure(trace: TraceArrays, step: int) -> PlainFigure:
     """The top-k candidates at `step`, the chosen one in red."""
     return probability_bars(trace.top_tokens[step], trace.top_probabilities[step], candidates_title(trace, step),
                             chosen_rank(trace, step))
@@ -227,8 +226,8 @@ def translation_frames(trace: TraceArrays) -> dict:
                            chosen_rank(trace, t)) for t in steps]
     probabilities = [{"colors": bar_colors(trace.steps, t)} for t in steps]
     return {"steps": trace.steps,
-            "candidates": stepping_json(candidates_figure(trace, 0), {"bars": candidates}),
-            "probabilities": stepping_json(translation_figure(trace, 0), {"bars": probabilities}),
+            "candidates": candidates_figure(trace, 0).to_json({"bars": candidates}),
+            "probabilities": translation_figure(trace, 0).to_json({"bars": probabilities}),
             "description": [step_description(trace, t) for t in steps]}
 
 
@@ -261,13 +260,13 @@ def view_name(kind: str, layer: int, head: int | str) -> str:
     return f"{KIND_KEYS[kind]}_L{layer + 1}_{shown}"
 
 
-def _steppable(figure: go.Figure, trace: TraceArrays, kind: str, file: str = "") -> str:
+def _steppable(figure: PlainFigure, trace: TraceArrays, kind: str, file: str = "") -> str:
     """`figure` (built at the last step) as JSON, with how it grows per step, every step's title and the stem of
     the file names its downloads get."""
-    heading = "<br>".join(figure.layout.title.text.split("<br>")[:-1])  # all but the step's line
-    return stepping_json(figure, {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
-                                  "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}"
-                                             for t in range(trace.steps)], "file": file})
+    heading = "<br>".join(figure.layout["title"]["text"].split("<br>")[:-1])  # all but the step's line
+    return figure.to_json({"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
+                           "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}"
+                                      for t in range(trace.steps)], "file": file})
 
 
 def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int
@@ -287,7 +286,7 @@ def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step:
 
 
 def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str, layer: int, head: int | str,
-                            step: int) -> go.Figure:
+                            step: int) -> PlainFigure:
     """The same attention (kind, layer, head) of two models' decodings side by side at `step`, and their difference
     (first minus second: red where the second attends more) where both read the same tokens; a model without that
     attention kind gets a note."""

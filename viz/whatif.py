@@ -8,10 +8,9 @@ from __future__ import annotations
 import difflib
 
 import numpy as np
-import plotly.graph_objects as go
 
-from viz.attention import (COLORSCALE, DIVERGING, HIGHLIGHT, attention_heatmap, escape_text, plain_figure, positions,
-                           title_layout, title_text, token_axis, visible)
+from viz.attention import (COLORSCALE, DIVERGING, HIGHLIGHT, PlainFigure, attention_heatmap, escape_text, plain_figure,
+                           positions, title_layout, title_text, token_axis, visible)
 from viz.views import KIND_KEYS, KINDS, head_key
 
 SAME, DIFFERS, FORCED = None, "differs", "chosen by you"
@@ -40,7 +39,7 @@ def token_differences(original: list[str], other: list[str], chosen: int | None 
             for i, token in enumerate(other)]
 
 
-def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: list[set[int]]) -> go.Figure:
+def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: list[set[int]]) -> PlainFigure:
     """Each decoding's per-token probabilities, one bar chart per row (name, tokens, probabilities) above the
     next; tokens at the positions in `differing[row]` in red. Each chart's heading gives its total
     log-probability."""
@@ -71,7 +70,7 @@ def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: 
     return plain_figure(data, layout)
 
 
-def log_prob_change_figure(tokens: list[str], change: np.ndarray, title: str) -> go.Figure:
+def log_prob_change_figure(tokens: list[str], change: np.ndarray, title: str) -> PlainFigure:
     """One bar per token: its log-probability with heads switched off minus with every head on (teacher-forced),
     red where the token lost probability."""
     change = np.asarray(change, dtype=float)
@@ -86,7 +85,7 @@ def log_prob_change_figure(tokens: list[str], change: np.ndarray, title: str) ->
     ))
 
 
-def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]], measure: str) -> go.Figure:
+def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]], measure: str) -> PlainFigure:
     """A layers x heads heatmap per attention kind of one measure from heads.json (`shapes`: kind display name ->
     (layers, heads)); each cell carries its head's name (customdata), so a click can open that head."""
     key, unit = IMPORTANCE_MEASURES[measure]
@@ -140,7 +139,7 @@ def beam_step_rows(steps: list[list[tuple[list[str], float, bool]]], greedy_toke
 LOW_SOURCE_SHARE = 0.5  # below it, a token came more from the target prefix than from the source
 
 
-def source_share_figure(tokens: list[str], shares: np.ndarray) -> go.Figure:
+def source_share_figure(tokens: list[str], shares: np.ndarray) -> PlainFigure:
     """One bar per generated token: the share of its prediction that came from the source sentence (the rest came
     from the target prefix); tokens below LOW_SOURCE_SHARE in red, a possible sign of hallucination."""
     shares = np.asarray(shares, dtype=float)
@@ -162,7 +161,7 @@ def source_share_figure(tokens: list[str], shares: np.ndarray) -> go.Figure:
 
 
 def contribution_figure(shares: np.ndarray, generated: list[str], source_tokens: list[str],
-                        decoder_tokens: list[str]) -> go.Figure:
+                        decoder_tokens: list[str]) -> PlainFigure:
     """The ALTI+ map: a row per generated token, its shares of every source token, then of every decoder input."""
     keys = [f"src {t}" for t in source_tokens] + [f"tgt {t}" for t in decoder_tokens]
     return attention_heatmap(shares, [f"→ {t}" for t in generated], keys,
