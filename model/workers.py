@@ -12,11 +12,13 @@ takes its place.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import math
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -160,6 +162,9 @@ class TracePool:
         self._request_ids = itertools.count()
         self._closed = False
         self._workers = [_Worker(self) for _ in range(workers)]
+        # Before multiprocessing's own exit hook ends the workers (hooks run last-registered first), so that their
+        # readers see a closed pool and fork no replacement while the interpreter shuts down.
+        atexit.register(self.close)
 
     @property
     def workers(self) -> int:
@@ -181,15 +186,19 @@ class TracePool:
             return self.translators[name].trace(text, **options)
 
     def _replace(self, worker: _Worker) -> None:
-        """A new worker in place of one that ended (unless the pool is closing)."""
+        """A new worker in place of one that ended (unless the pool or the interpreter is closing)."""
         with self._lock:
-            if not self._closed and worker in self._workers:
+            if not self._closed and not sys.is_finalizing() and worker in self._workers:
                 global _translators
                 _translators = self.translators
                 self._workers[self._workers.index(worker)] = _Worker(self)
 
     def close(self) -> None:
+        """Stop every worker (once; later calls do nothing)."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
+        atexit.unregister(self.close)
         for worker in self._workers:
             worker.stop()

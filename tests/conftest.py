@@ -101,6 +101,8 @@ def app_module(toy_checkpoints):
 
     os.environ["CHECKPOINTS"] = str(toy_checkpoints[0])
     if "app" in sys.modules:  # imported before with other checkpoints: load these (and fork new trace workers)
+        if sys.modules["app"].TRACE_POOL is not None:
+            sys.modules["app"].TRACE_POOL.close()
         return importlib.reload(sys.modules["app"])
     import app
 

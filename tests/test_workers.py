@@ -80,6 +80,22 @@ def test_workers_end_when_the_app_process_is_killed(toy_checkpoints):
     assert not any(alive(pid) for pid in workers)
 
 
+def test_at_exit_the_workers_are_stopped_and_none_is_forked_to_replace_them(toy_checkpoints):
+    """A pool left open stops its workers when the app's process exits normally, before multiprocessing's own exit
+    hook kills them; killed, their readers used to fork replacements while the interpreter shut down."""
+    script = ("import atexit, os, torch; from model.checkpoint import load_all; from model.workers import TracePool; "
+              "torch.set_num_threads(1); report = lambda: print(pool.worker_pids() == pids, *map(alive, pids), flush=True); "
+              "alive = lambda pid: os.path.exists(f'/proc/{pid}') and "
+              "open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'; "
+              "atexit.register(report); "  # registered first, so it runs after the pool's own hook
+              f"pool = TracePool(load_all({str(toy_checkpoints[0])!r})[0], 2); pids = pool.worker_pids(); "
+              "pool.trace('toy-en-de', 'A dog runs.')")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "False"]  # the same workers, both ended
+
+
 @pytest.mark.parametrize("cpu_max,cap", [("max 100000", None), ("150000 100000", 2), ("50000 100000", 1),
                                          ("100000 100000", 1), ("garbled", None), (None, None)])
 def test_available_cores_respects_a_container_cpu_quota(tmp_path, cpu_max, cap):
