@@ -36,7 +36,8 @@ from tqdm import tqdm
 
 from model import distributed
 from model.batching import make_batch, token_batches
-from model.checkpoint import build_model, load_weights, read_json, save_checkpoint, save_weights, write_json
+from model.checkpoint import (build_model, load_checkpoint, load_weights, read_json, save_checkpoint, save_weights,
+                              write_json)
 from model.data import Column, load_pairs, rows, take
 from model.evaluate import DEFAULT_DATA, score
 from model.rnn import RNNConfig
@@ -53,6 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="checkpoint folder to ship, e.g. checkpoints/en-de")
     p.add_argument("--work", help="folder for resumable state and per-epoch weights (default: runs/<out name>)")
     p.add_argument("--resume", action="store_true", help="continue from <work>/last")
+    p.add_argument("--init", metavar="CHECKPOINT",
+                   help="continue a shipped checkpoint whose work folder is gone: its weights, epochs, steps and "
+                        "minutes (the schedule and --max-minutes go on from them), with Adam's moments anew; "
+                        "the rest of the command must build the same model and vocabularies")
     p.add_argument("--min-freq", type=int, default=2)
     p.add_argument("--bpe", type=int, default=0, metavar="MERGES",
                    help="split words into byte-pair pieces: this many merges, learned jointly on both sides' "
@@ -242,6 +247,20 @@ def load_state(folder: Path, model, optimizer) -> dict:
     return state
 
 
+def start_from(folder: Path, translator: Translator) -> dict:
+    """Load a shipped checkpoint's weights into `translator`'s model; returns its trainer counters and history,
+    its weights' validation BLEU as the best so far."""
+    shipped = load_checkpoint(folder)
+    if (shipped.model.config != translator.model.config or shipped.src_vocab.itos != translator.src_vocab.itos
+            or shipped.tgt_vocab.itos != translator.tgt_vocab.itos):
+        raise SystemExit(f"--init {folder}: this command builds another model or other vocabularies than the "
+                         f"checkpoint's (repeat the flags of its metrics.json 'command')")
+    translator.model.load_state_dict(shipped.model.state_dict())
+    training = shipped.metrics["training"]
+    return {"epoch": training["epochs"], "step": training["steps"], "seconds": float(training["wall_seconds"]),
+            "best_bleu": shipped.metrics["validation_greedy"]["bleu_tok_lc"], "history": training["history"]}
+
+
 def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
     """Element-wise mean of several safetensors weight files (checkpoint averaging)."""
     total = None
@@ -335,6 +354,12 @@ def train(args) -> Translator:
     if args.resume and (work / "last").is_dir():
         state = load_state(work / "last", model, optimizer)
         log(ranks, f"resumed from {work / 'last'} after epoch {state['epoch']}, step {state['step']}")
+    elif args.init:
+        state = start_from(Path(args.init), translator)
+        if ranks.main:  # the best so far: a continuation that never beats it ships it unchanged
+            save_weights(model, work / "best.safetensors")
+        log(ranks, f"continuing {args.init} after epoch {state['epoch']}, step {state['step']}, "
+                   f"{state['seconds'] / 60:.1f} min of training")
     n_params = sum(p.numel() for p in model.parameters())
     log(ranks, f"{n_params / 1e6:.2f}M parameters; vocab {len(translator.src_vocab)} {args.src} / "
                f"{len(translator.tgt_vocab)} {args.tgt}; {len(data['train']['src'])} training pairs; {hardware(device)}"

@@ -59,6 +59,21 @@ def test_resume_continues_exactly_where_training_stopped(toy_data, tmp_path, ext
         assert (straight[name] == resumed[name]).all(), name
 
 
+def test_init_continues_a_shipped_checkpoint_whose_work_folder_is_gone(toy_data, tmp_path):
+    run_training(toy_data, tmp_path / "shipped", tmp_path / "gone", 2)
+    run_training(toy_data, tmp_path / "continued", tmp_path / "new", 3, "--init", str(tmp_path / "shipped"))
+    shipped = json.loads((tmp_path / "shipped" / "metrics.json").read_text())["training"]
+    continued = json.loads((tmp_path / "continued" / "metrics.json").read_text())["training"]
+    assert continued["history"][:2] == shipped["history"] and continued["epochs"] == 3
+    assert continued["history"][2]["step"] > shipped["steps"]  # the schedule goes on from the shipped step
+    assert continued["wall_seconds"] >= shipped["wall_seconds"]  # so does the clock of --max-minutes
+    # Epoch 3 trains the shipped weights, not new ones: its loss is below a fresh model's first epoch.
+    assert continued["history"][2]["train_loss"] < shipped["history"][0]["train_loss"]
+    with pytest.raises(SystemExit, match="builds another model or other vocabularies"):
+        run_training(toy_data, tmp_path / "other", tmp_path / "other-work", 3, "--init", str(tmp_path / "shipped"),
+                     "--d-model", "64")
+
+
 def test_training_is_seeded(toy_data, tmp_path):
     run_training(toy_data, tmp_path / "a", tmp_path / "wa", 1)
     run_training(toy_data, tmp_path / "b", tmp_path / "wb", 1)
