@@ -4,7 +4,9 @@
                               [--records FILE]
 
 Starts `python app.py` on a free loopback port (nothing leaves this machine). In each wave, `--clients`
-new users connect at once; each translates `--requests` distinct sentences of about `--tokens` tokens
+new users open the page at once: as a browser does, each one's page sends its load event (`first_visit`, which
+translates the first example and sends every menu's choices), timed as page loads. Then, all together (the
+throughput and CPU count from here), each translates `--requests` distinct sentences of about `--tokens` tokens
 (from the Multi30k val and test splits) and after each one switches the view to another head, which reads
 that user's stored trace (`gr.State`); stepping itself happens in the browser and sends no request. Users send
 their requests as the page does, to the app's direct routes (`--via direct`), or through Gradio's queue as
@@ -14,9 +16,10 @@ rows, are those of the greedy translation of its own sentence, computed here in-
 The server's resident memory is sampled throughout; its session store is capped (`--session-capacity`,
 below the number of sessions the run opens) so the memory of sessions that come and go must level off.
 
-Prints throughput, latency percentiles, errors, cross-talk, peak RSS and RSS after each wave;
-exits with status 1 if any request failed or crossed over. `--cores N` pins the app, its trace workers and
-the clients to the first N cores (Linux), to see how the numbers hold on a smaller machine.
+Prints throughput, latency percentiles (page loads, translations, view changes), errors, cross-talk, peak RSS
+and RSS after each wave; exits with status 1 if any request or page load failed or crossed over. `--cores N` pins
+the app, its trace workers and the clients to the first N cores (Linux), to see how the numbers hold on a smaller
+machine.
 """
 
 from __future__ import annotations
@@ -141,6 +144,9 @@ class GradioUser:
         # cores the server is measured on.
         self.client = Client(url, verbose=False, ssl_verify=TLS_CONTEXT)
 
+    def open_page(self) -> None:
+        self.client.predict(CROSS, 0, MEAN, False, api_name="/first_visit")
+
     def translate(self, model: str, text: str) -> list:
         return self.client.predict(model, text, CROSS, 0, MEAN, False, api_name="/translate")
 
@@ -152,13 +158,31 @@ class GradioUser:
 
 
 class DirectUser:
-    """A user as the page is one: its configuration fetched once, then translations and view changes sent to the
-    app's direct routes (`POST /direct/<event>`) over one kept-alive connection, in a session of its own."""
+    """A user as the page is one: its configuration fetched and its load event sent through Gradio's queue once,
+    then translations and view changes sent to the app's direct routes (`POST /direct/<event>`) over one
+    kept-alive connection, in a session of its own."""
 
     def __init__(self, url: str):
         self.client = httpx.Client(base_url=url, timeout=120)
         self.client.get("/config").raise_for_status()
         self.session = secrets.token_hex(8)
+
+    def open_page(self) -> None:
+        """The page's load event in this session, through Gradio's queue (`/gradio_api/call/...`, then its result
+        stream)."""
+        posted = self.client.post("/gradio_api/call/first_visit",
+                                  json={"data": [CROSS, 0, MEAN, False], "session_hash": self.session})
+        posted.raise_for_status()
+        event = None
+        with self.client.stream("GET", f"/gradio_api/call/first_visit/{posted.json()['event_id']}") as stream:
+            for line in stream.iter_lines():
+                if line.startswith("event:"):
+                    event = line.removeprefix("event:").strip()
+                elif line.startswith("data:") and event == "error":
+                    raise RuntimeError(f"page load: {line.removeprefix('data:').strip()}")
+                elif line.startswith("data:") and event == "complete":
+                    return
+        raise RuntimeError("page load: the result stream ended without a result")
 
     def send(self, event: str, data: list) -> list:
         answer = self.client.post(f"/direct/{event}", json={"session_hash": self.session, "data": data})
@@ -176,10 +200,19 @@ class DirectUser:
         self.client.close()
 
 
-def user(url: str, via: type, model: str, sentences: list[str], expected: dict, results: list,
+def user(url: str, via: type, model: str, sentences: list[str], expected: dict, results: list, pages: list,
          start: threading.Barrier, name: str, run_began: float):
-    """One user: a fresh session translating its sentences one after another, checking every answer."""
+    """One user: a fresh session whose page loads, then translates its sentences one after another, checking every
+    answer."""
     client = via(url)
+    page = {"user": name, "error": None}
+    try:
+        began = time.perf_counter()
+        client.open_page()
+        page["page_s"] = time.perf_counter() - began
+    except Exception as error:  # counted, not fatal: the direct routes make the session all the same
+        page["error"] = f"{type(error).__name__}: {error}"
+    pages.append(page)
     start.wait()
     try:
         for index, text in enumerate(sentences):
@@ -223,8 +256,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=20, help="source sentence length to pick")
     parser.add_argument("--session-capacity", type=int, default=32, help="the server's SESSION_CAPACITY")
     parser.add_argument("--cores", type=int, help="run everything on the first N cores (default: all)")
-    parser.add_argument("--records", help="write every request's timings here (JSON): user (wave.user), request "
-                                          "(its index), sent_at_s, translate_s, view_s, error")
+    parser.add_argument("--records", help="write every request's timings here (JSON): {requests: [{user (wave.user), "
+                                          "request (its index), sent_at_s, translate_s, view_s, error}], pages: "
+                                          "[{user, page_s, error}]}")
     parser.add_argument("--via", choices=list(USERS), default="direct",
                         help="direct: as the page sends requests (the default); gradio: through Gradio's queue, "
                              "as gradio_client does and as the page did before")
@@ -254,34 +288,47 @@ def main() -> None:
     try:
         print(f"server RSS after start: {rss_mib(server.pid):.0f} MiB")
         results: list[dict] = []
+        pages: list[dict] = []
         after_wave = []
-        began, server_cpu, own_cpu = time.perf_counter(), cpu_seconds(server.pid), time.process_time()
+        # Throughput and CPU count each wave's translating, from the moment its pages have loaded (the barrier) to
+        # its last answer: the page loads are timed on their own.
+        began = time.perf_counter()
+        seconds, server_cpu, own_cpu = 0.0, np.zeros(2), 0.0
         for wave in range(args.waves):
-            start = threading.Barrier(args.clients)
+            loaded = {}
+            start = threading.Barrier(args.clients, action=lambda: loaded.update(
+                at=time.perf_counter(), server_cpu=cpu_seconds(server.pid), own_cpu=time.process_time()))
             users = [threading.Thread(target=user, args=(url, USERS[args.via], args.model,
                                                          sentences[i * args.requests:(i + 1) * args.requests],
-                                                         expected, results, start, f"{wave + 1}.{i + 1}", began))
+                                                         expected, results, pages, start, f"{wave + 1}.{i + 1}",
+                                                         began))
                      for i in range(args.clients)]
             for thread in users:
                 thread.start()
             for thread in users:
                 thread.join()
+            seconds += time.perf_counter() - loaded["at"]
+            server_cpu += cpu_seconds(server.pid) - loaded["server_cpu"]
+            own_cpu += time.process_time() - loaded["own_cpu"]
             after_wave.append(rss_mib(server.pid))
             print(f"wave {wave + 1}: {len(results)} requests so far, server RSS {after_wave[-1]:.0f} MiB")
-        seconds = time.perf_counter() - began
-        server_cpu, own_cpu = cpu_seconds(server.pid) - server_cpu, time.process_time() - own_cpu
     finally:
         sampler.stopped.set()
         server.terminate()
         server.wait(timeout=30)
 
     if args.records:
-        Path(args.records).write_text(json.dumps([{k: v for k, v in r.items() if k != "text"} for r in results]))
+        Path(args.records).write_text(json.dumps({"requests": [{k: v for k, v in r.items() if k != "text"}
+                                                               for r in results], "pages": pages}))
     done = [r for r in results if r["error"] is None]
     errors = [r for r in results if r["error"] is not None]
+    failed_pages = [p for p in pages if p["error"] is not None]
     crossed = [r for r in done if r["crossed"]]
     print(f"requests: {len(results)} translations (+ {len(results)} view changes) in {seconds:.1f} s: "
           f"{len(results) / seconds:.2f} translations/s")
+    if len(failed_pages) < len(pages):
+        print(f"page load latency (its load event, {len(pages)} pages opened {args.clients} at once): "
+              f"{percentiles([p['page_s'] for p in pages if p['error'] is None])}")
     if done:
         print(f"translate latency: {percentiles([r['translate_s'] for r in done])}")
         print(f"view change latency: {percentiles([r['view_s'] for r in done])}")
@@ -290,11 +337,14 @@ def main() -> None:
           f"{workers:.0f} ms), these clients {1000 * own_cpu / len(results):.0f} ms, all on the same "
           f"{cores} cores")
     print(f"errors: {len(errors)}; cross-talk: {len(crossed)}")
+    print(f"page loads failed: {len(failed_pages)}")
     for r in (errors + crossed)[:5]:
         print(f"  {r['text'][:60]!r}: {r['error'] or 'answer does not match its own sentence'}")
+    for p in failed_pages[:5]:
+        print(f"  page of user {p['user']}: {p['error']}")
     print(f"server peak RSS {sampler.peak:.0f} MiB; after each wave: "
           + ", ".join(f"{m:.0f}" for m in after_wave) + f" MiB (session store capped at {args.session_capacity})")
-    sys.exit(1 if errors or crossed or len(results) != args.clients * args.requests * args.waves else 0)
+    sys.exit(1 if errors or crossed or failed_pages or len(results) != args.clients * args.requests * args.waves else 0)
 
 
 if __name__ == "__main__":

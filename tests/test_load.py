@@ -24,10 +24,15 @@ def test_concurrent_users_get_their_own_answers(toy_checkpoints, via, tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"requests {via}" in run.stdout
     assert "requests: 16 translations" in run.stdout and "on the same 1 cores" in run.stdout
-    assert "errors: 0; cross-talk: 0" in run.stdout
-    # Every request's timings, by user (wave.user) and request number, as the summary counted them.
+    assert "errors: 0; cross-talk: 0" in run.stdout and "page loads failed: 0" in run.stdout
+    assert "page load latency (its load event, 8 pages opened 4 at once): p50 " in run.stdout
+    # Every request's timings, by user (wave.user) and request number, as the summary counted them, and every
+    # user's page load.
     timed = json.loads(records.read_text())
-    assert sorted((r["user"], r["request"]) for r in timed) == sorted(
-        (f"{wave}.{user}", request) for wave in (1, 2) for user in range(1, 5) for request in (0, 1))
+    users = [f"{wave}.{user}" for wave in (1, 2) for user in range(1, 5)]
+    assert sorted((r["user"], r["request"]) for r in timed["requests"]) == sorted(
+        (user, request) for user in users for request in (0, 1))
     assert all(r["error"] is None and 0 < r["translate_s"] and 0 < r["view_s"] and 0 <= r["sent_at_s"]
-               for r in timed)
+               for r in timed["requests"])
+    assert sorted(p["user"] for p in timed["pages"]) == users
+    assert all(p["error"] is None and 0 < p["page_s"] for p in timed["pages"])
