@@ -255,8 +255,10 @@ def start_from(folder: Path, translator: Translator) -> dict:
             or shipped.tgt_vocab.itos != translator.tgt_vocab.itos):
         raise SystemExit(f"--init {folder}: this command builds another model or other vocabularies than the "
                          f"checkpoint's (repeat the flags of its metrics.json 'command')")
+    training = shipped.metrics.get("training")
+    if not training:
+        raise SystemExit(f"--init {folder}: its metrics.json records no training to continue")
     translator.model.load_state_dict(shipped.model.state_dict())
-    training = shipped.metrics["training"]
     return {"epoch": training["epochs"], "step": training["steps"], "seconds": float(training["wall_seconds"]),
             "best_bleu": shipped.metrics["validation_greedy"]["bleu_tok_lc"], "history": training["history"]}
 

@@ -72,6 +72,11 @@ def test_init_continues_a_shipped_checkpoint_whose_work_folder_is_gone(toy_data,
     with pytest.raises(SystemExit, match="builds another model or other vocabularies"):
         run_training(toy_data, tmp_path / "other", tmp_path / "other-work", 3, "--init", str(tmp_path / "shipped"),
                      "--d-model", "64")
+    metrics = json.loads((tmp_path / "shipped" / "metrics.json").read_text())
+    del metrics["training"]
+    (tmp_path / "shipped" / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(SystemExit, match="records no training to continue"):
+        run_training(toy_data, tmp_path / "other", tmp_path / "other-work", 3, "--init", str(tmp_path / "shipped"))
 
 
 def test_training_is_seeded(toy_data, tmp_path):

@@ -84,7 +84,8 @@ def test_at_exit_the_workers_are_stopped_and_none_is_forked_to_replace_them(toy_
     """A pool left open stops its workers when the app's process exits normally, before multiprocessing's own exit
     hook kills them; killed, their readers used to fork replacements while the interpreter shut down."""
     script = ("import atexit, os, torch; from model.checkpoint import load_all; from model.workers import TracePool; "
-              "torch.set_num_threads(1); report = lambda: print(pool.worker_pids() == pids, *map(alive, pids), flush=True); "
+              "torch.set_num_threads(1); "  # a fork after torch's threads have run may hang the worker
+              "report = lambda: print(pool.worker_pids() == pids, *map(alive, pids), flush=True); "
               "alive = lambda pid: os.path.exists(f'/proc/{pid}') and "
               "open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'; "
               "atexit.register(report); "  # registered first, so it runs after the pool's own hook
