@@ -18,7 +18,6 @@ import logging
 import math
 import multiprocessing
 import os
-import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -186,9 +185,9 @@ class TracePool:
             return self.translators[name].trace(text, **options)
 
     def _replace(self, worker: _Worker) -> None:
-        """A new worker in place of one that ended (unless the pool or the interpreter is closing)."""
+        """A new worker in place of one that ended (unless the pool is closing)."""
         with self._lock:
-            if not self._closed and not sys.is_finalizing() and worker in self._workers:
+            if not self._closed and worker in self._workers:
                 global _translators
                 _translators = self.translators
                 self._workers[self._workers.index(worker)] = _Worker(self)
