@@ -8,11 +8,11 @@ new users open the page at once: as a browser does, each one's page sends its lo
 translates the first example and sends every menu's choices), timed as page loads. Then, all together (the
 throughput and CPU count from here), each translates `--requests` distinct sentences of about `--tokens` tokens
 (from the Multi30k val and test splits) and after each one switches the view to another head, which reads
-that user's stored trace (`gr.State`); stepping itself happens in the browser and sends no request. Users send
-their requests as the page does, to the app's direct routes (`--via direct`), or through Gradio's queue as
-`gradio_client` does (`--via gradio`, how the page sent them before the direct routes). A
-response counts as cross-talk unless its translation, and the decoder inputs labelling the new view's
-rows, are those of the greedy translation of its own sentence, computed here in-process.
+that user's stored session (`gr.State`); stepping itself happens in the browser and sends no request. Users send
+their requests as the page does, as Gradio events outside the queue (`queue=False`: one POST to
+/gradio_api/run/<event> each; `--via page`), or through Gradio's queue as `gradio_client` does (`--via gradio`).
+A response counts as cross-talk unless its translation, and the steps labelling the new view's rows (decoder
+input → output), are those of the greedy translation of its own sentence, computed here in-process.
 The server's resident memory is sampled throughout; its session store is capped (`--session-capacity`,
 below the number of sessions the run opens) so the memory of sessions that come and go must level off.
 
@@ -49,8 +49,8 @@ from model.checkpoint import load_checkpoint  # noqa: E402  (after the path set-
 from model.data import load_pairs  # noqa: E402
 from model.evaluate import DEFAULT_DATA  # noqa: E402
 from model.train import cpu_model  # noqa: E402
-from viz.attention import escape  # noqa: E402
-from viz.views import CROSS, MEAN  # noqa: E402
+from model.keys import CROSS, MEAN, WEIGHTS  # noqa: E402
+from viz.attention import positions, step_labels  # noqa: E402
 
 
 TLS_CONTEXT = ssl.create_default_context()
@@ -134,9 +134,25 @@ def start_server(checkpoints: Path, port: int, session_capacity: int, log: Path)
     raise SystemExit(f"the app did not answer within 180 s; see {log}")
 
 
+# The view settings every request sends (kind, layer, head, measure, step, model view), and the view change: head 2.
+SETTINGS = [CROSS, 0, MEAN, WEIGHTS, 1, False]
+VIEW = [CROSS, 0, 1, WEIGHTS, 1, False]
+
+
+def view_rows(outputs: list) -> list[str]:
+    """The rows of the heatmap a view change answers with (never thinned, unlike its tick labels)."""
+    frames = next(value for value in outputs if isinstance(value, dict) and "attention" in value)
+    return json.loads(frames["attention"])["layout"]["yaxis"]["categoryarray"]
+
+
+def translation_of(outputs: list) -> tuple[str, str]:
+    """(translation, status) of a translate event's outputs (ui/listeners.py `session_outputs`: session, status,
+    translation, ...; the session itself stays on the server)."""
+    return outputs[2], outputs[1]
+
+
 class GradioUser:
-    """A user through Gradio's queue and its event stream (`gradio_client`), as the page sent everything before the
-    direct routes."""
+    """A user through Gradio's queue and its event stream (`gradio_client`)."""
 
     def __init__(self, url: str):
         # gradio_client builds a fresh httpx client for every request, and with it a TLS context that loads
@@ -145,22 +161,23 @@ class GradioUser:
         self.client = Client(url, verbose=False, ssl_verify=TLS_CONTEXT)
 
     def open_page(self) -> None:
-        self.client.predict(CROSS, 0, MEAN, False, api_name="/first_visit")
+        self.client.predict(api_name="/first_visit")
 
     def translate(self, model: str, text: str) -> list:
-        return self.client.predict(model, text, CROSS, 0, MEAN, False, api_name="/translate")
+        return [None, *self.client.predict(model, text, *SETTINGS, api_name="/translate")]
 
     def view(self) -> list:
-        return self.client.predict(CROSS, 0, 1, False, api_name="/head")  # head 2 of the stored trace
+        return self.client.predict(*VIEW, api_name="/head")  # head 2 of the stored session
 
     def close(self) -> None:
         self.client.close()
 
 
-class DirectUser:
+class PageUser:
     """A user as the page is one: its configuration fetched and its load event sent through Gradio's queue once,
-    then translations and view changes sent to the app's direct routes (`POST /direct/<event>`) over one
-    kept-alive connection, in a session of its own."""
+    then translations and view changes sent as the page sends its `queue=False` events (one POST each to
+    /gradio_api/run/<event>, a null where the event takes the session's gr.State) over one kept-alive connection,
+    in a session of its own."""
 
     def __init__(self, url: str):
         self.client = httpx.Client(base_url=url, timeout=120)
@@ -170,8 +187,7 @@ class DirectUser:
     def open_page(self) -> None:
         """The page's load event in this session, through Gradio's queue (`/gradio_api/call/...`, then its result
         stream)."""
-        posted = self.client.post("/gradio_api/call/first_visit",
-                                  json={"data": [CROSS, 0, MEAN, False], "session_hash": self.session})
+        posted = self.client.post("/gradio_api/call/first_visit", json={"data": [], "session_hash": self.session})
         posted.raise_for_status()
         event = None
         with self.client.stream("GET", f"/gradio_api/call/first_visit/{posted.json()['event_id']}") as stream:
@@ -185,16 +201,17 @@ class DirectUser:
         raise RuntimeError("page load: the result stream ended without a result")
 
     def send(self, event: str, data: list) -> list:
-        answer = self.client.post(f"/direct/{event}", json={"session_hash": self.session, "data": data})
+        answer = self.client.post(f"/gradio_api/run/{event}", json={"data": [None, *data],
+                                                                    "session_hash": self.session})
         if answer.status_code != 200:
             raise RuntimeError(f"{answer.status_code}: {answer.json().get('error')}")
         return answer.json()["data"]
 
     def translate(self, model: str, text: str) -> list:
-        return self.send("translate", [model, text, CROSS, 0, MEAN, False])
+        return self.send("translate", [model, text, *SETTINGS])
 
     def view(self) -> list:
-        return self.send("head", [CROSS, 0, 1, False, "weights"])  # head 2 of the stored trace, its weights
+        return self.send("head", VIEW)  # head 2 of the stored session, its weights
 
     def close(self) -> None:
         self.client.close()
@@ -210,7 +227,7 @@ def user(url: str, via: type, model: str, sentences: list[str], expected: dict, 
         began = time.perf_counter()
         client.open_page()
         page["page_s"] = time.perf_counter() - began
-    except Exception as error:  # counted, not fatal: the direct routes make the session all the same
+    except Exception as error:  # counted, not fatal: the first translation makes the session all the same
         page["error"] = f"{type(error).__name__}: {error}"
     pages.append(page)
     start.wait()
@@ -223,10 +240,9 @@ def user(url: str, via: type, model: str, sentences: list[str], expected: dict, 
                 outputs = client.translate(model, text)
                 record["translate_s"] = time.perf_counter() - began
                 began = time.perf_counter()
-                _, _, view, _ = client.view()
+                rows = view_rows(client.view())
                 record["view_s"] = time.perf_counter() - began
-                translation, status = outputs[0], outputs[1]
-                rows = json.loads(view["attention"])["layout"]["yaxis"]["ticktext"]
+                translation, status = translation_of(outputs)
                 if not status.startswith("Translated"):
                     record["error"] = status
                 record["crossed"] = (translation, rows) != expected[text]
@@ -237,7 +253,7 @@ def user(url: str, via: type, model: str, sentences: list[str], expected: dict, 
         client.close()
 
 
-USERS = {"direct": DirectUser, "gradio": GradioUser}
+USERS = {"page": PageUser, "gradio": GradioUser}
 
 
 def percentiles(values: list[float]) -> str:
@@ -259,9 +275,9 @@ def main() -> None:
     parser.add_argument("--records", help="write every request's timings here (JSON): {requests: [{user (wave.user), "
                                           "request (its index), sent_at_s, translate_s, view_s, error}], pages: "
                                           "[{user, page_s, error}]}")
-    parser.add_argument("--via", choices=list(USERS), default="direct",
-                        help="direct: as the page sends requests (the default); gradio: through Gradio's queue, "
-                             "as gradio_client does and as the page did before")
+    parser.add_argument("--via", choices=list(USERS), default="page",
+                        help="page: as the page sends requests, outside Gradio's queue (the default); gradio: "
+                             "through Gradio's queue, as gradio_client does")
     args = parser.parse_args()
     if args.cores:  # the app and its trace workers inherit this, and start one worker per allowed core
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
@@ -273,7 +289,7 @@ def main() -> None:
     expected, lengths = {}, []
     for text in sentences:
         traced = translator.trace(text)
-        expected[text] = (traced.text, escape(traced.decoder_input_tokens))
+        expected[text] = (traced.text, positions(step_labels(traced.decoder_input_tokens, traced.target_tokens)))
         lengths.append(len(traced.source_tokens) - 1)  # without <eos>
     print(f"{len(sentences)} distinct sentences, {min(lengths)}-{max(lengths)} tokens (mean {np.mean(lengths):.1f}); "
           f"{args.clients} concurrent users x {args.requests} requests x {args.waves} waves; "

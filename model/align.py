@@ -29,10 +29,9 @@ from tqdm import tqdm
 
 from model import distributed
 from model.checkpoint import load_checkpoint
-from model.seq2seq import head_name
+from model.keys import OUTPUT, READINGS, head_name  # noqa: F401  (READINGS re-exported)
 from model.translator import Translator
 
-READINGS = ("output", "input")
 Links = set[tuple[int, int]]
 
 
@@ -41,7 +40,7 @@ def read_links(cross: np.ndarray, reading: str) -> Links:
     over T target tokens and S source tokens: each target token to its most attended source token."""
     steps, keys = cross.shape
     targets, sources = steps - 1, keys - 1
-    rows = cross[:targets] if reading == "output" else cross[1:targets + 1]  # input: the step that reads token j
+    rows = cross[:targets] if reading == OUTPUT else cross[1:targets + 1]  # input: the step that reads token j
     return {(int(np.argmax(row[:sources])), j) for j, row in enumerate(rows)}
 
 

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.seq2seq import CROSS, DECODER, ENCODER, HeadGates
+from model.keys import ALTI, CROSS, DECODER, ENCODER, ROLLOUT, VALUE_NORM
+from model.seq2seq import HeadGates
 from model.transformer import Transformer
 from model.vocab import SOS_ID
 
@@ -139,7 +140,7 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
                          decoder_layers=torch.stack(decoder_layers).numpy())
 
 
-VALUE_NORM, VALUE_NORM_TOGETHER, ROLLOUT, ALTI = "value_norm", "value_norm_together", "rollout", "alti"
+VALUE_NORM_TOGETHER = "value_norm_together"  # the heads of a layer together, beside VALUE_NORM per head
 
 
 @torch.inference_mode()

@@ -16,8 +16,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-ENCODER, DECODER, CROSS = "encoder", "decoder", "cross"
-KINDS = (ENCODER, DECODER, CROSS)
+from model.keys import CROSS, DECODER, ENCODER, KINDS, head_name  # noqa: F401  (re-exported: the model code's names)
 
 
 @dataclass
@@ -102,11 +101,6 @@ class Seq2Seq(Protocol):
         """Teacher-forced pass: logits (B, T, V) and, if asked, every attention map."""
 
     def parameters(self) -> Iterable[torch.nn.Parameter]: ...
-
-
-def head_name(kind: str, layer: int, head: int) -> str:
-    """The public name of a head: kind, 1-based layer and head, e.g. "cross.2.5"."""
-    return f"{kind}.{layer + 1}.{head + 1}"
 
 
 def head_gates(model: Seq2Seq, names: Iterable[str]) -> HeadGates | None:

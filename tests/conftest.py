@@ -93,29 +93,31 @@ def toy_checkpoints(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def app_module(toy_checkpoints):
-    """The app module, serving the toy checkpoints."""
-    import importlib
-    import os
-    import sys
+def services(toy_checkpoints):
+    """The toy checkpoints loaded as the app loads them, with forked trace workers."""
+    from ui import load_services
 
-    os.environ["CHECKPOINTS"] = str(toy_checkpoints[0])
-    if "app" in sys.modules:  # imported before with other checkpoints: load these (and fork new trace workers)
-        if sys.modules["app"].TRACE_POOL is not None:
-            sys.modules["app"].TRACE_POOL.close()
-        return importlib.reload(sys.modules["app"])
-    import app
-
-    return app
+    loaded = load_services(toy_checkpoints[0])
+    yield loaded
+    loaded.close()
 
 
 @pytest.fixture(scope="session")
-def server(app_module):
+def demo(services):
+    """The app's page for the toy checkpoints (`demo.page` names its components)."""
+    from ui import build_demo
+
+    return build_demo(services)
+
+
+@pytest.fixture(scope="session")
+def server(demo):
     """The app launched on a free loopback port; yields its URL."""
-    app_module.demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
-                           css=app_module.CSS)
-    yield app_module.demo.local_url
-    app_module.demo.close()
+    from ui import launch_options
+
+    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True, **launch_options())
+    yield demo.local_url
+    demo.close()
 
 
 CHROMIUM = "/usr/bin/chromium"
@@ -136,3 +138,45 @@ def page(server):
         page.goto(server)
         yield page
         browser.close()
+
+
+VIEW = ("cross", 1, "mean", "weights", 1, False)  # kind, layer, head, measure, step, model view: as the page sends
+
+
+class Events:
+    """The page's events run as Gradio runs them, without a server: an operation on a session, then `render`;
+    answers come keyed by the component's name on the page (`translation`, `mask_grids[2]`, ...)."""
+
+    def __init__(self, demo, services):
+        self.page, self.services = demo.page, services
+        self.names = {}
+        for name, value in vars(self.page).items():
+            for index, component in enumerate(value if isinstance(value, list) else [value]):
+                self.names[id(component)] = f"{name}[{index}]" if isinstance(value, list) else name
+
+    def named(self, updates: dict) -> dict:
+        return {self.names[id(component)]: value for component, value in updates.items()}
+
+    def run(self, operation, session, *extras, view=VIEW, outputs=None) -> dict:
+        """`operation(services, session, *extras)` as an event with the page's view settings `view`."""
+        from ui import listeners
+
+        answer = listeners.answer(self.page, self.services, operation,
+                                  outputs or listeners.session_outputs(self.page), len(extras))
+        return self.named(answer(session, *extras, *view))
+
+    def translate(self, text, model="toy-en-de", session=None, view=VIEW) -> dict:
+        from ui import operations
+
+        return self.run(operations.translate, session, model, text, view=view)
+
+    def view(self, session, *view) -> dict:
+        """A view change (kind, layer, head, measure, step, model view) of the stored session."""
+        from ui import listeners
+
+        return self.run(listeners.view_changed, session, view=view, outputs=listeners.view_outputs(self.page))
+
+
+@pytest.fixture(scope="session")
+def events(demo, services) -> Events:
+    return Events(demo, services)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from model import align
-from model.align import (alignment_error_rate, cross_attention, fast_align, head_alignments, parse_pharaoh, pharaoh,
-                         read_links, reversal_gold, silver_alignments)
+from model.align import (READINGS, alignment_error_rate, cross_attention, fast_align, head_alignments, parse_pharaoh,
+                         pharaoh, read_links, reversal_gold, silver_alignments)
 from model.checkpoint import load_checkpoint
 from model.data import load_pairs
 from model.transformer import Transformer
@@ -89,23 +89,38 @@ def test_the_statistical_aligner_finds_a_dictionarys_links_through_reordering():
     assert alignment_error_rate(fast_align(sources, targets, iterations=0), gold, gold) > 0.1
 
 
-def test_without_gold_the_command_measures_against_a_statistical_aligner(toy_checkpoints, capsys):
+def test_without_gold_the_command_measures_against_a_statistical_aligner(toy_checkpoints, capsys, tmp_path):
+    """The toy data is translated word for word: the aligner links each word to the one at its place, and so does
+    the trained toy's best cross-attention reading, which --out writes."""
     root, data = toy_checkpoints
-    align.main(["--checkpoint", str(root / "toy-en-de"), "--data", str(data), "--split", "val"])
+    best = tmp_path / "best.txt"
+    align.main(["--checkpoint", str(root / "toy-en-de"), "--data", str(data), "--split", "val", "--out", str(best)])
     captured = capsys.readouterr()
-    assert "statistical aligner" in captured.out.splitlines()[0] and "statistical aligner" in captured.err
-    assert captured.out.strip().splitlines()[-1].startswith("best AER")
+    lines = captured.out.strip().splitlines()
+    assert "statistical aligner" in lines[0] and "statistical aligner" in captured.err
+    table = {line.split()[0]: [float(value) for value in line.split()[1:]] for line in lines[2:-1]}
+    assert len(table) == 2 * 4 + 2  # every head of both layers, and the two layer means
+    *_, value, at, name, reading = lines[-1].split()
+    assert float(value) == min(min(row) for row in table.values()) < 0.15
+    assert float(value) == table[name][READINGS.index(reading.strip("()"))]
+    translator = load_checkpoint(root / "toy-en-de")
+    targets = translator.tgt_tokenizer.tokenize_all(load_pairs(str(data), "val", "en", "de")["tgt"])
+    diagonal = [{(j, j) for j in range(len(target))} for target in targets]
+    written = [parse_pharaoh(line)[0] for line in best.read_text().splitlines()]
+    assert alignment_error_rate(written, diagonal, diagonal) < 0.15
 
 
-def test_the_app_exports_the_alignments_of_the_decoding_on_screen(app_module):
-    from viz.views import CROSS, MEAN
+def test_the_app_exports_the_alignments_of_the_decoding_on_screen(events, services):
+    from ui.tabs.statistics import read_alignments
 
-    trace = app_module.translate("toy-en-de", "A man plays with a red ball.", CROSS, 0, MEAN)[app_module.trace_state]
+    session = events.translate("A man plays with a red ball.")["session"]
+    trace = session.trace
     layers, heads = trace.cross.shape[:2]
     for reading in ("output", "input"):
-        lines = app_module.read_alignments(trace, reading)[app_module.alignment_text].splitlines()
+        (text,), _ = read_alignments(services, session, reading)
+        lines = text.splitlines()
         assert len(lines) == layers * heads + layers
         name, *links = lines[heads].split(maxsplit=1)  # layer 2, head 1 (every head, then the layer means)
         assert name == "cross.2.1"
         assert parse_pharaoh(links[0])[0] == read_links(trace.cross[1, 0], reading)
-    assert "not 'sideways'" in app_module.read_alignments(trace, "sideways")[app_module.status]
+    assert "not 'sideways'" in read_alignments(services, session, "sideways")[1]

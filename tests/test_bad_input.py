@@ -13,30 +13,29 @@ from gradio_client import Client
 from model.decoding import output_limit
 from model.translator import InputError
 from viz.attention import INVISIBLE_CATEGORIES, MAX_LABEL_CHARS
-from viz.views import ALL_HEADS, KINDS, MEAN
+from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, WEIGHTS
 
 MODEL = "toy-en-de"
-TRANSLATED = None  # the expected outcome of a case that must translate
 
-CASES = {  # name: (text, a phrase of the expected message, or TRANSLATED)
+CASES = {  # name: (text, a phrase of the expected message, or how many of its tokens the toy model does not know)
     "empty": ("", "input is empty"),
     "whitespace only": (" \n\t \u3000 ", "input is empty"),
     "12,000 characters": ("A dog runs. " * 1000, "limit is 2000"),
     "200 tokens": ("dog " * 200, "reads at most 127"),
-    "one 1,999-character token": ("x" * 1999, TRANSLATED),
-    "emoji": ("A dog 🐶 runs 🐕‍🦺 in the park 👍🏽.", TRANSLATED),
-    "CJK": ("一只狗在公园里跑。", TRANSLATED),
-    "Arabic (right to left)": ("كلب يجري في الحديقة", TRANSLATED),
-    "combining characters": ("A dog runs̈ in the pa̷r̷k̷, café\u0301.", TRANSLATED),
-    "zero-width characters": ("A\u200bdog\u200d runs\ufeff in the park.", TRANSLATED),
-    "bidirectional override": ("A dog \u202eruns in\u202c the park.", TRANSLATED),
-    "control characters": ("A dog\x07 runs\x1b[31m in the park.", TRANSLATED),
-    "NUL": ("A dog\x00 runs in the park.", TRANSLATED),
-    "only NUL": ("\x00", TRANSLATED),
-    "script tag": ("<script>alert(1)</script>", TRANSLATED),
-    "img onerror": ('<img src=x onerror="alert(1)"> A dog.', TRANSLATED),
-    "javascript link": ('<a href="javascript:alert(1)">a dog</a>', TRANSLATED),
-    "wrong language": ("Le chien court dans le parc.", TRANSLATED),
+    "one 1,999-character token": ("x" * 1999, 1),
+    "emoji": ("A dog 🐶 runs 🐕‍🦺 in the park 👍🏽.", 6),
+    "CJK": ("一只狗在公园里跑。", 2),
+    "Arabic (right to left)": ("كلب يجري في الحديقة", 4),
+    "combining characters": ("A dog runs̈ in the pa̷r̷k̷, café\u0301.", 5),
+    "zero-width characters": ("A\u200bdog\u200d runs\ufeff in the park.", 3),
+    "bidirectional override": ("A dog \u202eruns in\u202c the park.", 3),
+    "control characters": ("A dog\x07 runs\x1b[31m in the park.", 4),
+    "NUL": ("A dog\x00 runs in the park.", 2),
+    "only NUL": ("\x00", 1),
+    "script tag": ("<script>alert(1)</script>", 5),
+    "img onerror": ('<img src=x onerror="alert(1)"> A dog.', 9),
+    "javascript link": ('<a href="javascript:alert(1)">a dog</a>', 6),
+    "wrong language": ("Le chien court dans le parc.", 6),
 }
 IDS = list(CASES)
 MARKUP = ["script tag", "img onerror", "javascript link"]
@@ -67,46 +66,57 @@ def assert_inert(figure: dict) -> None:
 
 
 @pytest.mark.parametrize("name", IDS)
-def test_translator(app_module, name):
+def test_translator(services, name):
     text, expected = CASES[name]
-    translator = app_module.TRANSLATORS[MODEL]
-    if expected is not TRANSLATED:
+    translator = services.translators[MODEL]
+    if isinstance(expected, str):
         with pytest.raises(InputError, match=expected):
             translator.trace(text)
         return
     traced = translator.trace(text)
     trace = traced.trace
+    assert sum(traced.unknown) == expected
+    # Every unknown token reads as <unk>: the same sentence with each one replaced by another unknown word
+    # translates to the very same tokens, with the very same weights.
+    stand_in = " ".join("zzqx" if unknown else token for token, unknown in zip(traced.source_tokens, traced.unknown)
+                        if token != "<eos>")
+    replaced = translator.trace(stand_in)
+    assert replaced.source_tokens[:-1] == ["zzqx" if u else t for t, u in zip(traced.source_tokens, traced.unknown)
+                                           ][:-1]
+    assert replaced.target_tokens == traced.target_tokens
+    np.testing.assert_array_equal(replaced.trace.cross_attention, trace.cross_attention)
     assert 0 < len(traced.target_tokens) <= output_limit(translator.model, len(traced.source_tokens))
-    assert np.all((trace.probabilities >= 0) & (trace.probabilities <= 1))
     for maps in (trace.encoder_attention, trace.decoder_attention, trace.cross_attention):
         np.testing.assert_allclose(maps.sum(-1), 1, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", IDS)
-def test_ui_callbacks_and_every_figure(app_module, name):
+def test_ui_events_and_every_figure(events, name):
     text, expected = CASES[name]
-    out = app_module.translate(MODEL, text, KINDS[-1], 0, MEAN, True)
-    status = out[app_module.status]
-    if expected is not TRANSLATED:
-        assert expected in status and app_module.trace_state not in out
+    last = events.translate("A dog runs.")["session"]
+    out = events.translate(text, session=last, view=(CROSS, 0, MEAN, WEIGHTS, 1, True))
+    status = out["status"]
+    if isinstance(expected, str):
+        assert expected in status and out["session"].current is last.current  # the last translation stays
     else:
-        assert status.startswith("Translated.")
-        trace = out[app_module.trace_state]
-        frames = out[app_module.translation_state]
+        assert status.startswith("Translated.") and f"Unknown words (read as <unk>)" in status
+        session = out["session"]
+        frames = out["translation_frames"]
         figures = [json.loads(frames["candidates"]), json.loads(frames["probabilities"])]
         for kind in KINDS:
             for head in (MEAN, ALL_HEADS, 1):
-                view = app_module.change_view(trace, kind, 1, head, True)[app_module.view_state]
+                view = events.view(session, kind, 1, head, WEIGHTS, 1, True)["view_frames"]
                 figures += [json.loads(view["attention"]), json.loads(view["overview"])]
         for figure in figures:
             assert_inert(figure)
         for shown in frames["description"]:  # plain text in a text box, never markup: only invisibles matter
             assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in shown.replace("\n", ""))
-        for shown, _ in out[app_module.source_view]:
+        for shown, _ in out["source_tokens"]:
             assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in shown)
+        assert sum(mark == "unknown" for _, mark in out["source_tokens"]) == expected
         ticks = figures[-2]["layout"]["xaxis"]["ticktext"]
         assert all(len(t) <= MAX_LABEL_CHARS + 20 for t in ticks)  # cut labels (+ room for &lt; escapes)
-    assert app_module.translate(MODEL, "A dog runs.", KINDS[-1], 0, MEAN)[app_module.translation]  # the next works
+    assert events.translate("A dog runs.")["translation"]  # the next works
 
 
 @pytest.fixture(scope="module")
@@ -115,14 +125,15 @@ def client(server):
 
 
 @pytest.mark.parametrize("name", IDS)
-def test_http_api(client, app_module, name):
+def test_http_api(client, services, name):
     text, expected = CASES[name]
-    if expected is not TRANSLATED:
+    if isinstance(expected, str):
         with pytest.raises(Exception, match=expected):
             client.predict(MODEL, text, api_name="/trace")
     else:
         result = client.predict(MODEL, text, api_name="/trace")
-        assert result["translation"] == app_module.TRANSLATORS[MODEL].trace(text).text
+        assert result["translation"] == services.translators[MODEL].trace(text).text
+        assert sum(result["unknown"]) == expected
     assert client.predict(MODEL, "A dog runs.", api_name="/trace")["translation"]
 
 

@@ -145,22 +145,20 @@ def test_the_shipped_model_takes_most_of_each_word_from_the_source():
     assert shares.shape == (len(traced.target_tokens),) and ((shares > 0.3) & (shares < 1)).all()
 
 
-def test_the_app_measures_the_decoding_on_screen_on_request(app_module):
-    from viz.views import CROSS, MEAN
+def test_the_app_measures_the_decoding_on_screen_on_request(events, services):
+    from ui.tabs.sources import measure_sources
 
-    trail = app_module.translate("toy-en-de", "A man plays with a red ball.", CROSS, 0, MEAN)[app_module.trail_state]
-    assert app_module.trail_state in app_module.translate("toy-en-de", "A dog.", CROSS, 0, MEAN)
-    outputs = app_module.measure_contributions(trail)
-    bars = outputs[app_module.source_share_plot].to_dict()["data"][0]
-    trace = trail.current.trace
-    expected = app_module.TRANSLATORS["toy-en-de"].contributions(trail.source, trace.target_tokens)
+    session = events.translate("A man plays with a red ball.")["session"]
+    (shares, contributions), status = measure_sources(services, session)
+    bars = shares.to_dict()["data"][0]
+    trace = session.trace
+    expected = services.translators["toy-en-de"].contributions(session.source, trace.target_tokens)
     np.testing.assert_allclose(bars["y"], expected.source_contribution, atol=1e-6)
-    heatmap = outputs[app_module.contribution_plot].to_dict()["data"][0]
-    np.testing.assert_allclose(heatmap["z"], expected.decoder, atol=1e-6)
-    assert "came from the source on average" in outputs[app_module.status]
-    gru = app_module.translate("toy-rnn", "a dog runs .", CROSS, 0, MEAN)[app_module.trail_state]
-    outputs = app_module.measure_contributions(gru)
-    assert outputs[app_module.source_share_plot] is None and "GRU" in outputs[app_module.status]
+    np.testing.assert_allclose(contributions.to_dict()["data"][0]["z"], expected.decoder, atol=1e-6)
+    assert "came from the source on average" in status
+    gru = events.translate("a dog runs .", model="toy-rnn")["session"]
+    (shares, _), status = measure_sources(services, gru)
+    assert shares is None and "GRU" in status
 
 
 def test_head_statistics_of_known_maps():
@@ -180,86 +178,98 @@ def test_head_statistics_of_known_maps():
     assert np.isnan(head_statistics(previous, tokens, self_attention=False)["offset"]).all()
 
 
-def test_the_app_tables_every_heads_statistics(app_module):
-    from viz.views import CROSS, MEAN
+def test_the_app_tables_every_heads_statistics(events, services):
+    from model.keys import CROSS, DECODER
+    from ui.tabs.statistics import measure_heads
 
-    trace = app_module.translate("toy-en-de", "A dog runs.", CROSS, 0, MEAN)[app_module.trace_state]
-    rows = app_module.show_head_statistics(trace)[app_module.head_table]
+    session = events.translate("A dog runs.")["session"]
+    trace = session.trace
+    (rows,), _ = measure_heads(services, session)
     assert len(rows) == sum(trace.layers(k) * trace.heads(k) for k in trace.available())
     assert rows[0][0] == "encoder.1.1" and rows[-1][0].startswith("cross.") and rows[-1][-1] is None
+    # A head's row holds its own map's numbers, computed here by hand: entropy, confidence, weight on <eos> (none:
+    # the decoder reads <sos> and the words it wrote), weight on punctuation, offset of the most attended key.
+    row = {row[0]: row[1:] for row in rows}
+    weights = trace.maps(DECODER)[1, 2]  # decoder.2.3, (T, T)
+    assert trace.decoder_tokens == ["<sos>", "ein", "hund", "läuft", "."]
+    expected = [-(weights * np.log(np.clip(weights, 1e-12, None))).sum(-1).mean(), weights.max(-1).mean(), 0,
+                weights[:, -1].mean(), (weights.argmax(-1) - np.arange(len(weights))).mean()]
+    assert row["decoder.2.3"] == pytest.approx(expected, abs=1e-3)
+    assert row["cross.1.2"][2] == pytest.approx(trace.maps(CROSS)[0, 1, :, -1].mean(), abs=1e-3)  # the source's <eos>
 
 
-def test_every_view_can_show_a_measure_instead_of_the_weights(app_module):
+def test_every_view_can_show_a_measure_instead_of_the_weights(events, services):
     import json
 
     from model.contributions import measure_maps
-    from viz.views import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN
+    from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
+    from ui.operations import MEASURE_LINES
 
-    outputs = app_module.translate("toy-en-de", "A man plays with a red ball.", CROSS, 0, MEAN)
-    trace, trail = outputs[app_module.trace_state], outputs[app_module.trail_state]
-    translator = app_module.TRANSLATORS["toy-en-de"]
-    maps = measure_maps(translator.model, translator.encode_source(translator.source_tokens(trail.source)),
+    session = events.translate("A man plays with a red ball.")["session"]
+    trace = session.trace
+    translator = services.translators["toy-en-de"]
+    maps = measure_maps(translator.model, translator.encode_source(translator.source_tokens(session.source)),
                         [translator.tgt_vocab.stoi[t] for t in trace.target_tokens])
     last = trace.steps - 1
-    for measure, (key, line, unit) in app_module.MEASURES.items():
-        if key is None:
-            continue
-        for kind, name in ((ENCODER, "encoder"), (DECODER, "decoder"), (CROSS, "cross")):
-            view = app_module.change_view(trace, kind, 1, 0, True, measure, trail)
-            figure = json.loads(view[app_module.view_state]["attention"])
-            expected = maps[key][name][1, 0]
+    for key in (VALUE_NORM, ROLLOUT, ALTI):
+        line, unit = MEASURE_LINES[key]
+        for kind in (ENCODER, DECODER, CROSS):
+            view = events.view(session, kind, 1, 0, key, 1, True)
+            figure = json.loads(view["view_frames"]["attention"])
+            expected = maps[key][kind][1, 0]
             rows = expected if kind == ENCODER else expected[:last + 1]
             np.testing.assert_allclose(figure["data"][0]["z"], rows, atol=1e-6)
             assert line.split(" (")[0] in figure["layout"]["title"]["text"]
             # The hover shows the attention weight behind each cell: the head's, or the heads' mean.
-            raw = trace.maps(kind)[1, 0] if key == "value_norm" else trace.maps(kind)[1].mean(0)
+            raw = trace.maps(kind)[1, 0] if key == VALUE_NORM else trace.maps(kind)[1].mean(0)
             np.testing.assert_allclose(figure["data"][0]["customdata"], raw if kind == ENCODER else raw[:last + 1],
                                        atol=1e-4)
             assert "attention weight %{customdata:.3f}" in figure["data"][0]["hovertemplate"]
-            assert figure["data"][0]["colorbar"]["title"]["text"] == unit.replace("&", "&amp;")
-        if key != "value_norm":  # a measure of the layer as a whole: one "head", shares in 0..1
-            # What the page's head menu holds (its choices are sent only when they change).
-            assert [label for label, _ in trail.page[app_module.head_choice._id]["choices"]] == ["Every head, combined"]
-            np.testing.assert_allclose(np.array(maps[key]["cross"]).sum(-1), 1 - (key == "alti") * np.array(
+            assert figure["data"][0]["colorbar"]["title"]["text"].startswith(unit.replace("&", "&amp;"))
+            if key != VALUE_NORM:  # a measure of the layer as a whole: one "head", shares in 0..1
+                assert [label for label, _ in view["head"]["choices"]] == ["Every head, combined"]
+        if key != VALUE_NORM:
+            np.testing.assert_allclose(np.array(maps[key]["cross"]).sum(-1), 1 - (key == ALTI) * np.array(
                 maps[key]["decoder"]).sum(-1), atol=1e-5)
         else:
-            assert json.loads(app_module.change_view(trace, CROSS, 0, ALL_HEADS, False, measure, trail)[
-                app_module.view_state]["attention"])["layout"]["coloraxis"]["cmax"] > 1
+            grid = json.loads(events.view(session, CROSS, 0, ALL_HEADS, key, 1, False)["view_frames"]["attention"])
+            assert grid["layout"]["coloraxis"]["cmax"] > 1
             # Mean of heads shows the heads together, ‖Σ_h α f‖, not the mean of each head's norm.
-            mean = json.loads(app_module.change_view(trace, ENCODER, 1, MEAN, False, measure, trail)[
-                app_module.view_state]["attention"])
+            mean = json.loads(events.view(session, ENCODER, 1, MEAN, key, 1, False)["view_frames"]["attention"])
             np.testing.assert_allclose(mean["data"][0]["z"], maps["value_norm_together"]["encoder"][1], atol=1e-5)
             assert "all heads together" in mean["layout"]["title"]["text"]
     # A new decoding shows its weights again; the GRU model has no measures but its weights.
-    assert app_module.translate("toy-en-de", "A dog.", CROSS, 0, MEAN)[app_module.measure_choice].value == "weights"
-    gru = app_module.translate("toy-rnn", "a dog runs .", CROSS, 0, MEAN)
-    assert gru[app_module.measure_choice].choices == [("weights", "weights")]
-    answer = app_module.change_view(gru[app_module.trace_state], CROSS, 0, 0, False, "rollout",
-                                    gru[app_module.trail_state])
-    assert app_module.view_state not in answer and "GRU" in answer[app_module.status]
+    measured = events.view(session, CROSS, 1, 0, ROLLOUT, 1, False)["session"]
+    assert events.translate("A dog.", session=measured)["measure"] == WEIGHTS
+    gru = events.translate("a dog runs .", model="toy-rnn")
+    assert gru["measure"]["choices"] == [("weights", WEIGHTS)]
+    answer = events.view(gru["session"], CROSS, 0, 0, ROLLOUT, 1, False)
+    assert answer["session"].view.measure == WEIGHTS and answer["measure"] == WEIGHTS and "GRU" in answer["status"]
 
 
-def test_a_decodings_measures_are_computed_once_and_kept_with_it(app_module, monkeypatch):
+def test_a_decodings_measures_are_computed_once_and_kept_with_it(events, services, monkeypatch):
     """The first measure shown runs one teacher-forced pass; other kinds, layers, heads and measures of the same
     decoding reuse its maps; another decoding (a branch) gets its own."""
     import json
 
-    from viz.views import CROSS, DECODER, ENCODER, MEAN
+    from model.keys import ALTI, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
+    from ui import operations
 
-    outputs = app_module.translate("toy-en-de", "A man plays with a red ball.", CROSS, 0, MEAN)
-    trace, trail = outputs[app_module.trace_state], outputs[app_module.trail_state]
-    translator = app_module.TRANSLATORS["toy-en-de"]
+    session = events.translate("A man plays with a red ball.")["session"]
+    trace = session.trace
+    translator = services.translators["toy-en-de"]
     passes = []
     original = type(translator).measures
     monkeypatch.setattr(type(translator), "measures", lambda self, *args: passes.append(args) or original(self, *args))
-    first = app_module.change_view(trace, CROSS, 1, 0, False, "rollout", trail)[app_module.view_state]
-    for kind, measure in ((ENCODER, "contributions (ALTI+)"), (DECODER, "weight × value norm"), (CROSS, "rollout")):
-        app_module.change_view(trace, kind, 0, MEAN, False, measure, trail)
-    again = app_module.change_view(trace, CROSS, 1, 0, False, "rollout", trail)[app_module.view_state]
-    assert len(passes) == 1 and json.loads(again["attention"]) == json.loads(first["attention"])
-    assert trail.current.measure_maps is not None
+    first = events.view(session, CROSS, 1, 0, ROLLOUT, 1, False)
+    session = first["session"]
+    for kind, measure in ((ENCODER, ALTI), (DECODER, VALUE_NORM), (CROSS, ROLLOUT)):
+        session = events.view(session, kind, 0, MEAN, measure, 1, False)["session"]
+    again = events.view(session, CROSS, 1, 0, ROLLOUT, 1, False)["view_frames"]
+    assert len(passes) == 1 and json.loads(again["attention"]) == json.loads(first["view_frames"]["attention"])
+    assert session.current.measure_maps is not None
     word = next(t for t in trace.top_tokens[1][1:] if t != "<eos>")
-    branched = app_module.branch(trail, 2, word, CROSS, 0, MEAN)[app_module.trail_state]
-    assert branched.current.measure_maps is None
-    app_module.change_view(branched.current.trace, CROSS, 1, 0, False, "rollout", branched)
-    assert len(passes) == 2 and passes[1][1] == branched.current.trace.target_tokens
+    branched = events.run(operations.branch, session, word, view=(CROSS, 0, MEAN, WEIGHTS, 2, False))["session"]
+    assert branched.current.measure_maps is None and branched.view.measure == WEIGHTS
+    events.view(branched, CROSS, 1, 0, ROLLOUT, 1, False)
+    assert len(passes) == 2 and passes[1][1] == branched.trace.target_tokens

@@ -8,8 +8,6 @@ from model.batching import make_batch, token_batches
 from model.data import DataError, load_pairs
 from model.vocab import EOS_ID, PAD_ID, SOS_ID
 
-from tests.conftest import write_parallel
-
 
 def test_reads_raw_gzipped_files_in_both_directions(toy_data):
     train = load_pairs(str(toy_data), "train", "en", "de")
@@ -21,8 +19,11 @@ def test_reads_raw_gzipped_files_in_both_directions(toy_data):
 
 
 def test_reads_plain_text_files(tmp_path):
-    write_parallel(tmp_path, sizes=(("val", 5),), gz=False)
-    assert len(load_pairs(str(tmp_path), "val", "en", "de")) == 5
+    (tmp_path / "val.en").write_text("A dog runs.\nTwo children play in the park.\n", encoding="utf-8")
+    (tmp_path / "val.de").write_text("Ein Hund läuft.\nZwei Kinder spielen im Park.\n", encoding="utf-8")
+    assert load_pairs(str(tmp_path), "val", "de", "en").to_list() == [
+        {"src": "Ein Hund läuft.", "tgt": "A dog runs."},
+        {"src": "Zwei Kinder spielen im Park.", "tgt": "Two children play in the park."}]
 
 
 def test_rejects_misaligned_files(toy_data):

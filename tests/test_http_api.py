@@ -8,7 +8,6 @@ import httpx
 import numpy as np
 import pytest
 
-from viz.attention import escape
 
 MODEL = "toy-en-de"
 SURROGATE = '"a dog \\ud800 runs"'  # JSON text of a string holding a lone UTF-16 surrogate
@@ -46,28 +45,36 @@ def texts(value) -> str:
 @pytest.fixture
 def still_serving(server):
     yield
-    event, data = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs."]}))
+    event, data = call(server, "trace", f'{{"data": {full(MODEL, "A dog runs.")}}}')
     assert event == "complete" and data[0]["translation"]
 
 
+def full(*values) -> str:
+    """A /trace request's data with every one of its 5 values (model, text, force, mask, contributions): the ones
+    given, then nulls. A raw client sends them all, as gradio_client does, or names them (/call/v2/trace)."""
+    return json.dumps(list(values) + [None] * (5 - len(values)))
+
+
+SURROGATE_TEXT = "a dog \ud800 runs"  # a string holding a lone UTF-16 surrogate
 TRACE_CASES = {  # name: (the JSON "data" list, a phrase of the expected error message)
-    "lone surrogate in the text": (f'["{MODEL}", {SURROGATE}]', "lone surrogate U+D800"),
-    "a number for the text": (f'["{MODEL}", 42]', "must be a string, not int"),
-    "a list for the text": (f'["{MODEL}", ["a", "dog"]]', "must be a string, not list"),
-    "null for the text": (f'["{MODEL}", null]', "input is empty"),
-    "a wrong model name": ('["no-such-model", "A dog."]', "unknown model 'no-such-model'; loaded: toy-en-de"),
-    "a number for the model": ('[7, "A dog."]', "unknown model 7"),
-    "null for the model": ('[null, "A dog."]', "unknown model None"),
-    "no arguments at all": ("[]", "unknown model None"),
-    "force as one string": (f'["{MODEL}", "A dog.", "hund"]', "force must be a list of strings, not str"),
-    "force holding null": (f'["{MODEL}", "A dog.", ["hund", null]]', "it holds None"),
-    "an unknown forced token": (f'["{MODEL}", "A dog.", ["zebrafisch"]]', "'zebrafisch' is not in the target"),
-    "a forced lone surrogate": (f'["{MODEL}", "A dog.", [{SURROGATE}]]', "lone surrogate"),
-    "mask as a number": (f'["{MODEL}", "A dog.", [], 3]', "mask must be a list of strings, not int"),
-    "an unknown head": (f'["{MODEL}", "A dog.", [], ["cross.7.1"]]', "head 'cross.7.1' does not exist"),
-    "a malformed head name": (f'["{MODEL}", "A dog.", null, ["cross"]]', "'cross' is not a head name"),
-    "a self-attention head of the GRU": ('["toy-rnn", "A dog.", null, ["decoder.1.1"]]', "no 'decoder' attention"),
-    "contributions as a string": (f'["{MODEL}", "A dog.", null, null, "yes"]', "contributions must be true or false"),
+    "lone surrogate in the text": (full(MODEL, SURROGATE_TEXT), "lone surrogate U+D800"),
+    "a number for the text": (full(MODEL, 42), "must be a string, not int"),
+    "a list for the text": (full(MODEL, ["a", "dog"]), "must be a string, not list"),
+    "null for the text": (full(MODEL, None), "input is empty"),
+    "a wrong model name": (full("no-such-model", "A dog."), "unknown model 'no-such-model'; loaded: toy-en-de"),
+    "a number for the model": (full(7, "A dog."), "unknown model 7"),
+    "null for the model": (full(None, "A dog."), "unknown model None"),
+    "no arguments at all": ("[]", "didn't receive enough input values (needed: 5, got: 0)"),
+    "too few arguments": (f'["{MODEL}", "A dog."]', "didn't receive enough input values (needed: 5, got: 2)"),
+    "force as one string": (full(MODEL, "A dog.", "hund"), "force must be a list of strings, not str"),
+    "force holding null": (full(MODEL, "A dog.", ["hund", None]), "it holds None"),
+    "an unknown forced token": (full(MODEL, "A dog.", ["zebrafisch"]), "'zebrafisch' is not in the target"),
+    "a forced lone surrogate": (full(MODEL, "A dog.", [SURROGATE_TEXT]), "lone surrogate"),
+    "mask as a number": (full(MODEL, "A dog.", [], 3), "mask must be a list of strings, not int"),
+    "an unknown head": (full(MODEL, "A dog.", [], ["cross.7.1"]), "head 'cross.7.1' does not exist"),
+    "a malformed head name": (full(MODEL, "A dog.", None, ["cross"]), "'cross' is not a head name"),
+    "a self-attention head of the GRU": (full("toy-rnn", "A dog.", None, ["decoder.1.1"]), "no 'decoder' attention"),
+    "contributions as a string": (full(MODEL, "A dog.", None, None, "yes"), "contributions must be true or false"),
 }
 
 
@@ -78,19 +85,21 @@ def test_trace_answers_bad_requests_clearly(server, still_serving, name):
     assert event == "error" and message in answer
 
 
-def test_trace_fills_missing_optional_arguments_and_ignores_extra_ones(server, app_module):
-    expected = app_module.TRANSLATORS[MODEL].trace("A dog runs.").text
-    for data in ([MODEL, "A dog runs."], [MODEL, "A dog runs.", None, None],
-                 [MODEL, "A dog runs.", [], [], False, "x"]):
+def test_trace_takes_its_optional_arguments_as_nulls_or_by_name(server, services):
+    expected = services.translators[MODEL].trace("A dog runs.").text
+    for data in ([MODEL, "A dog runs.", None, None, None], [MODEL, "A dog runs.", [], [], False, "extra"]):
         event, answer = call(server, "trace", json.dumps({"data": data}))
         assert event == "complete" and answer[0]["translation"] == expected
+    # Gradio's named form fills in what is left out.
+    event, answer = call(server, "v2/trace", json.dumps({"model": MODEL, "text": "A dog runs."}))
+    assert event == "complete" and answer[0]["translation"] == expected
 
 
-def test_trace_gives_each_words_source_contribution_and_the_maps_on_request(server, app_module):
-    translator = app_module.TRANSLATORS[MODEL]
+def test_trace_gives_each_words_source_contribution_and_the_maps_on_request(server, services):
+    translator = services.translators[MODEL]
     traced = translator.trace("A dog runs.")
     measured = translator.contributions("A dog runs.", traced.target_tokens)
-    event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs."]}))
+    event, answer = call(server, "trace", f'{{"data": {full(MODEL, "A dog runs.")}}}')
     assert event == "complete" and "contributions" not in answer[0]
     np.testing.assert_allclose(answer[0]["source_contribution"], measured.source_contribution, atol=1e-4)
     event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", None, None, True]}))
@@ -101,20 +110,20 @@ def test_trace_gives_each_words_source_contribution_and_the_maps_on_request(serv
     assert answer[0]["source_contribution"] is None and answer[0]["contributions"] is None
 
 
-def test_trace_forces_and_masks(server, app_module):
-    translator = app_module.TRANSLATORS[MODEL]
+def test_trace_forces_and_masks(server, services):
+    translator = services.translators[MODEL]
     expected = translator.trace("A dog runs.", force=["ein", "kind"], mask=["cross.1.1", "encoder.2.3"])
     event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", ["ein", "kind"],
-                                                               ["encoder.2.3", "cross.1.1"]]}))
+                                                               ["encoder.2.3", "cross.1.1"], None]}))
     assert event == "complete"
     result = answer[0]
     assert result["target_tokens"][:2] == ["ein", "kind"] and result["forced"] == 2
     assert result["target_tokens"] == expected.target_tokens and result["mask"] == ["cross.1.1", "encoder.2.3"]
 
 
-def test_score_returns_teacher_forced_log_probabilities(server, app_module):
-    traced = app_module.TRANSLATORS[MODEL].trace("A dog runs.")
-    event, answer = call(server, "score", json.dumps({"data": [MODEL, "A dog runs.", traced.target_tokens]}))
+def test_score_returns_teacher_forced_log_probabilities(server, services):
+    traced = services.translators[MODEL].trace("A dog runs.")
+    event, answer = call(server, "score", json.dumps({"data": [MODEL, "A dog runs.", traced.target_tokens, None]}))
     assert event == "complete"
     result = answer[0]
     assert result["target_tokens"] == traced.target_tokens and result["mask"] == []
@@ -124,7 +133,7 @@ def test_score_returns_teacher_forced_log_probabilities(server, app_module):
                           ([MODEL, "A dog.", ["zebrafisch"]], "Target token 'zebrafisch' is not in"),
                           ([MODEL, "A dog.", ["hund"], ["cross.9.9"]], "does not exist"),
                           (["nope", "A dog.", ["hund"]], "unknown model 'nope'")]:
-        event, answer = call(server, "score", json.dumps({"data": data}))
+        event, answer = call(server, "score", json.dumps({"data": data + [None] * (4 - len(data))}))
         assert event == "error" and message in answer, (data, answer)
 
 
@@ -140,21 +149,27 @@ def test_malformed_bodies_are_refused_with_a_reason(server, still_serving, body,
 
 
 UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it arrives as an error or a status
-    "too few values": ("translate", f'["{MODEL}", "A dog."]', "This request sent 2 values; this endpoint takes", True),
-    "a layer not offered": ("translate", f'["{MODEL}", "A dog.", "Cross-attention", 9, "Mean of heads", false]',
-                            "not in the list of choices", True),
-    "an attention kind not offered": ("translate", f'["{MODEL}", "A dog.", "Sideways", 0, "Mean of heads", false]',
-                                      "not in the list of choices", True),
-    "a word for the layer": ("layer", '["Cross-attention", "three", "Mean of heads", false]',
-                             "three is not in the list of choices", True),
-    "a list for the head": ("head", '["Cross-attention", 0, [1], false]', "is not in the list of choices", True),
-    "a lone surrogate to translate": ("translate", f'["{MODEL}", {SURROGATE}, "Cross-attention", 0, "Mean of heads", '
+    "too few values": ("translate", f'["{MODEL}", "A dog."]', "didn't receive enough input values", True),
+    "an old display label for the kind": ("translate", f'["{MODEL}", "A dog.", "Cross-attention", 0, "mean", '
+                                          '"weights", 1, false]',
+                                          "'Cross-attention' (type: <class 'str'>) is not in the list of choices: "
+                                          "['encoder', 'decoder', 'cross']", True),
+    "an old display label for the measure": ("kind", '["cross", 0, "mean", "contributions (ALTI+)", 1, false]',
+                                             "not in the list of choices: ['weights', 'value_norm', 'rollout', "
+                                             "'alti']", True),
+    "a layer the model does not have": ("translate", f'["{MODEL}", "A dog.", "cross", 9, "mean", "weights", 1, '
+                                        'false]', "Translated.", False),
+    "a word for the layer": ("layer", '["cross", "three", "mean", "weights", 1, false]', "Translate a sentence first",
+                             False),
+    "a lone surrogate to translate": ("translate", f'["{MODEL}", {SURROGATE}, "cross", 0, "mean", "weights", 1, '
                                                    'false]', "lone surrogate", False),
-    "an unknown model to translate": ("translate", '["nope", "A dog.", "Cross-attention", 0, "Mean of heads", false]',
+    "an unknown model to translate": ("translate", '["nope", "A dog.", "cross", 0, "mean", "weights", 1, false]',
                                       "nope is not in the list of choices", True),
-    "a view before any translation": ("kind", '["Cross-attention", 0, "Mean of heads", false]',
+    "a view before any translation": ("kind", '["cross", 0, "mean", "weights", 1, false]',
                                       "Translate a sentence first", False),
-    "null everywhere": ("translate", "[null, null, null, null, null, null]", "is not loaded", False),
+    "a word for the step": ("head", '["cross", 0, "mean", "weights", "three", false]', "", True),
+    "null everywhere": ("translate", "[null, null, null, null, null, null, null, null]",
+                        "Expected a `float`, but the value passed to the event handler was: None", True),
 }
 
 
@@ -163,9 +178,9 @@ def test_ui_events_answer_bad_requests_clearly(server, still_serving, name):
     endpoint, data, message, as_error = UI_CASES[name]
     event, answer = call(server, endpoint, f'{{"data": {data}}}')
     if as_error:
-        assert event == "error" and message in answer
+        assert event == "error" and answer and message in answer, answer
     else:
-        assert event == "complete" and message in texts(answer)
+        assert event == "complete" and message in texts(answer), answer
 
 
 JUNK = {  # the values a client can put in "data", each sent in every position of every endpoint
@@ -182,8 +197,8 @@ def endpoints(server: str) -> dict[str, int]:
 
 def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
     offered = endpoints(server)
-    assert {"trace", "score", "translate", "switch_model", "first_visit", "kind", "layer", "head",
-            "model_view"} <= set(offered)
+    assert {"trace", "score", "beam", "translate", "switch_model", "first_visit", "kind", "layer", "head",
+            "measure", "model_view"} <= set(offered)
     for endpoint, count in offered.items():
         for name, junk in JUNK.items():
             data = junk * count
@@ -192,79 +207,43 @@ def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_se
             assert event == "complete" or (event in ("error", "422") and answer), (endpoint, name, event, answer)
 
 
-# ---- the direct routes the page sends translations and view changes to ----
+# ---- the page's own requests: queue=False events, answered at once, bounded by the app's admission ----
 
-def direct(server: str, endpoint: str, body: str, session: str | None = "direct-test") -> tuple[int, object]:
-    """POST a raw JSON {"session_hash", "data"} body to a direct route: (status, data) or (status, error)."""
-    if session is not None:
-        body = f'{{"session_hash": "{session}", "data": {body}}}'
-    answer = httpx.post(f"{server.rstrip('/')}/direct/{endpoint}", content=body.encode("utf-8", "surrogatepass"),
-                        headers={"Content-Type": "application/json"}, timeout=60)
-    return answer.status_code, answer.json().get("data", answer.json().get("error"))
-
-
-VIEW = '["Cross-attention", 0, 1, false, "weights"]'  # head 2 of the stored trace
+def predict(server: str, endpoint: str, data: list, session: str) -> tuple[int, object]:
+    """A request as the page sends a `queue=False` event: one POST to /gradio_api/run/<endpoint>, in a session (a null
+    where the event takes the session's state, which the server keeps)."""
+    answer = httpx.post(f"{server.rstrip('/')}/gradio_api/run/{endpoint}", timeout=60,
+                        json={"data": [None, *data], "session_hash": session})
+    return answer.status_code, answer.json()
 
 
 def rows(view_outputs: list) -> list[str]:
-    """The decoder tokens labelling a view change's heatmap rows."""
-    return json.loads(view_outputs[2]["attention"])["layout"]["yaxis"]["ticktext"]
+    """The row labels of a view change's heatmap (its outputs: session-free values, the view's frames third)."""
+    frames = next(value for value in view_outputs if isinstance(value, dict) and "attention" in value)
+    return json.loads(frames["attention"])["layout"]["yaxis"]["ticktext"]
 
 
-def test_a_direct_translation_is_what_the_gradio_event_answers(server, app_module):
-    settings = '"Cross-attention", 0, "Mean of heads", false'
-    status, answer = direct(server, "translate", f'["{MODEL}", "A dog runs.", {settings}]', session="same-a")
-    event, expected = call(server, "translate", f'{{"data": ["{MODEL}", "A dog runs.", {settings}], '
-                                                '"session_hash": "same-b"}')
-    assert status == 200 and event == "complete"
-    outputs = next(fn for fn in app_module.demo.fns.values() if fn.api_name == "translate").outputs
-    assert answer == [value for value, output in zip(expected, outputs) if not output.stateful]
-    assert answer[0] == app_module.TRANSLATORS[MODEL].trace("A dog runs.").text
-
-
-def test_each_page_session_keeps_its_own_trace_for_its_gradio_events(server, app_module):
-    translator = app_module.TRANSLATORS[MODEL]
+def test_each_page_session_keeps_its_own_session(server, services):
     sentences = {"page-one": "A dog runs.", "page-two": "A man sits in the park."}
     for session, text in sentences.items():
-        status, _ = direct(server, "translate", f'["{MODEL}", "{text}", "Cross-attention", 0, "Mean of heads", false]',
-                           session=session)
-        assert status == 200
+        status, answer = predict(server, "translate", [MODEL, text, "cross", 0, "mean", "weights", 1, False], session)
+        assert status == 200 and services.translators[MODEL].trace(text).text in answer["data"]
     for session, text in sentences.items():
-        expected = escape(translator.trace(text).decoder_input_tokens)
-        status, answer = direct(server, "head", VIEW, session=session)  # a direct view change
-        assert status == 200 and rows(answer) == expected
-        event, answer = call(server, "head", f'{{"data": {VIEW}, "session_hash": "{session}"}}')  # Gradio's own
-        assert event == "complete" and rows(answer) == expected
+        expected = services.translators[MODEL].trace(text).decoder_input_tokens
+        status, answer = predict(server, "head", ["cross", 0, 1, "weights", 1, False], session)
+        assert status == 200 and len(rows(answer["data"])) == len(expected)
+        event, answer = call(server, "head", json.dumps({"data": ["decoder", 0, 1, "weights", 1, False],
+                                                        "session_hash": session}))  # through the queue too
+        assert event == "complete" and len(rows(answer)) == len(expected)
 
 
-@pytest.mark.parametrize("name", UI_CASES)
-def test_direct_routes_answer_bad_requests_as_their_gradio_events_do(server, still_serving, name):
-    endpoint, data, message, as_error = UI_CASES[name]
-    status, answer = direct(server, endpoint, data, session=f"bad-{len(name)}")
-    if as_error:
-        assert status == 400 and message in answer
-    else:
-        assert status == 200 and message in texts(answer)
+def test_beyond_the_admission_limit_the_page_is_told_to_try_again(services):
+    from ui.services import Admission, Busy
 
-
-@pytest.mark.parametrize("endpoint,body,status,message", [
-    ("translate", "not json at all", 400, "Send JSON"),
-    ("translate", '{"data": []}', 400, "session_hash"),
-    ("translate", '{"session_hash": 7, "data": []}', 400, "session_hash"),
-    ("translate", f'{{"session_hash": "{"x" * 65}", "data": []}}', 400, "session_hash"),
-    ("translate", '{"session_hash": "s", "data": "A dog."}', 400, "data"),
-    ("branch", '{"session_hash": "s", "data": []}', 404, "no direct route for 'branch'"),
-    ("nothing-here", '{"session_hash": "s", "data": []}', 404, "no direct route"),
-])
-def test_direct_routes_refuse_malformed_bodies_with_a_reason(server, still_serving, endpoint, body, status, message):
-    answer_status, answer = direct(server, endpoint, body, session=None)
-    assert answer_status == status and message in answer
-
-
-def test_direct_routes_answer_junk_with_a_result_or_a_message(server, still_serving, app_module):
-    offered = endpoints(server)
-    for endpoint in app_module.demo.direct_events:
-        for name, junk in JUNK.items():
-            body = json.dumps(junk * offered[endpoint]).replace("\\\\ud800", "\\ud800")
-            status, answer = direct(server, endpoint, body, session="junk")
-            assert (status, isinstance(answer, list)) == (200, True) or (status == 400 and answer), (endpoint, name)
+    admission = Admission(2)
+    with admission.admit(), admission.admit():
+        with pytest.raises(Busy, match="busy"):
+            with admission.admit():
+                pass
+    with admission.admit():  # a request that left made room
+        pass

@@ -1,6 +1,8 @@
 """Interventions and what value-aware measures need, on both architectures: head gates, forced prefixes,
 per-head value vectors and residual streams, and the cache that makes a step cheap."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -68,14 +70,31 @@ def test_cached_trace_equals_full_recomputation(name):
         np.testing.assert_allclose(trace.decoder_attention, maps.decoder[:, 0].numpy(), atol=1e-6)
 
 
+def attention_modules(model, kind):
+    """The MultiHeadAttention of each layer of `kind`."""
+    if not isinstance(model, Transformer):
+        return [model.cross_attention]
+    layers = model.encoder_layers if kind == ENCODER else model.decoder_layers
+    return [layer.cross_attention if kind == CROSS else layer.self_attention for layer in layers]
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_no_gates_and_open_gates_give_bit_identical_traces(name):
+def test_open_gates_change_nothing_and_closing_a_head_zeroes_its_columns_of_w_o(name):
     model = MODELS[name]()
     plain = greedy_trace(model, SRC_IDS, max_len=8)
     assert head_gates(model, []) is None
-    assert_same_trace(plain, greedy_trace(model, SRC_IDS, max_len=8, gates=None))
     open_gates = HeadGates(**{kind: torch.ones(shape) for kind, shape in model.heads().items()})
     assert_same_trace(plain, greedy_trace(model, SRC_IDS, max_len=8, gates=open_gates))
+    # Closing head h of a layer computes what the model computes with W_O's columns for head h set to zero:
+    # here the last head of the last layer of every kind.
+    closed = [f"{kind}.{layers}.{heads}" for kind, (layers, heads) in model.heads().items()]
+    without = copy.deepcopy(model)
+    for kind in model.heads():
+        module = attention_modules(without, kind)[-1]
+        module.w_o.weight[:, -module.d_head:] = 0
+    gated = greedy_trace(model, SRC_IDS, max_len=8, gates=head_gates(model, closed))
+    assert_same_trace(greedy_trace(without, SRC_IDS, max_len=8), gated)
+    assert not np.array_equal(gated.probabilities[:1], plain.probabilities[:1])  # and that head mattered
 
 
 def attention_output(model, module, src, tgt, **options):
@@ -125,11 +144,19 @@ def test_residual_streams_are_the_layers_inputs_and_outputs():
     torch.testing.assert_close(layer.attention_block.norm(attended), maps.encoder_stream[0, 0, 1], atol=1e-5, rtol=1e-5)
 
 
-def test_vectors_are_recorded_only_on_request(tiny_model):
+def test_weights_and_vectors_are_recorded_only_on_request(tiny_model):
     src, tgt = torch.tensor([SRC_IDS]), torch.tensor([[SOS_ID, 11]])
-    assert tiny_model(src, tgt)[1] is None
-    _, maps = tiny_model(src, tgt, need_weights=True)
-    assert maps.encoder is not None and maps.encoder_values is None and maps.decoder_stream is None
+    logits, nothing = tiny_model(src, tgt)
+    assert nothing is None
+    recorded, maps = tiny_model(src, tgt, need_weights=True)
+    assert maps.encoder_values is None and maps.decoder_stream is None
+    assert torch.equal(recorded, logits)  # recording changes nothing that is computed
+    # The recorded weights are softmax(Q K^T / sqrt(d_head)) of the first encoder layer, computed here by hand.
+    attention = tiny_model.encoder_layers[0].self_attention
+    x = tiny_model.encoder_layers[0].attention_block.sublayer_input(tiny_model.src_embedding(src))
+    queries, keys = attention.split_heads(attention.w_q(x)), attention.split_heads(attention.w_k(x))
+    expected = (queries @ keys.transpose(-2, -1) / attention.d_head ** 0.5).softmax(-1)  # (1, H, S, S)
+    torch.testing.assert_close(maps.encoder[0], expected)
 
 
 def test_next_token_logits_leaves_its_input_alone():

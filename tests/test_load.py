@@ -1,5 +1,6 @@
 """The load benchmark runs end to end against a real server: concurrent sessions, no errors, no cross-talk
-(on one core, so the option that pins it is exercised too), through the direct routes and through Gradio's queue."""
+(on one core, so the option that pins it is exercised too), as the page sends requests (outside Gradio's queue) and
+through Gradio's queue."""
 
 import json
 import subprocess
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.slow  # starts the app as a server and loads it with cl
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "load.py"
 
 
-@pytest.mark.parametrize("via", ["direct", "gradio"])
+@pytest.mark.parametrize("via", ["page", "gradio"])
 def test_concurrent_users_get_their_own_answers(toy_checkpoints, via, tmp_path):
     root, data = toy_checkpoints
     records = tmp_path / "records.json"

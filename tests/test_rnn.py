@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from model import train
 from model.checkpoint import load_checkpoint
@@ -51,6 +52,16 @@ def test_rnn_trains_saves_and_loads_through_the_shared_cli(toy_data, tmp_path):
                 "--teacher-forcing", "0.8", "--min-freq", "1", "--threads", "1", "--max-tokens", "500",
                 "--warmup", "5", "--constant-lr", "--lr", "3e-3", "--average", "2"])
     translator = load_checkpoint(out)
-    assert isinstance(translator.model, RNNSeq2Seq) and translator.model.config.n_heads == 2
+    assert translator.model.config == RNNConfig(len(translator.src_vocab), len(translator.tgt_vocab), embedding_dim=16,
+                                                hidden_size=32, n_heads=2, dropout=0.1)  # --dropout's default
+    history = translator.metrics["training"]["history"]
+    assert history[1]["val_loss"] < history[0]["val_loss"]  # it learns
+    # It ships the better of the best epoch and the average of the last two, stored as float16.
+    work = tmp_path / "work"
+    chosen = {"best_epoch": load_file(str(work / "best.safetensors")),
+              "average_last_2": train.average_weights(sorted((work / "epochs").glob("*.safetensors")))}
+    shipped = translator.model.state_dict()
+    for name, weights in chosen[translator.metrics["weights"]].items():
+        assert torch.equal(shipped[name], weights.half().float()), name
     traced = translator.trace("A dog runs.")
     assert traced.trace.cross_attention.shape == (1, 2, len(traced.target_tokens), len(traced.source_tokens))

@@ -6,66 +6,70 @@ import re
 import numpy as np
 import pytest
 
+from urllib.parse import parse_qs
+
+import torch
+
 from model import inspect
 from model.checkpoint import load_checkpoint
 from model.inspect import load_trace
-from viz.views import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN
+from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
+from ui import operations
+from ui.links import LinkSpec, open_link
+from ui.render import render
+from ui.services import Services
+from ui.session import View
+from ui.tabs.share import export_trace, export_view
+from viz.views import comparison_frames
 
 MODEL = "toy-en-de"
 TEXT = "A man plays with a red ball."
 
 
-def translated(app_module, text=TEXT, model=MODEL):
-    return app_module.translate(model, text, CROSS, 0, MEAN)[app_module.trail_state]
+def translated(events, text=TEXT, model=MODEL):
+    return events.translate(text, model=model)["session"]
 
 
-def test_a_link_opens_exactly_its_view(app_module):
-    trail = translated(app_module)
-    other = next(t for t in trail.current.trace.top_tokens[1] if t != trail.current.trace.target_tokens[1])
-    query = {"model": [MODEL], "text": [TEXT], "force": trail.current.trace.target_tokens[:1] + [other],
+def at(step=1, kind=CROSS, layer=0, head=MEAN, measure=WEIGHTS):
+    """The page's view settings (kind, layer, head, measure, step, model view)."""
+    return (kind, layer, head, measure, step, False)
+
+
+def test_a_link_opens_exactly_its_view(events):
+    session = translated(events)
+    other = next(t for t in session.trace.top_tokens[1] if t != session.trace.target_tokens[1])
+    query = {"model": [MODEL], "text": [TEXT], "force": session.trace.target_tokens[:1] + [other],
              "mask": ["cross.1.2", "encoder.2.1"], "step": ["3"], "kind": ["decoder"], "layer": ["2"], "head": ["4"],
              "measure": ["value_norm"], "compare": [MODEL]}
-    out = app_module.open_link(query)
-    assert out[app_module.status].startswith("Opened the link. Translated")
-    shown = out[app_module.trail_state]
-    assert shown.current.force == query["force"] and shown.current.mask == ["cross.1.2", "encoder.2.1"]
-    assert shown.current.trace.target_tokens[1] == other and shown.compare[0] == MODEL
-    assert out[app_module.step].value == 3 and out[app_module.kind_choice].value == DECODER
-    assert out[app_module.layer_choice].value == 1 and out[app_module.head_choice].value == 3
-    assert out[app_module.measure_choice].value == "weight × value norm" and out[app_module.source] == TEXT
-    figure = json.loads(out[app_module.view_state]["attention"])
+    shown, status = open_link(events.services, *LinkSpec.parse(query))
+    assert status.startswith("Opened the link. Translated")
+    assert list(shown.current.force) == query["force"] and list(shown.current.mask) == ["cross.1.2", "encoder.2.1"]
+    assert shown.trace.target_tokens[1] == other and shown.compare.model == MODEL
+    assert shown.view == View(DECODER, 1, 3, VALUE_NORM, 3, False) and shown.source == TEXT
+    out = events.named(render(events.page, events.services, None, shown, status))
+    assert out["step"]["value"] == 3 and out["kind"]["value"] == DECODER and out["measure"]["value"] == VALUE_NORM
+    figure = json.loads(out["view_frames"]["attention"])
     assert "value norm" in figure["layout"]["title"]["text"] and "layer 2, head 4" in figure["layout"]["title"]["text"]
-    assert out[app_module.view_state]["compare"] is not None and out[app_module.compare_model] == MODEL  # and its menu says so
-    link = out[app_module.translation_state]["link"]  # what Copy link puts in the URL
-    assert link == {"model": MODEL, "text": TEXT, "force": query["force"], "mask": query["mask"], "compare": MODEL}
+    assert out["view_frames"]["compare"] is not None and out["compare_model"]["value"] == MODEL
+    # What Copy link puts in the URL (the page sets the step it is on): the same view again.
+    again, notes = LinkSpec.parse(parse_qs(out["view_frames"]["link"]))
+    assert notes == [] and again == LinkSpec.parse(query)[0]
 
 
-def test_a_link_with_nonsense_falls_back_to_the_default_view_with_a_note(app_module):
-    out = app_module.open_link({"model": ["nope"], "text": ["A dog."], "step": ["99"], "kind": ["sideways"],
-                                "layer": ["zero"], "head": ["<b>9</b>"], "measure": ["magic"], "mask": ["cross.9.9"],
-                                "compare": ["broken"]})
-    status = out[app_module.status]
-    assert status.startswith("Opened the link. Some of it could not be used")
-    for said in ("no model 'nope'", "kind 'sideways'", "layer 'zero'", "head '<b>9</b>'", "measure 'magic'",
-                 "step 99 is beyond", "cross.9.9", "no model 'broken' to compare"):
-        assert said in status, said
-    assert out[app_module.model_name] == app_module.DEFAULT_MODEL and out[app_module.kind_choice].value == CROSS
-    assert out[app_module.step].value == 1 and out[app_module.measure_choice].value == "weights"
-    assert len(out[app_module.trail_state].decodings) == 1  # the heads could not be switched off: the original
-    # An empty link, or one whose text cannot be translated, is the first visit's example.
-    broken = app_module.open_link({"text": ["x" * 3000]})
-    assert "could not be translated" in broken[app_module.status]
-    assert broken[app_module.source] == app_module.examples_for(app_module.DEFAULT_MODEL)[0]
+def test_copy_link_keeps_the_comparison(events):
+    session = translated(events)
+    compared = events.run(operations.compare, session, MODEL, view=at())
+    spec, _ = LinkSpec.parse(parse_qs(compared["view_frames"]["link"]))
+    assert spec.compare == MODEL and spec.text == TEXT
 
 
-def test_the_downloaded_trace_round_trips_to_the_traces_arrays(app_module, tmp_path):
-    trail = translated(app_module)
-    app_module.change_view(trail.current.trace, CROSS, 1, 0, False, "rollout", trail)  # measures now kept
-    trace = trail.current.trace
+def test_the_downloaded_trace_round_trips_to_the_traces_arrays(events):
+    session = events.view(translated(events), CROSS, 1, 0, ROLLOUT, 1, False)["session"]  # measures now kept
+    trace = session.trace
     for file_format in ("json", "npz"):
-        out = app_module.export_trace(trail, file_format)
-        assert out[app_module.export_file].endswith(f"{MODEL}_a-man-plays-with-a-red.{file_format}")
-        record = load_trace(out[app_module.export_file])
+        (path,), said = export_trace(events.services, session, file_format)
+        assert path.endswith(f"{MODEL}_a-man-plays-with-a-red.{file_format}") and "with its measures" in said
+        record = load_trace(path)
         assert record["schema_version"] == inspect.SCHEMA_VERSION and record["checkpoint"] == MODEL
         assert record["config"]["d_model"] == 64 and record["source"] == TEXT
         assert record["target_tokens"] == trace.target_tokens and record["top_tokens"] == trace.top_tokens
@@ -74,17 +78,16 @@ def test_the_downloaded_trace_round_trips_to_the_traces_arrays(app_module, tmp_p
                             ("top_probabilities", trace.top_probabilities)):
             np.testing.assert_array_equal(record[name], array.astype(np.float32))
         np.testing.assert_array_equal(record["measures"]["alti"]["cross"],
-                                      trail.current.measure_maps["alti"]["cross"].astype(np.float32))
-    gru = translated(app_module, "a dog runs .", "toy-rnn")
-    record = load_trace(app_module.export_trace(gru, "npz")[app_module.export_file])
+                                      session.current.measure_maps["alti"]["cross"].astype(np.float32))
+    gru = translated(events, "a dog runs .", "toy-rnn")
+    record = load_trace(export_trace(events.services, gru, "npz")[0][0])
     assert record["encoder_attention"] is None and record["measures"] is None
-    assert "Export as json or npz" in app_module.export_trace(trail, "csv")[app_module.status]
+    assert "Export as json or npz" in export_trace(events.services, session, "csv")[1]
 
 
-def test_the_view_as_html_holds_the_figure_and_fetches_nothing(app_module):
-    trail = translated(app_module)
-    out = app_module.export_view(trail, 2, CROSS, 1, ALL_HEADS)
-    path = out[app_module.export_file]
+def test_the_view_as_html_holds_the_figure_and_fetches_nothing(events):
+    session = events.view(translated(events), CROSS, 1, ALL_HEADS, WEIGHTS, 2, False)["session"]
+    (path,), _ = export_view(events.services, session, 2)
     assert path.endswith(f"{MODEL}_a-man-plays-with-a-red_cross_L2_all-heads_step2.html")
     page = open(path, encoding="utf-8").read()
     scripts = re.findall(r"<script[^>]*>(.*?)</script>", page, flags=re.S)
@@ -92,28 +95,57 @@ def test_the_view_as_html_holds_the_figure_and_fetches_nothing(app_module):
     assert "plotly.js" in bundle[:1000] and len(bundle) > 1_000_000  # plotly.js itself, embedded
     markup = page.replace(bundle, "")
     assert "http" not in markup and "<link" not in markup and " src=" not in markup
-    z = np.round(trail.current.trace.cross[1, 0, :2], 6)  # the figure's data: head 1 at step 2
+    z = np.round(session.trace.cross[1, 0, :2], 6)  # the figure's data: head 1 at step 2
     assert json.dumps(float(z[0, 0]))[:6] in markup and "Cross-attention, layer 2, all 4 heads" in markup
 
 
-def test_compare_a_checkpoint_with_itself_gives_a_zero_difference(app_module):
-    trail = translated(app_module)
+@pytest.fixture(scope="module")
+def two_models(toy_checkpoints):
+    """Two different Transformers that translate the toy sentences alike: the toy model, and a copy whose weights
+    are nudged (so every attention map differs a little)."""
+    first = load_checkpoint(toy_checkpoints[0] / MODEL)
+    second = load_checkpoint(toy_checkpoints[0] / MODEL)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in second.model.parameters():
+            parameter.add_(0.005 * torch.randn(parameter.shape, generator=generator))
+    return Services({MODEL: first, "nudged": second})
+
+
+def test_compare_two_checkpoints_shows_each_ones_own_attention_and_their_difference(two_models):
+    services = two_models
+    session, _ = operations.translate(services, None, MODEL, TEXT)
+    mine, theirs = (operations.to_arrays(services.translators[name].trace(TEXT)) for name in (MODEL, "nudged"))
+    assert mine.target_tokens == theirs.target_tokens and not np.allclose(mine.cross, theirs.cross)
+    compared, status = operations.compare(services, session, "nudged")
+    assert compared.compare.model == "nudged" and "the same translation" in status
+    last = mine.steps
     for kind, head in ((CROSS, 1), (ENCODER, MEAN), (DECODER, 3)):
-        out = app_module.compare_models(trail, MODEL, kind, 1, head)
-        figure = json.loads(out[app_module.view_state]["compare"])
+        figure = json.loads(comparison_frames([(MODEL, compared.trace), ("nudged", compared.compare.trace)],
+                                              kind, 1, head))
         first, second, difference = (np.array(trace["z"], dtype=float) for trace in figure["data"])
-        np.testing.assert_array_equal(first, second)
-        assert difference.shape == first.shape and not difference.any()
+        expected = [trace.maps(kind)[1, head] if isinstance(head, int) else trace.maps(kind)[1].mean(0)
+                    for trace in (mine, theirs)]
+        if kind == DECODER:
+            expected = [e[:last, :last] for e in expected]
+        np.testing.assert_allclose(first, expected[0], atol=1e-6)
+        np.testing.assert_allclose(second, expected[1], atol=1e-6)
+        np.testing.assert_allclose(difference, expected[0] - expected[1], atol=1e-6)
+        assert np.abs(difference).max() > 1e-3
         assert figure["layout"]["meta"]["grows"] == {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind]
-    assert out[app_module.trail_state].compare[0] == MODEL
-    # The GRU model has no self-attention: a note, and its cross-attention beside the Transformer's (its only layer).
-    gru = app_module.compare_models(trail, "toy-rnn", ENCODER, 1, 0)
-    title = json.loads(gru[app_module.view_state]["compare"])["layout"]["title"]["text"]
+
+
+def test_compare_with_a_gru_model_and_what_cannot_be_compared(events):
+    session = translated(events)
+    gru = events.run(operations.compare, session, "toy-rnn", view=at(1, ENCODER, 1, 0))
+    title = json.loads(gru["view_frames"]["compare"])["layout"]["title"]["text"]
     assert "toy-rnn has no encoder self-attention" in title
-    gru = app_module.compare_models(trail, "toy-rnn", CROSS, 1, 0)
-    names = [trace["meta"] for trace in json.loads(gru[app_module.view_state]["compare"])["data"]]
+    gru = events.run(operations.compare, session, "toy-rnn", view=at(1, CROSS, 1, 0))
+    names = [trace["meta"] for trace in json.loads(gru["view_frames"]["compare"])["data"]]
     assert names[:2] == ["toy-en-de: layer 2, head 1", "toy-rnn: layer 1, head 1"]
-    assert "no model 'broken'" in app_module.compare_models(trail, "broken", CROSS, 0, 0)[app_module.status].lower()
+    assert "no model 'broken'" in events.run(operations.compare, session, "broken")["status"].lower()
+    # The second model's menu offers only models that read the same language, never the first model itself.
+    assert [name for _, name in events.services.comparable(MODEL)] == ["toy-rnn"]
 
 
 def test_inspect_writes_a_trace_per_sentence_that_loads_back(toy_checkpoints, tmp_path, capsys):

@@ -28,7 +28,8 @@ def test_dry_run_lists_what_the_space_runs_with_sizes_and_uploads_nothing():
     lines = run.stdout.splitlines()
     listed = {line.split()[2] for line in lines[:-1]}
     for needed in ("app.py", "requirements.txt", "README.md", ".gitattributes", "model/transformer.py",
-                   "model/seq2seq.py", "viz/views.py", "viz/stepping.js", "checkpoints/en-de/model.safetensors",
+                   "model/seq2seq.py", "viz/views.py", "ui/demo.py", "ui/tabs/inspect.py", "ui/static/stepping.js",
+                   "ui/static/page.js", "ui/static/style.css", "checkpoints/en-de/model.safetensors",
                    "checkpoints/en-de/vocab.json", "checkpoints/reverse/config.json"):
         assert needed in listed, needed
     assert not any(path.startswith(("benchmarks/", ".ci/", "docs/", "runs/", ".venv/")) for path in listed)
@@ -44,8 +45,9 @@ def test_the_uploaded_files_alone_start_the_app_without_training_packages(tmp_pa
     for path in publish_module().space_files():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, tmp_path / path)
-    script = ("import sys, app; "
-              "print(sorted(app.TRANSLATORS), app.LOAD_ERRORS, app.trace_text('en-de', 'A dog runs.').text); "
+    script = ("import sys, app, ui; from pathlib import Path; services = ui.load_services(Path('checkpoints'), 0); "
+              "ui.build_demo(services); ui.launch_options(); "
+              "print(sorted(services.translators), services.load_errors, services.trace('en-de', 'A dog runs.').text); "
               "print([m for m in ('datasets', 'sacrebleu', 'pytest', 'tqdm.auto') if m in sys.modules])")
     environment = {name: value for name, value in os.environ.items() if name != "CHECKPOINTS"}  # other tests set it
     environment.update(TRACE_WORKERS="0", PYTHONPATH="")

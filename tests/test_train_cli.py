@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from model import evaluate, train
@@ -101,9 +102,17 @@ def test_learning_rate_warms_up_then_decays(decay, at_end):
     assert all(later <= earlier for earlier, later in zip(rates[99:], rates[100:]))
 
 
-def test_constant_lr_flag_is_an_alias_of_decay_constant():
-    assert train.parse_args(["--out", "x", "--constant-lr"]).decay == "constant"
-    assert train.parse_args(["--out", "x"]).decay == "inverse-sqrt"
+def test_constant_lr_flag_trains_at_the_peak_rate_after_warm_up(toy_data, tmp_path, monkeypatch):
+    rates = []  # the rate of each optimizer step, as training set it
+    adam_step = torch.optim.Adam.step
+
+    def step(optimizer, *args, **kwargs):
+        rates.append(optimizer.param_groups[0]["lr"])
+        return adam_step(optimizer, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    run_training(toy_data, tmp_path / "ck", tmp_path / "work", 1, "--constant-lr", "--warmup", "2")
+    assert len(rates) >= 5 and rates == pytest.approx([1.5e-3] + [3e-3] * (len(rates) - 1))  # TINY's --lr 3e-3
 
 
 def test_byte_pair_pieces_are_trained_saved_and_joined_for_text(toy_data, tmp_path, capsys):

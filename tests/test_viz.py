@@ -73,22 +73,41 @@ def test_current_step_row_is_highlighted(trace):
 def test_duplicate_tokens_stay_separate_rows_and_columns(trace):
     figure = attention_figure(trace, ENCODER, layer=0, head=0, step=0).figure()
     x, y = list(figure.data[0].x), list(figure.data[0].y)
-    assert x[0] == "0: a" and x[3] == "3: a" and len(set(x)) == len(set(y)) == 6
+    assert x[0] == "1: a" and x[3] == "4: a" and len(set(x)) == len(set(y)) == 6  # counted from 1, as steps are
     assert list(figure.layout.xaxis.categoryarray) == x and list(figure.layout.xaxis.tickvals) == x
     assert list(figure.layout.xaxis.ticktext).count("a") == 2
 
 
 def test_user_text_is_escaped_everywhere(trace):
-    figures = [attention_figure(trace, kind, 0, head, 5) for kind in (ENCODER, DECODER, CROSS)
-               for head in (0, MEAN, ALL_HEADS)]
-    figures += [overview_figure(trace, CROSS, 5), translation_figure(trace, 4), candidates_figure(trace, 4)]
-    for figure in figures:
-        text = figure.to_json()
-        assert "<img" not in text and "<script" not in text
-        assert "&lt;" in text
+    """Plotly renders labels, titles and hover text as HTML: what the browser gets (the decoded figure JSON) holds
+    user text escaped, and no tags but Plotly's own line break and hover box."""
+    script, image = "&lt;script&gt;", '&lt;img src=x onerror="ale…'  # the target's and the source's hostile tokens
+    figures = [(attention_figure(trace, kind, 0, head, 5), {script, image} if kind != DECODER else {script})
+               for kind in (ENCODER, DECODER, CROSS) for head in (0, MEAN, ALL_HEADS)]  # the title shows <script>
+    figures += [(overview_figure(trace, CROSS, 5), {script, image}), (translation_figure(trace, 4), {script}),
+                (candidates_figure(trace, 4), {script})]
+
+    def shown_texts(value, key=""):
+        """Every string of a decoded figure but its customdata (data for clicks, checked below)."""
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, (dict, list)):
+            for k, v in (value.items() if isinstance(value, dict) else ((key, v) for v in value)):
+                if k != "customdata":
+                    yield from shown_texts(v, k)
+
+    for figure, hostile in figures:
+        decoded = json.loads(figure.to_json())
+        texts = list(shown_texts(decoded))
+        tags_removed = [t.replace("<br>", "").replace("<extra>", "").replace("</extra>", "") for t in texts]
+        assert [t for t in tags_removed if "<" in t] == []
+        assert {form for form in (script, image) if any(form in t for t in texts)} == hostile
+        for data in decoded["data"]:  # bars keep the bare tokens for a click: no template may show them
+            if any(isinstance(value, str) for value in data.get("customdata", [])):
+                assert "customdata" not in data.get("hovertemplate", "") + data.get("texttemplate", "")
     ticks = attention_figure(trace, ENCODER, 0, 0, 0).figure().layout.xaxis.ticktext
     assert ticks[4] == '&lt;img src=x onerror="ale…'  # cut to 24 characters, then escaped
-    assert attention_figure(trace, ENCODER, 0, 0, 0).figure().data[0].x[4] == "4: " + ticks[4]  # what the hover shows
+    assert attention_figure(trace, ENCODER, 0, 0, 0).figure().data[0].x[4].endswith(": " + ticks[4])  # the hover
 
 
 def test_labels_spell_invisible_characters_and_cut_long_tokens():

@@ -10,8 +10,14 @@ import torch
 
 from model.checkpoint import load_checkpoint
 from model.decoding import beam_search, beam_trace
+from model.data import DataError
+from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, WEIGHTS
 from model.translator import InputError
-from viz.views import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays
+from ui import operations
+from ui.tabs.heads import from_grids
+from ui.listeners import translate_or_example, use_example
+from ui.session import to_arrays
+from viz.views import TraceArrays
 from viz.whatif import DIFFERS, FORCED, token_differences
 
 from tests.conftest import SHIPPED
@@ -20,7 +26,11 @@ from tests.test_interventions import MODELS, SRC_IDS
 
 MODEL = "toy-en-de"
 SENTENCE = "A man plays with a red ball in the park."
-SETTINGS = (CROSS, 0, MEAN, False)  # kind, layer, head, model view
+
+
+def at(step: int, kind: str = CROSS, layer: int = 0, head=MEAN, model_view: bool = False) -> tuple:
+    """The page's view settings (kind, layer, head, measure, step, model view) at `step`."""
+    return (kind, layer, head, WEIGHTS, step, model_view)
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +38,9 @@ def en_de():
     return load_checkpoint(SHIPPED / "en-de")
 
 
-def translated(app_module, text=SENTENCE, model=MODEL):
-    """The trail a translation leaves in the user's state."""
-    return app_module.translate(model, text, *SETTINGS)[app_module.trail_state]
-
-
-def shown(app_module, outputs):
-    """The decoding a callback put on screen."""
-    trail = outputs[app_module.trail_state]
-    return trail, trail.current
+def translated(events, text=SENTENCE, model=MODEL):
+    """The session a translation leaves in the user's state."""
+    return events.translate(text, model=model)["session"]
 
 
 # ---- the beam ----------------------------------------------------------------------------------------------
@@ -81,64 +85,65 @@ def test_a_beam_size_must_be_a_small_whole_number(en_de):
 
 # ---- branches ----------------------------------------------------------------------------------------------
 
-def test_branching_with_the_greedy_token_reproduces_the_original(app_module):
-    trail = translated(app_module)
-    original = trail.current.trace
+def test_branching_with_the_greedy_token_reproduces_the_original(events, services):
+    session = translated(events)
+    original = session.trace
     for step in (1, 3, original.steps):
         # What a branch decodes (the prefix up to step t forced, then greedy) is the original, array for array.
         force = original.target_tokens[:step]
-        branch = app_module.to_arrays(app_module.trace_text(MODEL, SENTENCE, force))
+        branch = to_arrays(services.trace(MODEL, SENTENCE, force))
         for field in ("target_tokens", "decoder_tokens", "top_tokens"):
             assert getattr(branch, field) == getattr(original, field)
         for field in ("probabilities", "top_probabilities", "encoder", "decoder", "cross"):
             np.testing.assert_array_equal(getattr(branch, field), getattr(original, field))
         assert branch.forced == step
-        # In the app, that click changes nothing and says so.
-        outputs = app_module.branch(trail, step, original.target_tokens[step - 1], *SETTINGS)
-        assert "already chooses" in outputs[app_module.status] and app_module.trail_state not in outputs
+        # On the page, that click changes nothing and says so.
+        out = events.run(operations.branch, session, original.target_tokens[step - 1], view=at(step))
+        assert "already chooses" in out["status"] and "translation" not in out
 
 
-def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_origin(app_module):
-    trail = translated(app_module)
-    original = trail.current.trace
+def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_origin(events, services):
+    session = translated(events)
+    original = session.trace
     step = 3
     word = next(t for t in original.top_tokens[step - 1][1:] if t != "<eos>")  # the second-best candidate, say
-    outputs = app_module.branch(trail, step, word, *SETTINGS)
-    trail, branch = shown(app_module, outputs)
-    assert branch.force == original.target_tokens[:step - 1] + [word]
-    assert branch.trace.target_tokens[:step] == branch.force and branch.trace.forced == step  # the prefix, exactly
-    expected = app_module.TRANSLATORS[MODEL].trace(SENTENCE, force=branch.force)
-    assert branch.trace.target_tokens == expected.target_tokens and outputs[app_module.translation] == expected.text
-    assert [d.name for d in trail.decodings] == ["original", f"{word} at step {step}"] and trail.shown == 1
-    assert outputs[app_module.breadcrumb].visible
-    marks = outputs[app_module.comparison]
-    assert (f"{word} ", FORCED) in marks and outputs[app_module.comparison_plot] is not None
-    assert f'chooses "{word}" instead of "{original.target_tokens[step - 1]}"' in outputs[app_module.status]
-    slider = outputs[app_module.step]  # the slider anew where its length changed, else its value alone
-    assert getattr(slider, "value", slider) == step  # the view stays at the step that was branched
+    out = events.run(operations.branch, session, word, view=at(step))
+    session, branch = out["session"], out["session"].current
+    assert list(branch.force) == original.target_tokens[:step - 1] + [word]
+    assert branch.trace.target_tokens[:step] == list(branch.force) and branch.trace.forced == step  # the prefix
+    expected = services.translators[MODEL].trace(SENTENCE, force=list(branch.force))
+    assert branch.trace.target_tokens == expected.target_tokens and out["translation"] == expected.text
+    assert [d.name for d in session.decodings] == ["original", f"{word} at step {step}"] and session.shown == 1
+    assert out["breadcrumb"]["visible"]
+    marks = out["comparison"]
+    assert (f"{word} ", FORCED) in marks and out["comparison_plot"] is not None
+    assert f'chooses "{word}" instead of "{original.target_tokens[step - 1]}"' in out["status"]
+    assert "differs from original's by" in out["status"]  # a difference of log-probabilities, said as one
+    slider = out["step"]  # the slider anew where its length changed, else its value alone
+    assert (slider["value"] if isinstance(slider, dict) else slider) == step  # the view stays at the branched step
     # The chosen candidate is the red bar at that step, and the step says it was given, not predicted.
-    frames = outputs[app_module.translation_state]
+    frames = out["translation_frames"]
     bars = json.loads(frames["candidates"])["layout"]["meta"]["bars"][step - 1]
     assert bars["colors"][branch.trace.top_tokens[step - 1].index(word)] == "#d62728"
     assert f'is given "{word}"' in frames["description"][step - 1]
     # A branch of the branch, then back along the breadcrumb: the decodings after the one shown stay until a new one.
-    again = app_module.branch(trail, 1, branch.trace.top_tokens[0][1], *SETTINGS)[app_module.trail_state]
+    again = events.run(operations.branch, session, branch.trace.top_tokens[0][1], view=at(1))["session"]
     assert len(again.decodings) == 3 and again.decodings[1] is branch
-    back = app_module.go_to(again, 0, 1, *SETTINGS)
-    assert back[app_module.trail_state].shown == 0 and back[app_module.translation] == trail.decodings[0].text
-    assert len(back[app_module.trail_state].decodings) == 3
-    forked = app_module.branch(back[app_module.trail_state], 2, original.top_tokens[1][1], *SETTINGS)
-    assert len(forked[app_module.trail_state].decodings) == 2 and forked[app_module.trail_state].current.chosen == 1
-    assert "replaces the 2 decodings that followed original" in forked[app_module.status]
+    back = events.run(operations.go_to, again, 0, view=at(1))
+    assert back["session"].shown == 0 and back["translation"] == session.decodings[0].text
+    assert len(back["session"].decodings) == 3
+    forked = events.run(operations.branch, back["session"], original.top_tokens[1][1], view=at(2))
+    assert len(forked["session"].decodings) == 2 and forked["session"].current.chosen == 1
+    assert "replaces the 2 decodings that followed original" in forked["status"]
 
 
-def test_a_branch_needs_a_word_the_model_can_emit(app_module):
-    trail = translated(app_module)
+def test_a_branch_needs_a_word_the_model_can_emit(events):
+    session = translated(events)
     for word, message in (("", "Click a candidate"), ("Zzyzx", "not in the target vocabulary"),
                           ("<sos>", "never emitted")):
-        outputs = app_module.branch(trail, 2, word, *SETTINGS)
-        assert message in outputs[app_module.status] and app_module.trail_state not in outputs
-    assert "Translate a sentence first" in app_module.branch(None, 1, "Hund", *SETTINGS)[app_module.status]
+        out = events.run(operations.branch, session, word, view=at(2))
+        assert message in out["status"] and out["session"].decodings == session.decodings
+    assert "Translate a sentence first" in events.run(operations.branch, None, "Hund", view=at(1))["status"]
 
 
 def test_differences_are_a_word_level_diff():
@@ -149,37 +154,37 @@ def test_differences_are_a_word_level_diff():
 
 # ---- switched-off heads ------------------------------------------------------------------------------------
 
-def test_switching_heads_off_translates_again_and_scores_the_original_without_them(app_module):
-    trail = translated(app_module)
-    original = trail.current.trace
+def test_switching_heads_off_translates_again_and_scores_the_original_without_them(events, services):
+    session = translated(events)
+    original = session.trace
     mask = ["cross.1.1", "cross.1.2", "decoder.1.3"]
-    outputs = app_module.mask_from_grids(trail, [], ["decoder.1.3"], ["cross.1.1", "cross.1.2"], 2, *SETTINGS)
-    trail, masked = shown(app_module, outputs)
-    translator = app_module.TRANSLATORS[MODEL]
+    out = events.run(from_grids, session, [], ["decoder.1.3"], ["cross.1.1", "cross.1.2"], view=at(2))
+    session, masked = out["session"], out["session"].current
+    translator = services.translators[MODEL]
     expected = translator.trace(SENTENCE, mask=mask)
     assert masked.trace.target_tokens == expected.target_tokens and masked.trace.switched_off == frozenset(mask)
-    assert [d.name for d in trail.decodings] == ["original", "3 heads off"]
-    assert outputs[app_module.mask_grids[2]] == ["cross.1.1", "cross.1.2"]
+    assert [d.name for d in session.decodings] == ["original", "3 heads off"]
+    assert out["mask_grids[2]"] == ["cross.1.1", "cross.1.2"]
     # Each original token's log-probability without the heads minus with them, as /score gives it.
-    change = json.loads(outputs[app_module.mask_effect_plot].to_json())["data"][0]["y"]
+    change = json.loads(out["mask_effect_plot"].to_json())["data"][0]["y"]
     scored = translator.score(SENTENCE, original.target_tokens, mask).log_probabilities
     np.testing.assert_allclose(change, scored - np.log(original.probabilities), atol=1e-5)
     # One more head: it replaces the masked decoding (not a child of it); all heads on again: back to the original.
-    more = app_module.mask_from_grids(trail, [], [], ["cross.1.1"], 2, *SETTINGS)[app_module.trail_state]
+    more = events.run(from_grids, session, [], [], ["cross.1.1"], view=at(2))["session"]
     assert [d.name for d in more.decodings] == ["original", "1 head off"]
-    reset = app_module.mask_preset("none", more, 2, *SETTINGS)
-    assert reset[app_module.trail_state].decodings == [trail.decodings[0]]
-    assert reset[app_module.mask_effect_plot] is None
+    reset = events.run(operations.mask_preset, more, "none", view=at(2))
+    assert reset["session"].decodings == (session.decodings[0],)
+    assert reset["mask_effect_plot"] is None
 
 
-def test_a_switched_off_head_is_drawn_as_off_not_as_attention(app_module):
-    trail = translated(app_module)
-    trail = app_module.mask_from_grids(trail, [], [], ["cross.2.1"], 1, *SETTINGS)[app_module.trail_state]
-    trace = trail.current.trace
+def test_a_switched_off_head_is_drawn_as_off_not_as_attention(events):
+    session = translated(events)
+    session = events.run(from_grids, session, [], [], ["cross.2.1"], view=at(1))["session"]
+    trace = session.trace
     last = trace.steps - 1
 
     def attention(head):
-        frames = app_module.change_view(trace, CROSS, 1, head, True)[app_module.view_state]
+        frames = events.view(session, CROSS, 1, head, WEIGHTS, 1, True)["view_frames"]
         return json.loads(frames["attention"]), json.loads(frames["overview"])
 
     single, overview = attention(0)
@@ -196,52 +201,60 @@ def test_a_switched_off_head_is_drawn_as_off_not_as_attention(app_module):
     assert len(offs) == 1 and offs[0]["meta"] == "L2 H1"
 
 
-def test_mask_presets_work_on_the_head_in_view(app_module):
-    trail = translated(app_module)
-    layer = app_module.mask_preset("layer", trail, 1, DECODER, 1, MEAN)[app_module.trail_state]
-    assert layer.current.mask == ["decoder.2.1", "decoder.2.2", "decoder.2.3", "decoder.2.4"]
-    only = app_module.mask_preset("all but one", layer, 1, ENCODER, 0, 2)[app_module.trail_state]
+def test_mask_presets_work_on_the_head_in_view(events):
+    session = translated(events)
+    layer = events.run(operations.mask_preset, session, "layer", view=at(1, DECODER, 1, MEAN))["session"]
+    assert layer.current.mask == ("decoder.2.1", "decoder.2.2", "decoder.2.3", "decoder.2.4")
+    only = events.run(operations.mask_preset, layer, "all but one", view=at(1, ENCODER, 0, 2))["session"]
     encoder_off = [name for name in only.current.mask if name.startswith("encoder.")]
     assert len(encoder_off) == 2 * 4 - 1 and "encoder.1.3" not in encoder_off
     assert set(layer.current.mask) <= set(only.current.mask)  # the other kinds' switches stay
-    assert "Choose one head" in app_module.mask_preset("all but one", trail, 1, ENCODER, 0, MEAN)[app_module.status]
+    out = events.run(operations.mask_preset, session, "all but one", view=at(1, ENCODER, 0, MEAN))
+    assert "Choose one head" in out["status"]
 
 
-def test_the_gru_model_offers_only_cross_attention_heads(app_module):
-    outputs = app_module.translate("toy-rnn", "a dog runs .", *SETTINGS)
-    encoder, decoder, cross = (outputs[grid] for grid in app_module.mask_grids)
-    assert not encoder.visible and not decoder.visible and cross.visible
-    heads = app_module.TRANSLATORS["toy-rnn"].model.config.n_heads
-    assert [value for _, value in cross.choices] == [f"cross.1.{h}" for h in range(1, heads + 1)]
-    assert "GRU" in outputs[app_module.mask_note] and "only its cross-attention" in outputs[app_module.mask_note]
+def test_the_gru_model_offers_only_cross_attention_heads(events, services):
+    out = events.translate("a dog runs .", model="toy-rnn")
+    encoder, decoder, cross = (out[f"mask_grids[{i}]"] for i in range(3))
+    assert not encoder["visible"] and not decoder["visible"] and cross["visible"]
+    heads = services.translators["toy-rnn"].model.config.n_heads
+    assert [value for _, value in cross["choices"]] == [f"cross.1.{h}" for h in range(1, heads + 1)]
+    assert "GRU" in out["mask_note"] and "only its cross-attention" in out["mask_note"]
 
 
-def test_a_model_switch_that_cannot_translate_leaves_nothing_of_the_last_model(app_module):
-    translated(app_module)
-    outputs = app_module.switch_model("toy-rnn", "a " * 200, *SETTINGS)
-    assert outputs[app_module.trail_state] is None and outputs[app_module.trace_state] is None
-    assert "Model 'toy-rnn' chosen" in outputs[app_module.status] and "tokens" in outputs[app_module.status]
-    assert all(not outputs[grid].visible for grid in app_module.mask_grids)
-    assert outputs[app_module.importance_plot] is None and outputs[app_module.source_view] is None
+def test_a_model_switch_shows_nothing_of_the_last_models_results(events, services):
+    """Results of the last model (head statistics, alignments, the link, the importance heatmap and head switches)
+    never stay beside another model's translation; a sentence the new model cannot translate gives way to its
+    first example."""
+    session = translated(events)
+    out = events.run(translate_or_example, session, "toy-rnn", "a " * 200)
+    assert out["session"].model == "toy-rnn" and out["session"].source == services.examples("toy-rnn")[0]
+    assert "Model toy-rnn chosen" in out["status"] and "tokens" in out["status"] and "first example" in out["status"]
+    assert [out[f"mask_grids[{i}]"]["visible"] for i in range(3)] == [False, False, True]
+    assert out["head_table"] is None and out["alignment_text"] == "" and out["link_box"] == ""
+    assert out["importance_plot"] is None and out["source_tokens"]
+    nothing = events.run(translate_or_example, session, "no-such-model", "A dog.")
+    assert nothing["session"] is None and nothing["translation"] == "" and nothing["view_frames"] is None
 
 
-def test_an_example_already_on_screen_is_not_translated_again(app_module):
-    sentence = app_module.examples_for(MODEL)[0]
-    trail = translated(app_module, sentence)
-    assert app_module.use_example(sentence, MODEL, sentence, *SETTINGS, trail) == {app_module.source: sentence}
-    assert app_module.use_example(None, MODEL, "Two dogs.", *SETTINGS, trail) == {app_module.source: "Two dogs."}
-    picked = app_module.use_example(sentence, MODEL, "Two dogs.", *SETTINGS, trail)
-    assert picked[app_module.source] == sentence and picked[app_module.trail_state].source == sentence
+def test_an_example_already_on_screen_is_not_translated_again(events, services):
+    sentence = services.examples(MODEL)[0]
+    session = translated(events, sentence)
+    same = events.run(use_example, session, sentence, MODEL)
+    assert same["session"].current is session.current and "translation" not in same
+    assert events.run(use_example, session, None, MODEL)["session"].current is session.current
+    picked = events.run(use_example, translated(events, "Two dogs."), sentence, MODEL)
+    assert picked["source"] == sentence and picked["session"].source == sentence
 
 
-def test_opening_a_head_by_name(app_module):
-    trace = translated(app_module).current.trace
-    outputs = app_module.open_head(trace, "decoder.2.3")
-    assert outputs[app_module.kind_choice] == DECODER  # a value: the menu already holds every kind
-    assert outputs[app_module.layer_choice].value == 1 and outputs[app_module.head_choice].value == 2
-    assert "layer 2, head 3" in json.loads(outputs[app_module.view_state]["attention"])["layout"]["title"]["text"]
+def test_opening_a_head_by_name(events):
+    session = translated(events)
+    out = events.run(operations.open_head, session, "decoder.2.3")
+    assert out["kind"] == DECODER  # a value: the menu already holds every kind
+    assert (out["layer"], out["head"]) == (1, 2)
+    assert "layer 2, head 3" in json.loads(out["view_frames"]["attention"])["layout"]["title"]["text"]
     for bad in ("cross.9.1", "cross.1", "<b>x</b>", None, "mlp.1.1"):
-        assert "No head" in app_module.open_head(trace, bad)[app_module.status]
+        assert "No head" in events.run(operations.open_head, session, bad)["status"]
 
 
 def test_the_importance_heatmap_names_every_head_of_the_shipped_model(en_de):
@@ -261,39 +274,40 @@ def test_the_importance_heatmap_names_every_head_of_the_shipped_model(en_de):
 
 # ---- the beam in the app and the API -----------------------------------------------------------------------
 
-def test_the_beam_view_lists_hypotheses_and_opens_one_as_a_trace(app_module):
-    trail = translated(app_module)
-    outputs = app_module.run_beam(trail)
-    rows, beam = outputs[app_module.n_best], outputs[app_module.beam_state]
-    hypotheses = beam["hypotheses"]
-    translator = app_module.TRANSLATORS[MODEL]
+def test_the_beam_view_lists_hypotheses_and_opens_one_as_a_trace(events, services):
+    session = translated(events)
+    out = events.run(operations.run_beam, session)
+    rows, beam = out["n_best"], out["session"].beam
+    hypotheses = beam.hypotheses
+    translator = services.translators[MODEL]
     best = translator.translate_tokens([translator.source_tokens(SENTENCE)], beam_size=5)[0]
     assert hypotheses[0] == best + ["<eos>"] and rows[0][1] == translator.to_text(best)
     assert [row[0] for row in rows] == list(range(1, len(rows) + 1))
-    assert outputs[app_module.beam_steps] and "Beam search (beam 5" in outputs[app_module.status]
-    opened = app_module.open_hypothesis(trail, beam, len(hypotheses) - 1, *SETTINGS)
-    trail_now, decoding = shown(app_module, opened)
+    assert out["beam_steps"] and "Beam search (beam 5" in out["status"]
+    assert [value for _, value in out["beam_open"]["choices"]] == list(range(len(hypotheses)))
+    opened = events.run(operations.open_hypothesis, out["session"], len(hypotheses) - 1)
+    decoding = opened["session"].current
     assert decoding.trace.target_tokens == hypotheses[-1] and decoding.name == f"beam #{len(hypotheses)}"
     # Another hypothesis replaces it: each is compared with the decoding the beam ran from.
-    again = app_module.open_hypothesis(trail_now, beam, 1, *SETTINGS)[app_module.trail_state]
+    again = events.run(operations.open_hypothesis, opened["session"], 1)["session"]
     assert [d.name for d in again.decodings] == ["original", "beam #2"]
-    assert "Run the beam search first" in app_module.open_hypothesis(trail, None, 0, *SETTINGS)[app_module.status]
+    assert "Run the beam search first" in events.run(operations.open_hypothesis, session, 0)["status"]
 
 
 @pytest.mark.slow
-def test_beam_and_branch_through_raw_http(server, app_module):
-    translator = app_module.TRANSLATORS[MODEL]
-    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, 3]}))
+def test_beam_and_branch_through_raw_http(server, services):
+    translator = services.translators[MODEL]
+    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, 3, None]}))
     assert event == "complete"
     beam = answer[0]
     best = translator.translate_tokens([translator.source_tokens(SENTENCE)], beam_size=3)[0]
     assert beam["beam_size"] == 3 and beam["n_best"][0]["tokens"] == best + ["<eos>"]
     assert all(any(h["on_greedy_path"] for h in step) for step in beam["steps"][:len(beam["greedy_tokens"]) - 1])
-    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, "five"]}))
+    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, "five", None]}))
     assert event == "error" and "beam size" in answer
     # A branch through /trace: force a prefix, the rest is greedy.
     greedy = translator.trace(SENTENCE)
-    event, answer = call(server, "trace", json.dumps({"data": [MODEL, SENTENCE, greedy.target_tokens[:2]]}))
+    event, answer = call(server, "trace", json.dumps({"data": [MODEL, SENTENCE, greedy.target_tokens[:2], None, None]}))
     assert event == "complete" and answer[0]["target_tokens"] == greedy.target_tokens and answer[0]["forced"] == 2
     assert httpx.get(f"{server.rstrip('/')}/gradio_api/info", timeout=30).json()["named_endpoints"]["/beam"]
 
@@ -309,7 +323,7 @@ def test_the_least_important_head_matters_less_for_val_bleu_than_the_most_import
 
     try:
         pairs = load_pairs(DEFAULT_DATA, "val", "en", "de")
-    except (FileNotFoundError, OSError) as error:
+    except DataError as error:
         pytest.skip(f"Multi30k is not beside the project: {error}")
     ranked = sorted(en_de.head_report["heads"], key=lambda name: en_de.head_report["heads"][name]["importance"])
     sources, references = en_de.src_tokenizer.tokenize_all(pairs["src"]), list(pairs["tgt"])

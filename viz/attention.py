@@ -2,9 +2,14 @@
 
 Pure functions (no gradio, no torch). Every label is HTML-escaped, because Plotly renders a subset of
 HTML in tick labels, titles and hover text, and tokens come from whatever a user typed. Each axis is
-a category axis whose values are "position: token" (unique, so two identical tokens stay two separate
-rows or columns, and the hover names both the position and the token) and whose tick labels show the
-bare token. The colour scale is fixed to 0-1 so heads and layers can be compared by eye.
+a category axis whose values are "position: token", counted from 1 like the steps (unique, so two identical
+tokens stay two separate rows or columns, and the hover names both the position and the token) and whose tick
+labels show the bare token; a crowded axis labels every k-th position only, so labels never run into each other.
+Weights (and shares) have a fixed 0-1 colour scale, so heads and layers can be compared by eye; a measure with no
+fixed top (weight x value norm) is scaled to what its figure shows, and the colour bar names that maximum.
+
+Sizes are in pixels and fixed per view: every title gets its own room below Plotly's mode bar (which a phone
+shows over the top of the figure), and grids place their panel names below the title.
 
 Figures are plain dicts (`PlainFigure`), never passed through Plotly's figure classes on the way to the page:
 Plotly's per-property validation costs ~10x the rest on a step change, and even an unvalidated `go.Figure`
@@ -34,8 +39,24 @@ DIVERGING = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red below 
 # separator characters: invisible or able to reorder and break the text around them.
 INVISIBLE_CATEGORIES = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}
 MAX_LABEL_CHARS = 24
+STEP_SIDE_CHARS = 10  # each side of a decoder row's "input → output" label, so the whole fits MAX_LABEL_CHARS
 HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"
 HOVER_NAMED = "%{meta}<br>" + HOVER  # in a grid of heads, the hover also names the head
+# Pixel sizes of a figure's parts. Plotly draws its mode bar (toolbar) over the top right corner; on a phone the
+# title runs under it, so every title starts below it.
+MODEBAR_ROOM = 30
+TITLE_LINE = 17  # one line of a 13 px title
+TITLE_GAP = 8  # between the title and what follows it
+NAME_ROOM = 16  # one line of a grid panel's name (10 px)
+TITLE_LIFT = 12  # plotly.js draws a title of several lines this much higher than one of one line
+TICK_FONT = dict(size=10)
+TICK_SPACING = 13  # the least distance between two shown tick labels of TICK_FONT
+# How many labels fit along a figure's width, which Python does not know: the most that a phone (390 px screen)
+# has room for. A heatmap's plot there is ~120 px wide (its row labels and colour bar take the rest), where upright
+# labels read ~8 px apart; a bar chart's is ~270 px.
+KEY_LABELS, BAR_LABELS = 15, 20
+ROW_PX, MIN_PLOT_PX, MAX_PLOT_PX = 22, 190, 280  # a heatmap's rows: with the step bar above, it fits 900 px high
+X_LABEL_ROOM = 100  # below a heatmap: its key labels (turned upright when crowded) and axis title
 
 
 def _compact_template() -> dict:
@@ -68,10 +89,17 @@ def visible(text: str) -> str:
     return "".join(f"⟨U+{ord(c):04X}⟩" if unicodedata.category(c) in INVISIBLE_CATEGORIES else c for c in text)
 
 
-def label(token: str) -> str:
-    """A token as an axis label: invisible characters spelled out, cut to MAX_LABEL_CHARS."""
+def label(token: str, limit: int = MAX_LABEL_CHARS) -> str:
+    """A token as an axis label: invisible characters spelled out, cut to `limit` characters."""
     shown = visible(token)
-    return shown if len(shown) <= MAX_LABEL_CHARS else shown[:MAX_LABEL_CHARS - 1] + "…"
+    return shown if len(shown) <= limit else shown[:limit - 1] + "…"
+
+
+def step_labels(inputs: list[str], outputs: list[str]) -> list[str]:
+    """Decoder rows as the step each one is: the token it reads → the token it outputs ("mann → liest"), each side
+    cut to STEP_SIDE_CHARS (unescaped: they are labels like any token, see `escape`)."""
+    return [f"{label(read, STEP_SIDE_CHARS)} → {label(wrote, STEP_SIDE_CHARS)}"
+            for read, wrote in zip(inputs, outputs)]
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -87,8 +115,18 @@ def escape(tokens: list[str]) -> list[str]:
 
 
 def positions(tokens: list[str]) -> list[str]:
-    """Unique category values "i: token" (escaped), one per position."""
-    return [f"{i}: {t}" for i, t in enumerate(escape(tokens))]
+    """Unique category values "i: token" (escaped), one per position, counted from 1 as the steps are."""
+    return [f"{i}: {t}" for i, t in enumerate(escape(tokens), start=1)]
+
+
+def label_every(count: int, fit: float) -> int:
+    """k such that labelling every k-th of `count` positions shows no more than `fit` labels (at least one)."""
+    return max(1, -(-count // max(int(fit), 1)))
+
+
+def thinned(labels: list[str], every: int) -> list[str]:
+    """Every `every`-th label (from the first), the others blank: an axis that has no room for all of them."""
+    return [text if i % every == 0 else "" for i, text in enumerate(labels)]
 
 
 @dataclass(frozen=True)
@@ -105,7 +143,7 @@ class PlainFigure:
 
     def to_json(self, meta: dict | None = None) -> str:
         """The figure as plotly.py encodes it (NaN as null; <, > and / escaped, so no text can close a <script>),
-        `meta` (if any: what viz/stepping.js needs to show every step) put in its layout."""
+        `meta` (if any: what ui/static/stepping.js needs to show every step) put in its layout."""
         content = self.to_dict() if meta is None else {"data": self.data, "layout": {**self.layout, "meta": meta}}
         try:
             return pio.to_json(content, validate=False, engine="orjson")
@@ -122,17 +160,25 @@ def plain_figure(data: list[dict], layout: dict) -> PlainFigure:
     return PlainFigure(data, dict(layout, template=TEMPLATE))
 
 
-def token_axis(tokens: list[str], **extra) -> dict:
-    """A category axis of tokens: unique "i: token" values, the bare tokens as tick labels."""
+def token_axis(tokens: list[str], every: int = 1, **extra) -> dict:
+    """A category axis of tokens: unique "i: token" values, the bare tokens as tick labels (every `every`-th).
+
+    Labels are thinned, never dropped from the arrays: the browser keeps the first t + 1 when stepping. Crowded
+    labels turn upright (90 degrees), not slanted, where TICK_SPACING keeps them apart."""
     values = positions(tokens)
     return dict(type="category", categoryorder="array", categoryarray=values, tickmode="array", tickvals=values,
-                ticktext=escape(tokens), **extra)
+                ticktext=thinned(escape(tokens), every), autotickangles=[0, 90], **extra)
 
 
 def _row_outline(row: int, n_keys: int, xref: str = "x", yref: str = "y", width: float = 3) -> dict:
     """A rectangle around one query row (the current decoding step)."""
     return dict(type="rect", xref=xref, yref=yref, x0=-0.5, x1=n_keys - 0.5, y0=row - 0.5, y1=row + 0.5,
                 line=dict(color=HIGHLIGHT, width=width), fillcolor="rgba(0,0,0,0)")
+
+
+def colorbar_title(value_label: str, zmax: float) -> str:
+    """A colour bar's title: what the cells hold, and the scale's top unless it is 1 ("‖α f‖ (max 3.95)")."""
+    return escape_text(value_label if zmax == 1.0 else f"{value_label} (max {zmax:.3g})")
 
 
 def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], label: str = "", zmax: float = 1.0,
@@ -154,34 +200,58 @@ def title_text(lines: list[str]) -> str:
 
 
 def title_layout(lines: list[str]) -> dict:
-    """A title of one or more lines that reserves its own space above the plot."""
-    return dict(text=title_text(lines), automargin=True, yref="paper", y=1, yanchor="bottom", pad=dict(b=8),
-                x=0.01, xanchor="left", xref="container", font=dict(size=13))
+    """A title of one or more lines at the top left, below the mode bar; its figure's top margin is `title_room`."""
+    return dict(text=title_text(lines), yref="container", y=1, yanchor="top",
+                pad=dict(t=MODEBAR_ROOM + TITLE_LIFT * (len(lines) > 1)), x=0.01, xanchor="left", xref="container",
+                font=dict(size=13))
+
+
+def title_room(lines: list[str]) -> int:
+    """The pixels from a figure's top to the end of its title (see `title_layout`) and a gap: its top margin."""
+    return MODEBAR_ROOM + TITLE_LINE * len(lines) + TITLE_GAP
+
+
+def heatmap_height(rows: int, title: list[str]) -> int:
+    """A heatmap's height: its title, ROW_PX per row within MIN_PLOT_PX..MAX_PLOT_PX, its key labels."""
+    return title_room(title) + min(MAX_PLOT_PX, max(MIN_PLOT_PX, ROW_PX * rows)) + X_LABEL_ROOM
 
 
 def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
                       highlight_row: int | None = None, query_label: str = "query", key_label: str = "key",
                       height: int | None = None, note: str | None = None, value_label: str = "weight",
-                      zmax: float = 1.0, raw: np.ndarray | None = None) -> PlainFigure:
+                      zmax: float = 1.0, raw: np.ndarray | None = None,
+                      view_shape: tuple[int, int] | None = None) -> PlainFigure:
     """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row.
 
-    `title` may be several lines; `height` defaults to one that grows with the number of queries. `note` is
-    written across the map (for a switched-off head, whose weights are NaN: no colour at all). `value_label` names
-    what the cells hold (a weight, a share) in the colour bar and the hover; `zmax` tops its colour scale; `raw`:
-    the attention weights behind a measure, shown beside it on hover."""
+    `title` may be several lines; `height` defaults to `heatmap_height`. `note` is written across the map (for a
+    switched-off head, whose weights are NaN: no colour at all). `value_label` names what the cells hold (a weight,
+    a share) in the colour bar and the hover; `zmax` tops its colour scale (named in the colour bar unless 1); `raw`:
+    the attention weights behind a measure, shown beside it on hover. `view_shape`: (rows, keys) of the whole view
+    when this map is one step of it (default: this map's); the height and which labels show depend on it alone, so
+    every step of a view is drawn alike."""
     weights = np.asarray(weights)
     if weights.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(query_tokens)} queries x {len(key_tokens)} keys")
+    lines = [title] if isinstance(title, str) else title
+    rows, keys = view_shape or weights.shape
+    height = height or heatmap_height(rows, lines)
+    top = title_room(lines)
     heatmap = _heatmap(weights, query_tokens, key_tokens, zmax=zmax, value_label=value_label, raw=raw,
-                       colorscale=COLORSCALE, colorbar=dict(title=dict(text=escape_text(value_label)), thickness=14))
+                       colorscale=COLORSCALE, colorbar=_colorbar(value_label, zmax))
     return plain_figure([heatmap], dict(
-        title=title_layout([title] if isinstance(title, str) else title), margin=dict(l=10, r=10, t=10, b=10),
-        height=height or max(340, 150 + 26 * len(query_tokens)), plot_bgcolor="white",
-        xaxis=token_axis(key_tokens, title=dict(text=key_label), automargin=True),  # Plotly turns crowded labels
-        yaxis=token_axis(query_tokens, title=dict(text=query_label), autorange="reversed", automargin=True),
+        title=title_layout(lines), margin=dict(l=10, r=10, t=top, b=10), height=height, plot_bgcolor="white",
+        xaxis=token_axis(key_tokens, label_every(keys, KEY_LABELS), title=dict(text=key_label), automargin=True,
+                         tickfont=TICK_FONT),
+        yaxis=token_axis(query_tokens, label_every(rows, (height - top - X_LABEL_ROOM) / TICK_SPACING),
+                         title=dict(text=query_label), autorange="reversed", automargin=True, tickfont=TICK_FONT),
         shapes=[] if highlight_row is None else [_row_outline(highlight_row, len(key_tokens))],
         annotations=[] if note is None else [_note(note, 0.5, 0.5)],
     ))
+
+
+def _colorbar(value_label: str, zmax: float, **extra) -> dict:
+    """A colour bar titled along its side (a named maximum is long: on top it would take a phone's plot width)."""
+    return dict(title=dict(text=colorbar_title(value_label, zmax), side="right"), thickness=14, **extra)
 
 
 def _note(text: str, x: float, y: float) -> dict:
@@ -193,51 +263,58 @@ def _note(text: str, x: float, y: float) -> dict:
 def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
               row_labels: list[str], col_labels: list[str], highlight_row: int | None = None,
               panel_height: int | None = None, off: np.ndarray | None = None, value_label: str = "weight",
-              zmax: float = 1.0, raw: np.ndarray | None = None) -> PlainFigure:
+              zmax: float = 1.0, raw: np.ndarray | None = None,
+              view_shape: tuple[int, int] | None = None) -> PlainFigure:
     """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads.
 
-    `off` (R, C): panels of switched-off heads, drawn empty with a note instead of their unused weights."""
+    Each column's label names its panels above them (the first row's below the title), each row's label stands beside
+    the row; the first column labels the queries, the bottom row the keys, each as many as its panel has room for.
+    `off` (R, C): panels of switched-off heads, drawn empty with a note instead of their unused weights.
+    `view_shape`: as for `attention_heatmap`."""
     weights = np.asarray(weights, dtype=float)
     rows, cols = weights.shape[:2]
+    queries, keys = view_shape or weights.shape[2:]
     if off is not None and off.any():
         weights = weights.copy()
         weights[off] = np.nan
-    gap_x, gap_y = 0.012, 0.25 / max(rows, 1) if rows > 1 else 0.0
-    panel = panel_height or max(150, 14 * len(query_tokens))
-    label_room = 16 / (rows * panel)  # the first row's panel names sit below the title, not on it
-    width, height = (1 - gap_x * (cols - 1)) / cols, (1 - label_room - gap_y * (rows - 1)) / rows
+    lines = [title] if isinstance(title, str) else title
+    panel = panel_height or max(150, 14 * queries)
+    gap_px = NAME_ROOM + 8  # between rows of panels: the next row's names
+    paper = rows * panel + (rows - 1) * gap_px
+    gap_x = 0.012
+    width = (1 - gap_x * (cols - 1)) / cols
+    query_every, key_every = label_every(queries, panel / TICK_SPACING), label_every(keys, max(2, KEY_LABELS * width))
     data, layout, annotations, shapes = [], {}, [], []
-    show_x_labels = rows == 1 and len(key_tokens) * cols <= 80
     for r in range(rows):
         for c in range(cols):
             n = r * cols + c + 1
             suffix = "" if n == 1 else str(n)
             name = f"{row_labels[r]} {col_labels[c]}".strip()
             switched_off = off is not None and bool(off[r, c])
-            data.append(_heatmap(weights[r, c], query_tokens, key_tokens, name, value_label=value_label,
+            data.append(_heatmap(weights[r, c], query_tokens, key_tokens, name, zmax=zmax, value_label=value_label,
                                  raw=None if raw is None else raw[r, c], coloraxis="coloraxis", xaxis=f"x{suffix}",
                                  yaxis=f"y{suffix}"))
-            x0, y1 = c * (width + gap_x), 1 - label_room - r * (height + gap_y)
-            layout[f"xaxis{suffix}"] = token_axis(key_tokens, domain=[x0, x0 + width], anchor=f"y{suffix}",
-                                                   showticklabels=show_x_labels, tickangle=-45,
-                                                   tickfont=dict(size=9))
-            layout[f"yaxis{suffix}"] = token_axis(query_tokens, domain=[max(0.0, y1 - height), y1], anchor=f"x{suffix}",
-                                                   autorange="reversed", showticklabels=c == 0,
-                                                   tickfont=dict(size=9))
-            annotations.append(dict(text=escape_text(name + " (off)" * switched_off), x=x0 + width / 2, y=y1,
-                                    xref="paper", yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
+            x0, y1 = c * (width + gap_x), 1 - r * (panel + gap_px) / paper
+            layout[f"xaxis{suffix}"] = token_axis(key_tokens, key_every, domain=[x0, x0 + width], anchor=f"y{suffix}",
+                                                   showticklabels=r == rows - 1, tickfont=TICK_FONT)
+            layout[f"yaxis{suffix}"] = token_axis(query_tokens, query_every, domain=[max(0.0, y1 - panel / paper), y1],
+                                                   anchor=f"x{suffix}", autorange="reversed", showticklabels=c == 0,
+                                                   tickfont=TICK_FONT,
+                                                   title=dict(text=escape_text(row_labels[r]) if c == 0 else ""))
+            # Short names (a phone gives a panel of 8 ~20 px): the row's label is beside it, "off" across it.
+            annotations.append(dict(text=escape_text(col_labels[c]), x=x0 + width / 2, y=y1, xref="paper",
+                                    yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
                                     font=dict(size=10)))
             if switched_off:
-                annotations.append(_note("off", x0 + width / 2, y1 - height / 2))
+                annotations.append(_note("off", x0 + width / 2, y1 - panel / paper / 2))
             if highlight_row is not None:
                 shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
-    lines = [title] if isinstance(title, str) else title
-    top = 24 + 17 * len(lines)  # room for every title line: a measure's line must not sit on the panel names
+    top = title_room(lines) + NAME_ROOM  # the first row's panel names sit between the title and the panels
+    bottom = X_LABEL_ROOM - 25  # the bottom row's key labels (no axis title)
     layout.update(
         title=title_layout(lines),
-        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=zmax,
-                       colorbar=dict(thickness=14, title=dict(text=escape_text(value_label)))),
-        height=int(70 + top + rows * panel * (1 + gap_y)), margin=dict(l=10, r=10, t=top, b=10),
+        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=zmax, colorbar=_colorbar(value_label, zmax)),
+        height=top + paper + bottom, margin=dict(l=10, r=10, t=top, b=10),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
     )
     return plain_figure(data, layout)
@@ -247,10 +324,11 @@ def bar_step(tokens: list[str], probabilities: np.ndarray, title: str, highlight
     """What a probability bar chart shows: one bar per token (the `highlight` one in red), labels and title.
 
     `probability_bars` draws it; a stepping figure carries one per step (`layout.meta.bars`, see
-    `PlainFigure.to_json`), which viz/stepping.js puts in place of the figure's own."""
+    `PlainFigure.to_json`), which ui/static/stepping.js puts in place of the figure's own."""
     probabilities = np.asarray(probabilities, dtype=float)
     return {"x": positions(tokens), "y": probabilities.tolist(), "text": [f"{p:.2f}" for p in probabilities],
-            "colors": bar_colors(len(tokens), highlight), "ticktext": escape(tokens), "title": title_text([title]),
+            "colors": bar_colors(len(tokens), highlight),
+            "ticktext": thinned(escape(tokens), label_every(len(tokens), BAR_LABELS)), "title": title_text([title]),
             "customdata": list(tokens)}  # the bare tokens, for a click (never displayed: no template shows them)
 
 
@@ -260,16 +338,18 @@ def bar_colors(count: int, highlight: int | None) -> list[str]:
 
 def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str,
                      highlight: int | None = None) -> PlainFigure:
-    """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates)."""
+    """Bar chart of one probability per token (a translation's tokens, or a step's top-k candidates); labels and
+    the numbers above the bars that have no room are left out."""
     shown = bar_step(tokens, probabilities, title, highlight)
     bars = dict(type="bar", x=shown["x"], y=shown["y"], marker=dict(color=shown["colors"]), text=shown["text"],
                 customdata=shown["customdata"],
                 hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>", textposition="outside")
     return plain_figure([bars], dict(
-        title=title_layout([title]), height=260, margin=dict(l=10, r=10, t=10, b=10),
+        title=title_layout([title]), height=260 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room([title]), b=10),
         hovermode="x",  # anywhere in a bar's column hovers (and clicks) it, however short the bar
-        xaxis=token_axis(tokens, tickangle=-45, automargin=True),
+        xaxis=token_axis(tokens, label_every(len(tokens), BAR_LABELS), automargin=True, tickfont=TICK_FONT),
         yaxis=dict(range=[0, 1.15], title=dict(text="probability")), plot_bgcolor="white",
+        uniformtext=dict(minsize=8, mode="hide"),
     ))
 
 

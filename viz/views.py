@@ -11,30 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from viz.attention import (COLORSCALE, DIVERGING, PlainFigure, _heatmap, _row_outline, attention_heatmap,
-                            bar_colors, bar_step, escape_text, head_grid, plain_figure, probability_bars,
-                            title_layout, title_text, token_axis)
+from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, KINDS, MEAN, head_name
+from viz.attention import (COLORSCALE, DIVERGING, KEY_LABELS, MAX_PLOT_PX, MIN_PLOT_PX, NAME_ROOM, ROW_PX, TICK_FONT,
+                            TICK_SPACING, X_LABEL_ROOM, PlainFigure, _colorbar, _heatmap, _row_outline,
+                            attention_heatmap, bar_colors, bar_step, head_grid, label_every, plain_figure,
+                            probability_bars, step_labels, title_layout, title_room, title_text, token_axis)
 
-ENCODER, DECODER, CROSS = "Encoder self-attention", "Decoder self-attention", "Cross-attention"
-KINDS = (ENCODER, DECODER, CROSS)
-MEAN, ALL_HEADS = "Mean of heads", "All heads"
-# How heads are named in masks and head tables (as the model names them): kind.layer.head, 1-based.
-KIND_KEYS = {ENCODER: "encoder", DECODER: "decoder", CROSS: "cross"}
 OFF = "switched off"
-
-
-def head_key(kind: str, layer: int, head: int) -> str:
-    """A head's name, "cross.2.5", from its kind (display name) and 0-based layer and head."""
-    return f"{KIND_KEYS[kind]}.{layer + 1}.{head + 1}"
-
-
-def parse_head_key(name: str) -> tuple[str, int, int] | None:
-    """(kind display name, 0-based layer, 0-based head) of a head's name, or None if it is no such name."""
-    parts = name.strip().lower().split(".") if isinstance(name, str) else []
-    kinds = {key: kind for kind, key in KIND_KEYS.items()}
-    if len(parts) != 3 or parts[0] not in kinds or not all(p.isdigit() for p in parts[1:]):
-        return None
-    return kinds[parts[0]], int(parts[1]) - 1, int(parts[2]) - 1
 
 
 @dataclass(frozen=True)
@@ -50,11 +33,13 @@ class TraceArrays:
     encoder: np.ndarray | None
     decoder: np.ndarray | None
     cross: np.ndarray
-    switched_off: frozenset[str] = frozenset()  # heads switched off while decoding, named as by `head_key`
+    switched_off: frozenset[str] = frozenset()  # heads switched off while decoding, named as by `head_name`
     forced: int = 0  # how many first steps were chosen by the user, not the model
     # What the maps hold when they are a measure rather than attention weights (see MEASURES).
     measure: str = ""  # one line saying what it is
     value_label: str = "weight"
+    # 1.0: the values have a fixed 0..1 colour scale (weights, shares). Anything else marks a measure with no fixed
+    # top (weight x value norm): each figure is then scaled to the largest value its view shows (`view_scale`).
     scale_max: float = 1.0
     together: dict[str, np.ndarray] | None = None  # per kind, (L, Q, K): a measure of the heads together
     raw: dict[str, np.ndarray] | None = None  # per kind, the attention weights behind the measure (hover)
@@ -76,13 +61,13 @@ class TraceArrays:
     def maps(self, kind: str) -> np.ndarray:
         maps = {ENCODER: self.encoder, DECODER: self.decoder, CROSS: self.cross}[kind]
         if maps is None:
-            raise ValueError(f"this model has no {kind.lower()}")
+            raise ValueError(f"this model has no {KIND_LABELS[kind].lower()}")
         return maps
 
     def heads_off(self, kind: str) -> np.ndarray:
         """(L, H) True where the head was switched off."""
         layers, heads = self.maps(kind).shape[:2]
-        return np.array([[head_key(kind, layer, head) in self.switched_off for head in range(heads)]
+        return np.array([[head_name(kind, layer, head) in self.switched_off for head in range(heads)]
                          for layer in range(layers)], dtype=bool).reshape(layers, heads)
 
     def raw_at_step(self, kind: str, step: int) -> np.ndarray | None:
@@ -103,6 +88,41 @@ class TraceArrays:
         if kind == DECODER:
             return self.maps(kind)[:, :, :step + 1, :step + 1], prefix, prefix, step
         return self.maps(kind)[:, :, :step + 1, :], prefix, self.source_tokens, step
+
+
+def query_labels(trace: TraceArrays, kind: str, step: int) -> list[str]:
+    """A view's row labels at `step`: source tokens for the encoder; a decoder row is the step that reads one token
+    and outputs the next, "mann → liest" (`step_labels`), so it is not taken for the word that attends."""
+    step = min(max(step, 0), trace.steps - 1)
+    if kind == ENCODER:
+        return trace.source_tokens
+    return step_labels(trace.decoder_tokens[:step + 1], trace.target_tokens[:step + 1])
+
+
+def view_shape(trace: TraceArrays, kind: str) -> tuple[int, int]:
+    """(rows, keys) of a view of `kind` at the last step: its figures keep that size and labelling at every step."""
+    return query_rows(trace, kind), trace.steps if kind == DECODER else len(trace.source_tokens)
+
+
+def view_scale(trace: TraceArrays, kind: str, layer: int | None, head: int | str) -> dict:
+    """A view's colour scale (`value_label`, `zmax`): 0..1 for weights and shares; for a measure with no fixed top,
+    0 to the largest value the view shows at any step (`layer` None: every layer, the model view), so that stepping,
+    which keeps the colour axis, keeps one scale."""
+    if trace.scale_max == 1.0:
+        return dict(value_label=trace.value_label, zmax=1.0)
+    maps, off = trace.maps(kind), trace.heads_off(kind)  # every step: the last one shows every row
+    if layer is None:
+        shown = maps[~off]
+    elif head == MEAN and trace.together is not None:
+        shown = trace.together[kind][layer]
+    elif head in (MEAN, ALL_HEADS):  # the mean of the heads that were on, or each of them
+        shown = maps[layer][~off[layer]]
+    else:
+        shown = maps[layer, head] if not off[layer, head] else np.empty(0)
+    finite = np.asarray(shown, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    top = float(finite.max()) if finite.size else 0.0
+    return dict(value_label=trace.value_label, zmax=top if top > 0 else 1.0)
 
 
 def step_title(trace: TraceArrays, step: int) -> str:
@@ -133,32 +153,36 @@ def query_rows(trace: TraceArrays, kind: str) -> int:
 def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int) -> PlainFigure:
     """One layer's attention at `step`: a single head, the mean of its heads, or all heads side by side.
 
-    The figure's size depends on the view, not the step, so stepping redraws in place."""
-    weights, queries, keys, highlight = trace.at_step(kind, step)
+    The figure's size, labelling and colour scale depend on the view, not the step, so stepping redraws in place."""
+    weights, _, keys, highlight = trace.at_step(kind, step)
+    queries = query_labels(trace, kind, step)
     layer = min(max(layer, 0), weights.shape[0] - 1)
+    if head not in (MEAN, ALL_HEADS):
+        head = min(max(int(head), 0), weights.shape[1] - 1)
     off = trace.heads_off(kind)[layer]  # (H,)
-    query_label = "source token" if kind == ENCODER else "decoder input (step)"
+    query_label = "source token" if kind == ENCODER else "step: decoder input → output"
     key_label = "source token" if kind != DECODER else "decoder input"
-    rows = query_rows(trace, kind)
-    scale = dict(value_label=trace.value_label, zmax=trace.scale_max)
+    shape = view_shape(trace, kind)
+    scale = dict(view_scale(trace, kind, layer, head), view_shape=shape)
     measured = [trace.measure] if trace.measure else []
     raw = trace.raw_at_step(kind, step)  # (L, H or 1, Q, K), behind a measure
     raw = None if raw is None else raw[layer]
     if head == ALL_HEADS:
         heads = weights.shape[1]
         return head_grid(weights[layer][None], queries, keys,
-                         [f"{kind}, layer {layer + 1}, all {heads} heads", *measured, step_heading(trace, step)],
-                         row_labels=[""], col_labels=[f"head {h + 1}" for h in range(heads)],
-                         highlight_row=highlight, panel_height=max(150, 14 * rows), off=off[None],
+                         [f"{KIND_LABELS[kind]}, layer {layer + 1}, all {heads} heads", *measured,
+                          step_heading(trace, step)],
+                         row_labels=[""], col_labels=[f"head {h + 1}" if heads <= 4 else f"H{h + 1}"
+                                                      for h in range(heads)],
+                         highlight_row=highlight, panel_height=max(150, 14 * shape[0]), off=off[None],
                          raw=None if raw is None else raw[None], **scale)
-    height = min(440, max(340, 150 + 22 * rows))  # with the step bar above it, fits a 900-pixel-high screen
     if head == MEAN and trace.together is not None:  # the heads together, not the mean of each head's measure
         together = trace.together[kind][layer]
         together = together if kind == ENCODER else together[:step + 1, :step + 1] if kind == DECODER else \
             together[:step + 1]
         return attention_heatmap(together, queries, keys,
-                                 [f"{kind}, layer {layer + 1}, all heads together", *measured,
-                                  step_heading(trace, step)], highlight, query_label, key_label, height,
+                                 [f"{KIND_LABELS[kind]}, layer {layer + 1}, all heads together", *measured,
+                                  step_heading(trace, step)], highlight, query_label, key_label,
                                  raw=None if raw is None else raw[~off].mean(0) if (~off).any() else None, **scale)
     if head == MEAN:
         # Switched-off heads added nothing to the layer's output: the mean is over the heads that were on.
@@ -167,32 +191,32 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
         name = ("mean of heads" if on.all() else f"mean of the {on.sum()} heads on ({off.sum()} {OFF})" if on.any()
                 else f"all {off.sum()} heads {OFF}")
         return attention_heatmap(mean, queries, keys,
-                                 [f"{kind}, layer {layer + 1}, {name}", *measured, step_heading(trace, step)],
-                                 highlight, query_label, key_label, height, note=None if on.any() else OFF, **scale)
-    head = min(max(int(head), 0), weights.shape[1] - 1)
+                                 [f"{KIND_LABELS[kind]}, layer {layer + 1}, {name}", *measured,
+                                  step_heading(trace, step)],
+                                 highlight, query_label, key_label, note=None if on.any() else OFF, **scale)
     named = "every head, combined" if trace.measure and weights.shape[1] == 1 else f"head {head + 1}"
     if off[head]:  # its weights were computed but never used: shown as no attention, not as attention
         return attention_heatmap(np.full(weights.shape[2:], np.nan), queries, keys,
-                                 [f"{kind}, layer {layer + 1}, head {head + 1}: {OFF}", *measured,
-                                  step_heading(trace, step)], highlight, query_label, key_label, height, note=OFF,
-                                 **scale)
+                                 [f"{KIND_LABELS[kind]}, layer {layer + 1}, head {head + 1}: {OFF}", *measured,
+                                  step_heading(trace, step)], highlight, query_label, key_label, note=OFF, **scale)
     return attention_heatmap(weights[layer, head], queries, keys,
-                             [f"{kind}, layer {layer + 1}, {named}", *measured, step_heading(trace, step)],
-                             highlight, query_label, key_label, height,
+                             [f"{KIND_LABELS[kind]}, layer {layer + 1}, {named}", *measured, step_heading(trace, step)],
+                             highlight, query_label, key_label,
                              raw=None if raw is None else raw[min(head, raw.shape[0] - 1)], **scale)
 
 
 def overview_figure(trace: TraceArrays, kind: str, step: int) -> PlainFigure:
     """Every layer x head of one attention kind at `step`, as small multiples (a per-step model view)."""
-    weights, queries, keys, highlight = trace.at_step(kind, step)
+    weights, _, keys, highlight = trace.at_step(kind, step)
     layers, heads = weights.shape[:2]
-    return head_grid(weights, queries, keys,
-                     [f"{kind}: all layers x heads", *([trace.measure] if trace.measure else []),
+    return head_grid(weights, query_labels(trace, kind, step), keys,
+                     [f"{KIND_LABELS[kind]}: all layers x heads", *([trace.measure] if trace.measure else []),
                       step_heading(trace, step)],
                      row_labels=[f"L{i + 1}" for i in range(layers)],
                      col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight,
                      panel_height=max(150, 14 * query_rows(trace, kind)), off=trace.heads_off(kind),
-                     value_label=trace.value_label, zmax=trace.scale_max, raw=trace.raw_at_step(kind, step))
+                     raw=trace.raw_at_step(kind, step), view_shape=view_shape(trace, kind),
+                     **view_scale(trace, kind, None, ALL_HEADS))
 
 
 def translation_figure(trace: TraceArrays, step: int | None = None) -> PlainFigure:
@@ -218,7 +242,7 @@ def candidates_figure(trace: TraceArrays, step: int) -> PlainFigure:
 
 def translation_frames(trace: TraceArrays) -> dict:
     """What changes with the step whatever the view: the candidates and probability charts as gr.Plot JSON
-    whose `layout.meta.bars` hold every step's bars (viz/stepping.js), and every step's description.
+    whose `layout.meta.bars` hold every step's bars (ui/static/stepping.js), and every step's description.
 
     A step's candidates differ in everything; the translation's probabilities only in the highlighted bar."""
     steps = range(trace.steps)
@@ -234,7 +258,7 @@ def translation_frames(trace: TraceArrays) -> dict:
 def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool,
                 file_stem: str = "view") -> dict:
     """One view's attention figure (and model view, when asked) at the last step, as gr.Plot JSON whose
-    `layout.meta` lets the browser show any earlier step (viz/stepping.js) and names the files it downloads as
+    `layout.meta` lets the browser show any earlier step (ui/static/stepping.js) and names the files it downloads as
     (`file_stem`, the view, the step)."""
     last = trace.steps - 1
     attention = attention_figure(trace, kind, layer, head, last)
@@ -242,7 +266,7 @@ def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, mode
     return {"steps": trace.steps,
             "attention": _steppable(attention, trace, kind, f"{file_stem}_{view_name(kind, layer, head)}"),
             "overview": None if overview is None else _steppable(overview, trace, kind,
-                                                                 f"{file_stem}_{KIND_KEYS[kind]}_model-view")}
+                                                                 f"{file_stem}_{kind}_model-view")}
 
 
 def comparison_frames(decodings: list[tuple[str, TraceArrays]], kind: str, layer: int, head: int | str,
@@ -257,7 +281,7 @@ def comparison_frames(decodings: list[tuple[str, TraceArrays]], kind: str, layer
 def view_name(kind: str, layer: int, head: int | str) -> str:
     """A view in a file name: 'cross_L2_H5', 'encoder_L1_mean', 'decoder_L3_all-heads'."""
     shown = {MEAN: "mean", ALL_HEADS: "all-heads"}.get(head, f"H{head + 1}" if isinstance(head, int) else "mean")
-    return f"{KIND_KEYS[kind]}_L{layer + 1}_{shown}"
+    return f"{kind}_L{layer + 1}_{shown}"
 
 
 def _steppable(figure: PlainFigure, trace: TraceArrays, kind: str, file: str = "") -> str:
@@ -272,7 +296,7 @@ def _steppable(figure: PlainFigure, trace: TraceArrays, kind: str, file: str = "
 def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int
                ) -> tuple[np.ndarray, list[str], list[str], str]:
     """One (Q, K) map of `trace` at `step` for a comparison: the layer and head asked for where the model has them
-    (else its last layer, the mean of its heads), with what was taken."""
+    (else its last layer, the mean of its heads), with the tokens its rows read, its keys and what was taken."""
     weights, queries, keys, _ = trace.at_step(kind, min(step, trace.steps - 1))
     layer = min(max(layer, 0), weights.shape[0] - 1)
     on = ~trace.heads_off(kind)[layer]
@@ -287,49 +311,72 @@ def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step:
 
 def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str, layer: int, head: int | str,
                             step: int) -> PlainFigure:
-    """The same attention (kind, layer, head) of two models' decodings side by side at `step`, and their difference
-    (first minus second: red where the second attends more) where both read the same tokens; a model without that
-    attention kind gets a note."""
-    (first_name, first), (second_name, _) = decodings
+    """The same attention (kind, layer, head) of two models' decodings at `step`: where both read the same tokens,
+    side by side with their difference (first minus second: red where the second attends more), sharing one set of
+    row labels; else one above the other, each with its own. A model without that attention kind gets a note. Panels
+    are named below the title: by model, and by the layer and head taken where the two took different ones."""
+    (first_name, first), (second_name, second) = decodings
     step = min(step, first.steps - 1)
-    panels = []  # (name, map, queries, keys, is the difference)
+    panels, read = [], []  # (name, what was taken, map, row labels, keys, is the difference); what the rows read
     for name, trace in decodings:
         if kind in trace.available():
             weights, queries, keys, taken = _layer_map(trace, kind, layer, head, step)
-            panels.append((f"{name}: {taken}", weights, queries, keys, False))
-    notes = [f"{name} has no {kind.lower()}" for name, trace in decodings if kind not in trace.available()]
-    if len(panels) == 2 and panels[0][2:4] == panels[1][2:4] and panels[0][1].shape == panels[1][1].shape:
-        panels.append((f"{first_name} − {second_name}", panels[0][1] - panels[1][1], panels[0][2], panels[0][3], True))
+            panels.append((name, taken, weights, query_labels(trace, kind, step), keys, False))
+            read.append((queries, keys))
+    notes = [f"{name} has no {KIND_LABELS[kind].lower()}" for name, trace in decodings if kind not in trace.available()]
+    side_by_side = len(panels) < 2
+    if len(panels) == 2 and read[0] == read[1] and panels[0][2].shape == panels[1][2].shape:
+        # The same inputs; only the last step's output can differ, and the shared row label then names both.
+        if kind != ENCODER:
+            outputs = [a if a == b else f"{a} / {b}" for a, b in zip(first.target_tokens, second.target_tokens)]
+            shared = step_labels(first.decoder_tokens[:step + 1], outputs[:step + 1])
+            panels[0] = (*panels[0][:3], shared, *panels[0][4:])
+        panels.append(("difference", f"{first_name} − {second_name}", panels[0][2] - panels[1][2], panels[0][3],
+                       panels[0][4], True))
+        side_by_side = True
     elif len(panels) == 2:
-        notes.append("the two read different tokens here (their translations or tokenizers differ), so there is no "
-                     "difference map")
-    rows = max(len(queries) for _, _, queries, _, _ in panels) if panels else 1
-    plot_height = max(220, 22 * rows) + 24
-    top = 1 - 24 / plot_height  # the maps end below a strip that holds their names, under the title
-    count = max(len(panels), 1)
-    gap = 0.07
-    width = (1 - gap * (count - 1)) / count
+        notes += ["the two read different tokens here (their translations or tokenizers differ),",
+                  "so there is no difference map"]  # two lines: one would run off a phone
+    takens = {taken for _, taken, *_, difference in panels if not difference}
+    same = takens.pop() if len(takens) == 1 else None  # named once, in the title, when both took the same
+    lines = [KIND_LABELS[kind] + (f", {same}" if same else ""), f"{first_name} and {second_name} compared (weights)",
+             *notes, step_heading(first, step)]
+    shape = max((view_shape(trace, kind) for _, trace in decodings if kind in trace.available()), default=(1, 1))
+    plot_height = min(2 * MAX_PLOT_PX, max(MIN_PLOT_PX, ROW_PX * shape[0]))
+    columns = max(len(panels), 1) if side_by_side else 1
+    stacked = 1 if side_by_side else len(panels)
+    name_lines = 1 if same else 2
+    gap_x, gap_px = 0.07, X_LABEL_ROOM - 25 + name_lines * NAME_ROOM  # between stacked panels: key labels, names
+    width = (1 - gap_x * (columns - 1)) / columns
+    paper = stacked * plot_height + (stacked - 1) * gap_px
+    key_every = label_every(shape[1], max(2, KEY_LABELS * width))
     data, layout, annotations, shapes = [], {}, [], []
     highlight = None if kind == ENCODER else step
-    for i, (name, weights, queries, keys, difference) in enumerate(panels):
+    for i, (name, taken, weights, queries, keys, difference) in enumerate(panels):
         suffix = "" if i == 0 else str(i + 1)
-        x0 = i * (width + gap)
-        data.append(_heatmap(weights, queries, keys, name, value_label="difference" if difference else "weight",
+        x0 = (i % columns) * (width + gap_x)
+        y1 = 1 - (i // columns) * (plot_height + gap_px) / paper
+        data.append(_heatmap(weights, queries, keys, f"{taken}: {name}" if difference else f"{name}: {taken}",
+                             value_label="difference" if difference else "weight",
                              coloraxis="coloraxis2" if difference else "coloraxis", xaxis=f"x{suffix}",
                              yaxis=f"y{suffix}"))
-        layout[f"xaxis{suffix}"] = token_axis(keys, domain=[x0, x0 + width], anchor=f"y{suffix}", tickangle=-45,
-                                               tickfont=dict(size=9), automargin=True)
-        layout[f"yaxis{suffix}"] = token_axis(queries, domain=[0, top], anchor=f"x{suffix}", autorange="reversed",
-                                               tickfont=dict(size=9), automargin=True)
-        annotations.append(dict(text=escape_text(name), x=x0 + width / 2, y=top, xref="paper", yref="paper",
-                                xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=11)))
+        layout[f"xaxis{suffix}"] = token_axis(keys, key_every, domain=[x0, x0 + width], anchor=f"y{suffix}",
+                                               tickfont=TICK_FONT, automargin=True)
+        layout[f"yaxis{suffix}"] = token_axis(queries, label_every(shape[0], plot_height / TICK_SPACING),
+                                               domain=[max(0.0, y1 - plot_height / paper), y1], anchor=f"x{suffix}",
+                                               autorange="reversed", showticklabels=x0 == 0, tickfont=TICK_FONT,
+                                               automargin=True)
+        annotations.append(dict(text=title_text([name, taken][:name_lines]), x=x0 + width / 2, y=y1, xref="paper",
+                                yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
+                                font=dict(size=10)))
         if highlight is not None:
             shapes.append(_row_outline(highlight, len(keys), f"x{suffix}", f"y{suffix}", 2))
-    lines = [f"{kind}: {first_name} and {second_name} compared (weights)", *notes, step_heading(first, step)]
+    top = title_room(lines) + name_lines * NAME_ROOM  # the first panels' names sit between the title and the maps
+    colour = dict(coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0, colorbar=_colorbar("weight", 1.0)))
+    if len(panels) == 3:
+        colour = dict(coloraxis=dict(colour["coloraxis"], colorbar=_colorbar("weight", 1.0, len=0.45, y=0.78)),
+                      coloraxis2=dict(colorscale=DIVERGING, cmin=-1.0, cmax=1.0,
+                                      colorbar=_colorbar("difference", 1.0, len=0.45, y=0.22)))
     layout.update(title=title_layout(lines), annotations=annotations, shapes=shapes, plot_bgcolor="white",
-                  height=int(120 + 17 * len(lines) + plot_height), margin=dict(l=10, r=10, t=24 + 17 * len(lines), b=10),
-                  coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0,
-                                 colorbar=dict(thickness=12, len=0.45, y=0.78, title=dict(text="weight"))),
-                  coloraxis2=dict(colorscale=DIVERGING, cmin=-1.0, cmax=1.0,
-                                  colorbar=dict(thickness=12, len=0.45, y=0.22, title=dict(text="difference"))))
+                  height=top + paper + X_LABEL_ROOM, margin=dict(l=10, r=10, t=top, b=10), **colour)
     return plain_figure(data, layout)

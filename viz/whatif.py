@@ -9,9 +9,10 @@ import difflib
 
 import numpy as np
 
-from viz.attention import (COLORSCALE, DIVERGING, HIGHLIGHT, PlainFigure, attention_heatmap, escape_text, plain_figure,
-                           positions, title_layout, title_text, token_axis, visible)
-from viz.views import KIND_KEYS, KINDS, head_key
+from viz.attention import (BAR_LABELS, COLORSCALE, DIVERGING, HIGHLIGHT, MIN_PLOT_PX, MODEBAR_ROOM, ROW_PX,
+                           TICK_FONT, X_LABEL_ROOM, PlainFigure, attention_heatmap, escape_text, label_every,
+                           plain_figure, positions, title_layout, title_room, title_text, token_axis, visible)
+from model.keys import KINDS, head_name
 
 SAME, DIFFERS, FORCED = None, "differs", "chosen by you"
 # What the heads heatmap can show, from a checkpoint's heads.json (model/heads.py): label -> (key, colour bar).
@@ -56,7 +57,8 @@ def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: 
                          yaxis=f"y{suffix}", marker=dict(color=[HIGHLIGHT if i in marked else "#1f77b4"
                                                                 for i in range(len(tokens))]),
                          hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>"))
-        layout[f"xaxis{suffix}"] = token_axis(tokens, anchor=f"y{suffix}", tickangle=-45, tickfont=dict(size=10))
+        layout[f"xaxis{suffix}"] = token_axis(tokens, label_every(len(tokens), BAR_LABELS), anchor=f"y{suffix}",
+                                              tickfont=TICK_FONT)
         layout[f"yaxis{suffix}"] = dict(domain=[max(top - height, 0), top], range=[0, 1.2], anchor=f"x{suffix}",
                                         title=dict(text="p"))
         total = float(np.log(np.clip(probabilities, 1e-30, None)).sum())
@@ -64,9 +66,9 @@ def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: 
                                                  "those that differ in red"]), x=0, y=top,
                                 xref="paper", yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
                                 font=dict(size=12)))
-    layout.update(annotations=annotations, height=220 * count + 60, margin=dict(l=10, r=10, t=40, b=10),
-                  showlegend=False,
-                  plot_bgcolor="white")
+    layout.update(annotations=annotations, height=220 * count + 36 + MODEBAR_ROOM,
+                  margin=dict(l=10, r=10, t=MODEBAR_ROOM + 16, b=10),  # the first heading below the mode bar
+                  showlegend=False, plot_bgcolor="white", uniformtext=dict(minsize=8, mode="hide"))
     return plain_figure(data, layout)
 
 
@@ -79,18 +81,19 @@ def log_prob_change_figure(tokens: list[str], change: np.ndarray, title: str) ->
                 hovertemplate="%{x}<br>Δ log-probability %{y:+.3f}<extra></extra>")
     span = max(0.5, float(np.abs(change).max(initial=0)) * 1.25)
     return plain_figure([bars], dict(
-        title=title_layout([title]), height=280, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",
-        xaxis=token_axis(tokens, tickangle=-45, automargin=True),
+        title=title_layout([title]), height=280 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room([title]), b=10),
+        plot_bgcolor="white", uniformtext=dict(minsize=8, mode="hide"),
+        xaxis=token_axis(tokens, label_every(len(tokens), BAR_LABELS), automargin=True, tickfont=TICK_FONT),
         yaxis=dict(range=[-span, span], title=dict(text="Δ log-probability"), zeroline=True),
     ))
 
 
 def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]], measure: str) -> PlainFigure:
-    """A layers x heads heatmap per attention kind of one measure from heads.json (`shapes`: kind display name ->
+    """A layers x heads heatmap per attention kind of one measure from heads.json (`shapes`: kind key ->
     (layers, heads)); each cell carries its head's name (customdata), so a click can open that head."""
     key, unit = IMPORTANCE_MEASURES[measure]
     kinds = [kind for kind in KINDS if kind in shapes]
-    values = {kind: np.array([[heads.get(head_key(kind, layer, head), {}).get(key, np.nan) for head in range(h)]
+    values = {kind: np.array([[heads.get(head_name(kind, layer, head), {}).get(key, np.nan) for head in range(h)]
                               for layer in range(layers)], dtype=float) for kind, (layers, h) in shapes.items()}
     finite = np.concatenate([v[np.isfinite(v)] for v in values.values()] + [np.zeros(1)])
     span = float(np.abs(finite).max()) or 1.0
@@ -102,18 +105,19 @@ def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]]
     for i, kind in enumerate(kinds):
         suffix = "" if i == 0 else str(i + 1)
         layers, count = shapes[kind]
-        names = [[head_key(kind, layer, head) for head in range(count)] for layer in range(layers)]
+        names = [[head_name(kind, layer, head) for head in range(count)] for layer in range(layers)]
         data.append(dict(type="heatmap", z=values[kind].tolist(), x=[f"H{h + 1}" for h in range(count)],
                          y=[f"L{layer + 1}" for layer in range(layers)], customdata=names, coloraxis="coloraxis",
                          xaxis=f"x{suffix}", yaxis=f"y{suffix}", xgap=1, ygap=1,
                          hovertemplate="%{customdata}<br>" + escape_text(unit) + " %{z:.3f}<extra></extra>"))
         x0 = i * (width + gap)
         layout[f"xaxis{suffix}"] = dict(domain=[x0, x0 + width], anchor=f"y{suffix}", tickfont=dict(size=9),
-                                        title=dict(text=KIND_KEYS[kind], font=dict(size=11)))
+                                        title=dict(text=kind, font=dict(size=11)))
         layout[f"yaxis{suffix}"] = dict(anchor=f"x{suffix}", autorange="reversed", tickfont=dict(size=9))
-    layout.update(title=title_layout([f"{measure}: click a head to open it"]),
+    title = [f"{measure}: click a head to open it"]
+    layout.update(title=title_layout(title),
                   coloraxis=dict(**scale, colorbar=dict(thickness=12, title=dict(text=escape_text(unit)))),
-                  height=260, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white")
+                  height=260 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room(title), b=10), plot_bgcolor="white")
     return plain_figure(data, layout)
 
 
@@ -152,8 +156,9 @@ def source_share_figure(tokens: list[str], shares: np.ndarray) -> PlainFigure:
              f"{LOW_SOURCE_SHARE:.0%}, in red" if low else
              "share of each word's prediction that came from the source (ALTI+); the rest came from the target prefix")
     return plain_figure([bars], dict(
-        title=title_layout([title]), height=280, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",
-        xaxis=token_axis(tokens, tickangle=-45, automargin=True),
+        title=title_layout([title]), height=280 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room([title]), b=10),
+        plot_bgcolor="white", uniformtext=dict(minsize=8, mode="hide"),
+        xaxis=token_axis(tokens, label_every(len(tokens), BAR_LABELS), automargin=True, tickfont=TICK_FONT),
         yaxis=dict(range=[0, 1.15], title=dict(text="source share")),
         shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=LOW_SOURCE_SHARE, y1=LOW_SOURCE_SHARE,
                      line=dict(color="#999", dash="dot", width=1))],
@@ -164,22 +169,23 @@ def contribution_figure(shares: np.ndarray, generated: list[str], source_tokens:
                         decoder_tokens: list[str]) -> PlainFigure:
     """The ALTI+ map: a row per generated token, its shares of every source token, then of every decoder input."""
     keys = [f"src {t}" for t in source_tokens] + [f"tgt {t}" for t in decoder_tokens]
-    return attention_heatmap(shares, [f"→ {t}" for t in generated], keys,
-                             ["ALTI+ contributions: each generated word's shares of the source words (src) and "
-                              "of the target prefix (tgt)", "rows sum to 1; residuals and layer norms included"],
+    title = ["ALTI+ contributions: each generated word's shares of the source words (src) and of the target prefix "
+             "(tgt)", "rows sum to 1; residuals and layer norms included"]
+    return attention_heatmap(shares, [f"→ {t}" for t in generated], keys, title,
                              query_label="generated token", key_label="source tokens, then target prefix",
-                             height=min(620, max(340, 150 + 22 * len(generated))), value_label="share")
+                             height=title_room(title) + min(470, max(MIN_PLOT_PX, ROW_PX * len(generated)))
+                             + X_LABEL_ROOM, value_label="share")
 
 
 def head_statistics_rows(statistics: dict[str, dict[str, np.ndarray]], shapes: dict[str, tuple[int, int]]
                          ) -> list[list]:
-    """Table rows of every head's statistics (per kind display name: statistic -> (L, H) array): the head's name,
+    """Table rows of every head's statistics (per kind key: statistic -> (L, H) array): the head's name,
     then each statistic rounded (an empty cell where one does not apply)."""
     rows = []
     for kind, (layers, heads) in shapes.items():
         for layer in range(layers):
             for head in range(heads):
                 values = [statistics[kind][name][layer, head] for name in statistics[kind]]
-                rows.append([head_key(kind, layer, head)] + [round(float(v), 3) if np.isfinite(v) else None
+                rows.append([head_name(kind, layer, head)] + [round(float(v), 3) if np.isfinite(v) else None
                                                             for v in values])
     return rows

@@ -10,7 +10,8 @@
 // `view.compare`, when the user compared two models, is stepped the same way (both models' rows and their
 // difference). Showing step t keeps the first t + 1
 // rows (and columns), moves the step's outline to row t and shows step t's title: exactly the figure
-// viz/views.py builds for step t (a browser test compares the two). `translation` holds the candidates and
+// viz/views.py builds for step t (a browser test compares the two), because its size, which tick labels a
+// crowded axis shows (the others are blank) and its colour scale are the whole view's, never the step's. `translation` holds the candidates and
 // probability charts, whose `layout.meta.bars` are every step's bars, and every step's description.
 // Nothing here asks the server.
 

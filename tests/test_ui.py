@@ -1,0 +1,222 @@
+"""The page's core loop, run as its events run (an operation on the session, then `render`), and its API through a
+launched server with gradio_client."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gradio_client import Client
+
+from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, MEAN, WEIGHTS
+from ui import operations
+from ui.listeners import first_visit, translate_or_example
+from ui.session import NOTHING_YET, View
+
+MODEL = "toy-en-de"
+
+
+def figure(frames: dict, which: str = "attention") -> dict:
+    """A view's figure (Plotly JSON) as the browser receives it."""
+    return json.loads(frames[which])
+
+
+def test_the_page_lists_good_checkpoints_and_reports_broken_ones(services):
+    assert [value for _, value in services.model_choices()] == [MODEL, "toy-rnn"]
+    assert "broken" in services.load_status() and "config.json" in services.load_status()
+    assert services.default_model == MODEL
+
+
+def test_importing_the_ui_loads_no_checkpoint_and_forks_no_worker():
+    import subprocess
+    import sys
+
+    code = ("import gc, multiprocessing, app, ui; from model.translator import Translator; "
+            "print(sum(isinstance(o, Translator) for o in gc.get_objects()), len(multiprocessing.active_children()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent)
+    assert out.stdout.split() == ["0", "0"]
+
+
+def test_translate_traces_once_and_sends_everything_stepping_needs(events, services):
+    out = events.translate("A dog runs in the park.")
+    session = out["session"]
+    trace = session.trace
+    traced = services.translators[MODEL].trace("A dog runs in the park.")
+    assert out["translation"] == traced.text and out["translation"].startswith("Ein Hund")
+    assert trace.target_tokens == traced.target_tokens and out["step"]["maximum"] == max(trace.steps, 2)
+    np.testing.assert_allclose(trace.cross, traced.trace.cross_attention)
+    frames = out["translation_frames"]
+    assert frames["steps"] == trace.steps and len(frames["description"]) == trace.steps
+    for chart in ("candidates", "probabilities"):  # one chart, with every step's bars
+        assert len(figure(frames, chart)["layout"]["meta"]["bars"]) == trace.steps
+    candidates = figure(frames, "candidates")["layout"]["meta"]["bars"]
+    np.testing.assert_allclose(candidates[2]["y"], trace.top_probabilities[2], rtol=1e-6)
+    assert candidates[2]["title"] == "top-5 candidates at step 3" and candidates[2]["colors"][0] == "#d62728"
+    assert frames["description"][0].startswith("step 1 of") and "prefix so far: (empty)" in frames["description"][0]
+    # The view's figure is built at the last step, and says how to show every other step.
+    shown = figure(out["view_frames"])
+    np.testing.assert_allclose(np.array(shown["data"][0]["z"]), trace.cross[1].mean(0))
+    meta = shown["layout"]["meta"]
+    assert meta["grows"] == "rows" and len(meta["titles"]) == trace.steps
+    assert f"step 2 of {trace.steps}" in meta["titles"][1] and meta["titles"][-1] == shown["layout"]["title"]["text"]
+    assert all(out[f"step_buttons[{i}]"]["interactive"] for i in range(4))
+
+
+def test_view_changes_read_the_stored_session(events, services, monkeypatch):
+    session = events.translate("A man plays with a red ball.")["session"]
+    trace = session.trace
+    monkeypatch.setattr(services.translators[MODEL], "model", None)  # any model call would now fail
+
+    out = events.view(session, ENCODER, 1, 2, WEIGHTS, 1, False)
+    np.testing.assert_allclose(np.array(figure(out["view_frames"])["data"][0]["z"]), trace.encoder[1, 2])
+    assert (out["layer"], out["head"]) == (1, 2) and figure(out["view_frames"])["layout"]["meta"]["grows"] is None
+    assert out["session"].view == View(ENCODER, 1, 2, WEIGHTS, 1, False)
+    decoder = figure(events.view(session, DECODER, 0, 3, WEIGHTS, 1, False)["view_frames"])
+    np.testing.assert_allclose(np.array(decoder["data"][0]["z"]), trace.decoder[0, 3])
+    assert decoder["layout"]["meta"]["grows"] == "square"
+    assert len(figure(events.view(session, CROSS, 1, ALL_HEADS, WEIGHTS, 1, False)["view_frames"])["data"]) == 4
+    out = events.view(session, CROSS, 1, MEAN, WEIGHTS, 1, True)
+    overview = figure(out["view_frames"], "overview")
+    assert len(overview["data"]) == 2 * 4 and overview["layout"]["meta"]["grows"] == "rows"
+    np.testing.assert_allclose(np.array(overview["data"][5]["z"]), trace.cross[1, 1])
+    closed = events.view(out["session"], CROSS, 1, MEAN, WEIGHTS, 1, False)
+    assert closed["view_frames"]["overview"] is None  # drawn only when the model view is open
+    # A layer or head this kind does not have falls back to the last layer and the mean.
+    assert events.view(session, CROSS, 7, 99, WEIGHTS, 1, False)["session"].view.layer == 1
+    assert events.view(session, CROSS, 7, 99, WEIGHTS, 1, False)["head"] == MEAN
+
+
+def test_a_view_change_that_changes_nothing_draws_nothing_again(events):
+    session = events.translate("A man plays with a red ball.")["session"]
+    again = events.view(session, session.view.kind, session.view.layer, session.view.head, WEIGHTS, 3, False)
+    assert "view_frames" not in again and again["step"] == 3  # the same figure: only the values
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "input is empty"),
+    ("   \n\t ", "input is empty"),
+    ("dog " * 300, "reads at most 127"),
+    ("x" * 5000, "limit is 2000"),
+])
+def test_bad_input_gets_a_clear_message_and_keeps_the_last_translation(events, text, message):
+    session = events.translate("A dog.")["session"]
+    out = events.translate(text, session=session)
+    assert message in out["status"] and "still that of 'A dog.'" in out["status"]
+    assert out["session"] is not None and out["session"].source == "A dog."
+    assert "translation" not in out and "view_frames" not in out  # what is on screen stays
+    assert events.translate("A dog.")["translation"]  # and the next request works
+
+
+@pytest.mark.parametrize("text", ["🐶 🐕‍🦺", "一只狗在跑", "كلب يجري", "<script>alert(1)</script>",
+                                  "Le chien court."])
+def test_any_script_or_markup_translates_with_unknown_words_marked(events, text):
+    out = events.translate(text)
+    assert out["session"] is not None and "Unknown words" in out["status"]
+    decoded = json.loads(out["view_frames"]["attention"])  # the figure as the browser decodes it
+    assert "<script" not in json.dumps(decoded, ensure_ascii=False).replace("\\u003c", "<").lower().replace(
+        "&lt;script", "")
+    assert any(label == "unknown" for _, label in out["source_tokens"])
+
+
+def test_a_generated_unk_is_shown_and_said(services):
+    traced = services.translators[MODEL].trace("A dog.", force=["<unk>"])
+    assert "<unk>" in traced.text
+    assert "chose <unk> 1 time" in operations.translate_status(traced, [ENCODER, DECODER, CROSS])
+
+
+def test_an_rnn_offers_only_cross_attention(events):
+    out = events.translate("A dog runs.", model="toy-rnn", view=(ENCODER, 2, 3, WEIGHTS, 1, False))
+    session = out["session"]
+    assert out["kind"]["choices"] == [(KIND_LABELS[CROSS], CROSS)] and out["kind"]["value"] == CROSS
+    assert "no self-attention" in out["status"]
+    assert session.view.layer == 0 and session.view.head in (MEAN, 0)
+    stale = events.view(session, DECODER, 0, 1, WEIGHTS, 1, False)  # a stale kind falls back
+    np.testing.assert_allclose(np.array(figure(stale["view_frames"])["data"][0]["z"]), session.trace.cross[0, 1])
+
+
+def test_a_single_head_model_offers_just_that_head(events):
+    trace = events.translate("A dog.")["session"].trace
+    assert [value for _, value in operations.head_menu(trace, CROSS, MEAN)] == [MEAN, ALL_HEADS, 0, 1, 2, 3]
+    single = dataclasses.replace(trace, cross=trace.cross[:, :1])
+    assert operations.head_menu(single, CROSS, MEAN) == [("Head 1", 0)]
+
+
+def test_views_without_a_translation_say_so(events):
+    out = events.view(None, ENCODER, 0, MEAN, WEIGHTS, 1, False)
+    assert out == {"session": None, "status": NOTHING_YET}
+
+
+def test_switching_the_model_translates_the_sentence_again_or_its_first_example(events, services):
+    session = events.translate("A dog runs.")["session"]
+    out = events.run(translate_or_example, session, "toy-rnn", "A dog runs.")
+    assert out["translation"] == services.translators["toy-rnn"].trace("A dog runs.").text
+    assert out["example"]["choices"] == [(e, e) for e in services.examples("toy-rnn")] or \
+        out["example"]["choices"] == services.examples("toy-rnn")
+    assert out["session"].trace.encoder is None and out["session"].model == "toy-rnn"
+    out = events.run(translate_or_example, session, "toy-rnn", "  ")  # nothing to translate: its first example
+    assert out["session"].source == services.examples("toy-rnn")[0] and "first example" in out["status"]
+    assert out["source"] == services.examples("toy-rnn")[0]
+
+
+def test_a_first_visit_shows_a_translated_example_at_a_view_with_structure(events, services, monkeypatch):
+    monkeypatch.setattr(services, "examples", lambda name: ["A dog runs in the park.", "A man plays."])
+    out = events.named(first_visit(events.page, services))
+    session = out["session"]
+    assert out["source"] == "A dog runs in the park." and out["translation"].startswith("Ein Hund")
+    assert out["translation_frames"]["steps"] == session.trace.steps
+    # The last layer (the toy has no heads.json to name the head that aligns best), a few steps in.
+    assert session.view.layer == 1 and session.view.step == min(operations.FIRST_STEP, session.trace.steps) > 1
+
+
+def test_the_first_view_is_the_head_that_aligns_best(services, monkeypatch):
+    heads = {"cross.1.1": {"alignment_aer": 0.5}, "cross.2.3": {"alignment_aer": 0.2}, "encoder.1.1": {}}
+    monkeypatch.setattr(services.translators[MODEL], "head_report", {"heads": heads})
+    trace = operations.to_arrays(services.translators[MODEL].trace("A dog runs in the park."))
+    assert operations.first_view(services, MODEL, trace) == View(CROSS, 1, 2, WEIGHTS, 4)
+
+
+def test_server_answers_gradio_client(server, services):
+    translator = services.translators[MODEL]
+    client = Client(server, verbose=False)
+    result = client.predict(MODEL, "A woman plays with a child.", api_name="/trace")
+    assert result["translation"] == translator.trace("A woman plays with a child.").text
+    steps, sources = len(result["target_tokens"]), len(result["source_tokens"])
+    cross = np.array(result["cross_attention"])
+    assert cross.shape == (2, 4, steps, sources)
+    np.testing.assert_allclose(cross.sum(-1), 1, atol=1e-3)
+    assert np.array(result["decoder_attention"]).shape == (2, 4, steps, steps)
+    assert np.array(result["encoder_attention"]).shape == (2, 4, sources, sources)
+    with pytest.raises(Exception, match="empty"):
+        client.predict(MODEL, "  ", api_name="/trace")
+    answer = client.predict(MODEL, "A dog.", CROSS, 0, MEAN, WEIGHTS, 1, False, api_name="/translate")
+    assert answer[1] == translator.trace("A dog.").text  # status, then the translation
+
+
+def test_menus_get_their_choices_only_when_they_change(events):
+    """Gradio rebuilds a component for each property update, so a menu's choices go to the page once and then only
+    its value, until another model (or a measure of whole layers) changes them."""
+    first = events.translate("A dog runs.")
+    assert all(isinstance(first[menu], dict) and "choices" in first[menu]
+               for menu in ("kind", "layer", "head", "measure"))
+    again = events.translate("A man plays.", session=first["session"], view=(CROSS, 1, 2, WEIGHTS, 1, False))
+    assert [again[menu] for menu in ("kind", "layer", "head", "measure")] == [CROSS, 1, 2, WEIGHTS]
+    assert not any(f"step_buttons[{i}]" in again and "choices" in again[f"step_buttons[{i}]"] for i in range(4))
+    other = events.translate("A man plays.", model="toy-rnn", session=again["session"])
+    assert other["kind"]["choices"] == [(KIND_LABELS[CROSS], CROSS)]  # another model: its own choices
+    back = events.translate("A dog.", session=other["session"])
+    assert back["kind"]["choices"] == [(KIND_LABELS[k], k) for k in (ENCODER, DECODER, CROSS)]
+
+
+def test_the_step_slider_gets_a_new_length_only_when_the_length_changes(events):
+    """The slider too is rebuilt only when a translation has a different number of steps from the one before."""
+    first = events.translate("A man plays.")
+    steps = first["session"].trace.steps
+    assert first["step"]["maximum"] == max(steps, 2)
+    again = events.translate("A man plays.", session=first["session"])
+    assert again["step"] == min(operations.FIRST_STEP, steps)  # the same length: the step alone
+    other = next(out for text in ("A dog.", "Two young men are playing football on the green grass of a park.")
+                 if (out := events.translate(text, session=again["session"]))["session"].trace.steps != steps)
+    assert other["step"]["maximum"] == max(other["session"].trace.steps, 2)
+    assert other["step"]["interactive"] == (other["session"].trace.steps > 1)

@@ -1,0 +1,100 @@
+"""The JSON API: `/trace`, `/score` and `/beam`, for clients that want numbers rather than the page.
+
+Each is a plain function of JSON values registered with `gr.api`; a bad value is answered with a `gr.Error` that
+says what was wrong. Heads are named kind.layer.head with the keys of model/keys.py ("cross.2.5").
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import numpy as np
+
+from model.translator import InputError
+from ui.operations import shown
+from ui.services import Services
+
+
+def check_model(services: Services, model: object) -> None:
+    """An API request's model: a loaded checkpoint's name, or a gr.Error listing the loaded ones."""
+    if not isinstance(model, str) or model not in services.translators:
+        raise gr.Error(f"unknown model {shown(model)}; loaded: {', '.join(services.translators) or 'none'}")
+
+
+def rounded(array: np.ndarray | None, digits: int = 4):
+    return None if array is None else np.round(array.astype(np.float64), digits).tolist()
+
+
+def endpoints(services: Services) -> list:
+    """The API's functions, bound to `services`, each named as its endpoint."""
+
+    def trace(model: str, text: str, force: list[str] | None = None, mask: list[str] | None = None,
+              contributions: bool | None = None) -> dict:
+        """Translate `text` with checkpoint `model`; returns tokens, probabilities and every attention map as lists.
+
+        `force`: target tokens that fix the first steps (spelled as in `target_tokens`); `mask`: heads to switch
+        off, named kind.layer.head (kind encoder, decoder or cross; 1-based), e.g. "cross.2.5".
+        `source_contribution`: per generated token, the share of its prediction that came from the source (ALTI+;
+        None for a GRU model); `contributions` true adds the full ALTI+ maps.
+        """
+        check_model(services, model)
+        if contributions is not None and not isinstance(contributions, bool):
+            raise gr.Error(f"contributions must be true or false, not {shown(contributions)}")
+        try:
+            traced = services.trace(model, text, force, mask)
+            measured = services.translators[model].contributions(text, traced.target_tokens, mask)
+        except InputError as error:
+            raise gr.Error(str(error)) from None
+        result = traced.trace
+        return {"translation": traced.text, "source_tokens": traced.source_tokens, "unknown": traced.unknown,
+                "target_tokens": traced.target_tokens, "decoder_input_tokens": traced.decoder_input_tokens,
+                "forced": result.forced, "mask": sorted(set(mask or [])),
+                "probabilities": rounded(result.probabilities), "top_tokens": traced.top_tokens,
+                "top_probabilities": rounded(result.top_probabilities),
+                "encoder_attention": rounded(result.encoder_attention),
+                "decoder_attention": rounded(result.decoder_attention),
+                "cross_attention": rounded(result.cross_attention),
+                "source_contribution": None if measured is None else rounded(measured.source_contribution),
+                **({"contributions": None if measured is None else {"encoder": rounded(measured.encoder),
+                                                                    "decoder": rounded(measured.decoder)}}
+                   if contributions else {})}
+
+    def score(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None) -> dict:
+        """The teacher-forced log-probability of each of `target_tokens` (spelled as `/trace` returns them) as the
+        translation of `text` by checkpoint `model`, with the heads of `mask` switched off (kind.layer.head)."""
+        check_model(services, model)
+        try:
+            scored = services.translators[model].score(text, target_tokens, mask)
+        except InputError as error:
+            raise gr.Error(str(error)) from None
+        return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
+                "log_probabilities": rounded(scored.log_probabilities, 6),
+                "total_log_probability": round(scored.total, 6), "mask": sorted(set(mask or []))}
+
+    def beam(model: str, text: str, beam_size: int | None = None, mask: list[str] | None = None) -> dict:
+        """Beam search of `text` with checkpoint `model` (its evaluation beam size unless `beam_size` is given; heads
+        of `mask` switched off): the n-best list, best first, with length-normalised scores as evaluation ranks
+        them, and the beam after every step; `on_greedy_path` marks the hypotheses that are a prefix of the greedy
+        output."""
+        check_model(services, model)
+        translator = services.translators[model]
+        try:
+            traced = translator.beam(text, beam_size, mask)
+        except InputError as error:
+            raise gr.Error(str(error)) from None
+        search = traced.beam
+
+        def hypothesis(h) -> dict:
+            tokens = traced.tokens(h)
+            return {"tokens": tokens, "log_probability": round(h.log_probability, 6), "finished": h.finished,
+                    "on_greedy_path": tokens == traced.greedy_tokens[:len(tokens)]}
+
+        return {"source_tokens": traced.source_tokens, "beam_size": search.beam_size,
+                "length_penalty": search.length_penalty, "greedy_tokens": traced.greedy_tokens,
+                "n_best": [{"tokens": traced.tokens(h), "score": round(h.score, 6),
+                            "log_probability": round(h.log_probability, 6),
+                            "translation": translator.to_text(traced.tokens(h)[:len(h.token_ids)])}
+                           for h in search.n_best],
+                "steps": [[hypothesis(h) for h in hypotheses] for hypotheses in search.steps],
+                "mask": sorted(set(mask or []))}
+
+    return [trace, score, beam]

@@ -1,0 +1,51 @@
+"""The page, built from the loaded services: `build_demo(services) -> gr.Blocks`.
+
+Building loads nothing: `app.py` loads the checkpoints and forks the workers, then hands them here. The core loop
+(ui/tabs/inspect.py) sits on top; every other capability is a tab of its own (ui/tabs/). Each module builds its
+components into one `Page` and wires its own events (ui/listeners.py); `render` (ui/render.py) is the one place
+a session becomes what the page shows.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ui import listeners
+from ui.api import endpoints
+from ui.listeners import QUEUE_SIZE, STATIC
+from ui.page import Page
+from ui.services import Services
+from ui.tabs import beam, branch, compare, heads, inspect, share, sources, statistics
+
+TABS = (branch, heads, beam, statistics, compare, share, sources)
+# Memory bounds for a public server: a session is freed an hour after its last update, and Gradio keeps the
+# state of at most `state_session_capacity` sessions (app.py), the least recently used dropped first.
+SESSION_TTL_S = 3600
+
+
+def build_demo(services: Services) -> gr.Blocks:
+    """The whole page for `services`' models: the core loop, the tabs and the JSON API."""
+    with gr.Blocks(title="Transformer attention inspector") as demo:
+        page = Page(demo=demo)
+        gr.Markdown("**Transformer attention inspector**: translate, then step through greedy decoding (buttons, "
+                    "slider or ←/→) and inspect every layer and head of every attention.")
+        page.session = gr.State(None, time_to_live=SESSION_TTL_S)
+        inspect.build(page, services)
+        with gr.Tabs(elem_id="what-if"):
+            for tab in TABS:
+                tab.build(page, services)
+        listeners.wire(page, services)
+        for tab in TABS:
+            tab.wire(page, services)
+        # The JSON API: trace, score and beam search with every number (ui/api.py), queued with model work.
+        for function in endpoints(services):
+            gr.api(function, api_name=function.__name__, **services.trace_queue)
+    demo.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE)
+    demo.page = page  # the components by name, for tests and benchmarks
+    return demo
+
+
+def launch_options() -> dict:
+    """What `launch` needs besides the address: the page's CSS and JavaScript (ui/static/), and every error's
+    message shown to the client (a request Gradio itself refuses, e.g. too few values, says why)."""
+    return dict(css_paths=[STATIC / "style.css"], js=(STATIC / "page.js").read_text(), show_error=True)

@@ -1,0 +1,198 @@
+"""How the page's events reach the session: every event that changes what is shown runs one operation of
+ui/operations.py on the user's `Session` (one `gr.State`) and answers with `render`.
+
+The busiest events (translations and view changes) skip Gradio's queue (`queue=False`, a plain request): they
+are admitted up to `Services.admission`'s limit and refused beyond it with a "busy, try again" status, so a
+burst never waits unbounded. The other events go through the queue, which holds at most `QUEUE_SIZE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import gradio as gr
+
+from model.keys import WEIGHTS
+from ui import operations
+from ui.links import LinkSpec, PARAMETERS, open_link, query_values
+from ui.page import Page
+from ui.render import render
+from ui.services import Busy, Services
+from ui.session import Session, View
+
+STATIC = Path(__file__).parent / "static"
+QUEUE_SIZE = 64
+# The browser's step functions (step, translation frames, view frames) => the step's views: one that redraws
+# the plots on the page (a step), one that hands Gradio new figures (a new translation or view).
+STEPPING = (STATIC / "stepping.js").read_text()
+STEP_JS, RENDER_JS = (f"(step, translation, view) => {{ const direct = {direct};\n{STEPPING}\n}}"
+                      for direct in ("true", "false"))
+
+
+def settings(page: Page) -> list:
+    """The view's controls, in the order `view_of` takes them."""
+    return [page.kind, page.layer, page.head, page.measure, page.step, page.model_view]
+
+
+def view_of(kind, layer, head, measure, step, model_view) -> View:
+    """The view the page's controls show (normalized against a trace later)."""
+    return View(kind, layer, head, measure if measure is not None else WEIGHTS, step, bool(model_view))
+
+
+def session_outputs(page: Page) -> list:
+    """Every component `render` may update."""
+    return [page.session, page.status, page.translation, page.translation_frames, page.view_frames, page.step,
+            *page.step_buttons, page.kind, page.measure, page.layer, page.head, page.model_view, page.breadcrumb,
+            page.source, page.source_tokens, page.model, page.example, page.comparison, page.comparison_plot,
+            *page.mask_grids, page.mask_note, page.importance_measure, page.importance_plot, page.masked_translation,
+            page.mask_effect_plot, page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.head_table,
+            page.alignment_text, page.source_share_plot, page.contribution_plot, page.compare_model, page.link_box,
+            page.export_file]
+
+
+def view_outputs(page: Page) -> list:
+    """What a view change can update."""
+    return [page.session, page.status, page.view_frames, page.step, page.kind, page.measure, page.layer, page.head,
+            page.model_view]
+
+
+def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int) -> Callable:
+    """An event's function: `(session, *extras, *settings) -> updates`. The page's view settings are taken first
+    (the step lives in the browser), then `operation(services, session, *extras)` runs, then `render`."""
+    def run(session: Session | None, *values) -> dict:
+        arguments, view = values[:extras], view_of(*values[extras:])
+        before, note = session, ""
+        if session is not None:
+            session, note = operations.with_view(services, session, view)
+        after, message = operation(services, session, *arguments)
+        message = message or note  # what the view could not show, where the operation itself says nothing
+        if after is not None and after.view.measure != WEIGHTS:
+            after = operations.with_measures(services, after)
+        updates = render(page, services, before, after, message)
+        return {component: value for component, value in updates.items() if component in outputs}
+    run.__name__ = getattr(operation, "__name__", "run")  # as Gradio's messages name the event
+    return run
+
+
+def admitted(page: Page, services: Services, function: Callable) -> Callable:
+    """`function` run in a worker thread only when the server admits one more request (else a busy status): for
+    events outside Gradio's queue, whose waiting the queue does not bound."""
+    async def run(*values):
+        try:
+            with services.admission.admit():
+                return await anyio.to_thread.run_sync(lambda: function(*values))
+        except Busy as error:
+            return {page.status: str(error)}
+    run.__name__ = function.__name__
+    return run
+
+
+def on(page: Page, services: Services, triggers: list, operation: Callable, extras: list, api_names: list[str],
+       outputs: list | None = None, queued: bool = True, **options) -> list:
+    """Wire each trigger to run `operation` with `extras` (components) after the session, then the view's
+    settings; each trigger gets its api name. Returns the events (to chain `.then`)."""
+    outputs = outputs or session_outputs(page)
+    run = answer(page, services, operation, outputs, len(extras))
+    if not queued:
+        run = admitted(page, services, run)
+    return [trigger(run, [page.session, *extras, *settings(page)], outputs, api_name=api_name,
+                    queue=queued, **options)
+            for trigger, api_name in zip(triggers, api_names)]
+
+
+def tab_answer(page: Page, services: Services, function: Callable, inputs: list, outputs: list, api_name: str,
+               trigger: Callable, **options):
+    """Wire a tab's question about the decoding on screen: `function(services, session, *values)` is an
+    `operations.operation` that returns (its outputs' values, message)."""
+    def run(session: Session | None, *values) -> dict:
+        results, message = function(services, session, *values)
+        if not isinstance(results, tuple):  # nothing translated yet, or a refused input
+            return {page.status: message}
+        return {**dict(zip(outputs, results)), page.status: message}
+    run.__name__ = getattr(function, "__name__", "run")
+    return trigger(run, [page.session, *inputs], [*outputs, page.status], api_name=api_name, **options)
+
+
+@operations.operation
+def view_changed(services: Services, session: Session) -> tuple[Session, str]:
+    """A view change: `answer` has already taken the page's settings into the session."""
+    return session, ""
+
+
+def translate_or_example(services: Services, session: Session | None, model: object, text: object
+                         ) -> tuple[Session | None, str]:
+    """A new model chosen: the sentence on screen translated with it; where it cannot be, its first example."""
+    translated, message = operations.translate(services, None, model, text)
+    if translated is not None:
+        return translated, message
+    examples = services.examples(model)
+    if not examples or model not in services.translators:
+        return None, f"Model {operations.shown(model)} chosen. {message}"
+    translated, said = operations.translate(services, None, model, examples[0])
+    return translated, f"Model {model} chosen: {message} So its first example is shown instead. {said}"
+
+
+def use_example(services: Services, session: Session | None, sentence: object, model: object
+                ) -> tuple[Session | None, str]:
+    """An example picked: translate it (nothing to do when it is already what is shown)."""
+    if not sentence or (session is not None and (session.model, session.source) == (model, sentence)):
+        return session, "" if session is None else "Translated."
+    return operations.translate(services, session, model, sentence)
+
+
+def first_visit(page: Page, services: Services, request: gr.Request | None = None) -> dict:
+    """On page load: the view of the page's link (`?model=…&text=…`, ui/links.py), or else the default model's first
+    example, translated, so a visitor sees what the app does."""
+    query = request.query_params if request is not None else {}
+    if any(query_values(query, name) for name in PARAMETERS):
+        session, message = open_link(services, *LinkSpec.parse(query))
+    else:
+        examples = services.examples(services.default_model)
+        if not examples:
+            return {page.status: services.load_status() or "Type a sentence and press Enter."}
+        session, message = operations.translate(services, None, services.default_model, examples[0])
+    return render(page, services, None, session, message)
+
+
+def wire(page: Page, services: Services) -> None:
+    """The core loop's events: translate, switch the model, use an example, open the page, change the view, step."""
+    on(page, services, [page.translate.click, page.source.submit], operations.translate, [page.model, page.source],
+       ["translate", "translate_enter"], queued=False)
+    on(page, services, [page.model.input], translate_or_example, [page.model, page.source], ["switch_model"],
+       queued=False)
+    on(page, services, [page.example.input], use_example, [page.example, page.model], ["use_example"],
+       queued=False)
+    # Typing a sentence of one's own leaves the examples (so closing their list never brings one back).
+    page.source.input(None, None, page.example, js="() => null")
+    frames = [page.step, page.translation_frames, page.view_frames]
+    views = [page.attention, page.candidates, page.probabilities, page.step_text, page.overview, page.compare_plot]
+
+    def visit(request: gr.Request) -> dict:  # Gradio hands an argument typed gr.Request the page's request
+        return first_visit(page, services, request)
+    page.demo.load(visit, None, session_outputs(page), api_name="first_visit", **services.trace_queue).then(
+        None, frames, views, js=RENDER_JS)
+
+    # A view change reads the user's stored trace (a few ms): the view's settings are the change.
+    for control in (page.kind, page.layer, page.head, page.measure, page.model_view):
+        on(page, services, [control.input], view_changed, [], [control.elem_id.replace("-", "_")],
+           outputs=view_outputs(page), queued=False)
+
+    # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
+    # box) redraws the step in the browser; new figures (a translation, a view change) are drawn by Gradio.
+    first, previous, following, last = page.step_buttons
+    for button, move in ((first, "() => 1"), (previous, "(s) => Math.max(1, s - 1)"),
+                         (following, "(s, f) => (f ? Math.min(f.steps, s + 1) : s)"),
+                         (last, "(s, f) => (f ? f.steps : s)")):
+        button.click(None, [page.step, page.translation_frames], page.step, js=move)
+    page.step.change(None, frames, page.step_text, js=STEP_JS)
+    page.view_frames.change(None, frames, views, js=RENDER_JS)
+    page.model_view_panel.expand(None, frames, views, js=RENDER_JS)
+
+    on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"])
+    opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,
+                [page.head_name], ["open_head", "open_head_enter"], queued=False)
+    for event in opened:  # the head may be opened from far down the page (the importance heatmap)
+        event.then(None, js="() => document.querySelector('#attention')?.scrollIntoView({block: 'nearest'})")
+

@@ -1,0 +1,329 @@
+"""What a user can do to a session, as plain functions `(services, session, ...) -> (session, message)`.
+
+Each returns a new `Session` (or the one it was given, when it fails) and the line the status box shows. None of
+them touches Gradio: tests call them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import wraps
+
+import numpy as np
+
+from model.contributions import VALUE_NORM_TOGETHER
+from model.keys import (ALL_HEADS, ALTI, CROSS, KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, ROLLOUT, VALUE_NORM,
+                        WEIGHTS, head_name, parse_head_name)
+from model.translator import InputError, TracedTranslation
+from ui.services import Services
+from ui.session import NOTHING_YET, Beam, Comparison, Decoding, MaskEffect, Session, View, to_arrays
+from viz.views import TraceArrays
+from viz.whatif import beam_step_rows, n_best_rows
+
+FIRST_STEP = 4  # a new translation opens a few tokens in, where a row shows more than <sos>'s attention
+# What each measure's maps hold, for the view's title line and colour bar: (line, unit).
+MEASURE_LINES = {
+    VALUE_NORM: ("‖α·f(x)‖: weight × value norm (Kobayashi et al. 2020)", "‖α f‖"),
+    ROLLOUT: ("attention rollout up to this layer (Abnar & Zuidema 2020)", "share"),
+    ALTI: ("ALTI+ shares up to this layer, residuals and norms in (Ferrando et al. 2022)", "share"),
+}
+GRU_MEASURES = ("The GRU models have no residual stream: value norms, rollout and contributions need a "
+                "Transformer; only the weights can be shown.")
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value from a request, quoted for a message (repr spells out invisible and broken characters), cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 head', '3 heads'."""
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def operation(function):
+    """An operation on a translated session: with none yet it says so, and a refused input (`InputError`) leaves
+    the session as it was, the reason as the message."""
+    @wraps(function)
+    def run(services: Services, session: Session | None, *args, **kwargs) -> tuple[Session | None, str]:
+        if session is None:
+            return None, NOTHING_YET
+        try:
+            return function(services, session, *args, **kwargs)
+        except InputError as error:
+            return session, str(error)
+    return run
+
+
+def translate_status(traced: TracedTranslation, kinds: list[str]) -> str:
+    """What the status line says about a translation: unknown source words, unspellable target words, limits."""
+    unknown = [t for t, u in zip(traced.source_tokens, traced.unknown) if u]
+    message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
+    unspelled = traced.target_tokens.count("<unk>")
+    if unspelled:
+        message += (f" The model chose <unk> {plural(unspelled, 'time')}: a word its vocabulary cannot spell, shown "
+                    "as <unk> in the translation.")
+    if len(kinds) < len(KINDS):
+        message += " This model has no self-attention: only its cross-attention exists to show."
+    if traced.target_tokens[-1] != "<eos>":
+        message += f" Stopped at the length limit of {len(traced.target_tokens)} tokens."
+    return message
+
+
+def first_view(services: Services, model: str, trace: TraceArrays) -> View:
+    """The view a model opens on: cross-attention of the head that aligns best on the val split (heads.json), else
+    the mean of the last layer's heads, a few steps in."""
+    best = services.best_head(model)
+    layer, head = best if best is not None else (trace.layers(CROSS) - 1, MEAN)
+    return View(CROSS, layer, head, WEIGHTS, FIRST_STEP).normalize(trace)
+
+
+def translate(services: Services, session: Session | None, model: object, text: object,
+              view: View | None = None) -> tuple[Session | None, str]:
+    """Trace a translation once: a new session (the view kept where the model is the same); a failure keeps the
+    session as it was."""
+    if not isinstance(model, str) or model not in services.translators:
+        return session, f"Choose a model: {shown(model)} is not loaded. " + services.load_status()
+    try:
+        traced = services.trace(model, text)
+    except InputError as error:
+        kept = f" The translation on screen is still that of {shown(session.source)}." if session else ""
+        return session, str(error) + kept
+    trace = to_arrays(traced)
+    if session is None or session.model != model:
+        view = first_view(services, model, trace)
+    else:
+        view = replace(view or session.view, measure=WEIGHTS, step=FIRST_STEP)
+    new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
+                  unknown=tuple(traced.unknown))
+    return new, translate_status(traced, trace.available())
+
+
+def with_view(services: Services, session: Session | None, view: View) -> tuple[Session | None, str]:
+    """Another kind, layer, head, measure or step of the decoding on screen; a measure other than the weights is
+    computed when first shown (one teacher-forced pass) and kept with the decoding."""
+    if session is None:
+        return None, NOTHING_YET
+    if view.measure not in MEASURE_LABELS:
+        return session, f"Unknown measure {shown(view.measure)}; choose one of: {', '.join(MEASURE_LABELS)}."
+    if view.measure in (ROLLOUT, ALTI):  # the heads combined: the head menu offers one entry, the choice stays
+        view = replace(view, head=session.view.head)
+    if view.measure != WEIGHTS and session.trace.encoder is None:
+        return session.with_view(replace(view, measure=WEIGHTS)), GRU_MEASURES
+    session = session.with_view(view)
+    if session.view.measure != WEIGHTS:
+        session = with_measures(services, session)
+    return session, ""
+
+
+def with_measures(services: Services, session: Session) -> Session:
+    """The session with the decoding on screen's measure maps computed (once per decoding)."""
+    decoding = session.current
+    if decoding.measure_maps is not None:
+        return session
+    maps = services.translators[session.model].measures(session.source, decoding.trace.target_tokens,
+                                                        list(decoding.mask))
+    decodings = list(session.decodings)
+    decodings[session.shown] = replace(decoding, measure_maps=maps)
+    return replace(session, decodings=tuple(decodings))
+
+
+def measured_trace(decoding: Decoding, measure: str) -> TraceArrays:
+    """The decoding's trace with its attention maps replaced by `measure`'s (its weights where it has none)."""
+    maps = decoding.measure_maps
+    if measure == WEIGHTS or not maps:
+        return decoding.trace
+    arrays = maps[measure]
+    per_head = measure == VALUE_NORM
+    together = {kind: maps[VALUE_NORM_TOGETHER][kind] for kind in KINDS} if per_head else None
+    # The weights behind each cell, for the hover: per head, or the heads' mean for a measure of the whole layer.
+    raw = {kind: decoding.trace.maps(kind) if per_head else decoding.trace.maps(kind).mean(1, keepdims=True)
+           for kind in KINDS}
+    line, unit = MEASURE_LINES[measure]
+    return replace(decoding.trace, encoder=arrays["encoder"], decoder=arrays["decoder"], cross=arrays["cross"],
+                   measure=line, value_label=unit,
+                   scale_max=max(float(a.max()) for a in [*arrays.values(), *(together or {}).values()])
+                   if per_head else 1.0, together=together, raw=raw,
+                   switched_off=decoding.trace.switched_off if per_head else frozenset())
+
+
+def drawn(session: Session) -> tuple[TraceArrays, int | str]:
+    """What the attention view draws: the decoding's trace (a measure's, if one is shown) and the head to draw,
+    which is the one head a measure of the whole layer (rollout, ALTI+) has."""
+    trace = measured_trace(session.current, session.view.measure)
+    return trace, 0 if trace.heads(session.view.kind) == 1 else session.view.head
+
+
+@operation
+def go_to(services: Services, session: Session, index: object) -> tuple[Session, str]:
+    """Show another decoding of the session (the ones after it stay until a new one is made)."""
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(session.decodings):
+        return session, f"There is no decoding {shown(index)} of this sentence."
+    session = replace(session, shown=index)
+    return session.with_view(session.view), f"Showing {session.current.name}."
+
+
+@operation
+def branch(services: Services, session: Session, word: object) -> tuple[Session, str]:
+    """Make the decoding on screen choose `word` at the step on screen and decode greedily from there."""
+    decoding = session.current
+    word = word.strip() if isinstance(word, str) else ""
+    if not word:
+        return session, "Click a candidate in the chart, or type a word to choose at this step, then Branch."
+    t = session.view.step - 1
+    was = decoding.trace.target_tokens[t]
+    if word == was:
+        return session, f"Step {t + 1} already chooses \"{word}\": click another candidate or type another word."
+    force = tuple(decoding.trace.target_tokens[:t]) + (word,)
+    traced = services.trace(session.model, session.source, list(force), list(decoding.mask))
+    new = Decoding(f"{word} at step {t + 1}", to_arrays(traced, list(decoding.mask)), traced.text, force,
+                   decoding.mask, chosen=t)
+    replaced = len(session.decodings) - session.shown - 1
+    change = float(np.log(new.trace.probabilities).sum() - np.log(decoding.trace.probabilities).sum())
+    session = session.followed_by(new).with_view(replace(session.view, step=t + 1, measure=WEIGHTS))
+    return session, (f"Branch: step {t + 1} chooses \"{word}\" instead of \"{was}\", then greedy decoding goes on. "
+                     f"Its log-probability differs from {decoding.name}'s by {change:+.2f}."
+                     + (f" It replaces the {plural(replaced, 'decoding')} that followed {decoding.name}."
+                        if replaced else ""))
+
+
+@operation
+def set_mask(services: Services, session: Session, mask: object) -> tuple[Session, str]:
+    """Translate the sentence again with the heads of `mask` switched off, beside the decoding it came from, and
+    score that decoding's tokens without those heads (teacher-forced): which words depended on them."""
+    if not isinstance(mask, (list, tuple)) or not all(isinstance(name, str) for name in mask):
+        return session, f"Heads to switch off come as a list of names (kind.layer.head), not {shown(mask)}."
+    base_index = session.shown - 1 if session.current.effect is not None else session.shown
+    base = session.decodings[base_index]
+    mask = tuple(sorted(set(mask)))
+    if mask == base.mask:  # every head the base ran with is on again: back to it
+        session = replace(session, decodings=session.decodings[:base_index + 1], shown=base_index)
+        return session.with_view(session.view), f"All heads of {base.name} on again."
+    traced = services.trace(session.model, session.source, list(base.force), list(mask))
+    scored = services.translators[session.model].score(session.source, base.trace.target_tokens, list(mask))
+    change = scored.log_probabilities - np.log(base.trace.probabilities)
+    off = len(set(mask) - set(base.mask))
+    effect = MaskEffect(base.name, base.trace.target_tokens, traced.target_tokens, change, off)
+    new = Decoding(f"{plural(len(mask), 'head')} off", to_arrays(traced, list(mask)), traced.text, base.force, mask,
+                   effect=effect)
+    session = session.followed_by(new, after=base_index)
+    session = session.with_view(replace(session.view, measure=WEIGHTS))
+    same = new.trace.target_tokens == base.trace.target_tokens
+    return session, (f"{plural(len(mask), 'head')} off: the translation " + ("does not change" if same else "changes")
+                     + f"; the log-probability of {base.name}'s tokens changes by {change.sum():+.2f} in all (the "
+                     "Switch heads off tab shows each token's change).")
+
+
+@operation
+def mask_preset(services: Services, session: Session, preset: str) -> tuple[Session, str]:
+    """A preset mask over the heads of the kind in view: its layer in view off ("layer"), all but the head in view
+    ("all but one"; the other kinds' switches stay as they are), or every head on ("none")."""
+    trace, view = session.trace, session.view
+    names = [head_name(view.kind, view.layer, h) for h in range(trace.heads(view.kind))]
+    if preset == "layer":
+        mask = sorted(set(session.current.mask) | set(names))
+    elif preset == "all but one":
+        if not isinstance(view.head, int):
+            return session, "Choose one head in the Head list first: every other head of this attention goes off."
+        others = [name for name in session.current.mask if not name.startswith(view.kind + ".")]
+        mask = others + [head_name(view.kind, layer, h) for layer in range(trace.layers(view.kind))
+                         for h in range(trace.heads(view.kind)) if (layer, h) != (view.layer, view.head)]
+    else:
+        mask = []
+    return set_mask(services, session, mask)
+
+
+@operation
+def open_head(services: Services, session: Session, name: object) -> tuple[Session, str]:
+    """Show one head, named kind.layer.head (a click on the importance heatmap, or typed), in the attention view."""
+    trace = session.trace
+    parsed = parse_head_name(name)
+    if parsed is None or parsed[0] not in trace.available() or not (
+            0 <= parsed[1] < trace.layers(parsed[0]) and 0 <= parsed[2] < trace.heads(parsed[0])):
+        sizes = ", ".join(f"{k}: {trace.layers(k)} layers x {trace.heads(k)} heads" for k in trace.available())
+        return session, (f"No head {shown(name)} in this model ({sizes}): name one as kind.layer.head, 1-based, "
+                         "e.g. cross.2.5.")
+    kind, layer, head = parsed
+    session = session.with_view(replace(session.view, kind=kind, layer=layer, head=head, measure=WEIGHTS))
+    return session, f"Showing {head_name(kind, layer, head)} ({KIND_LABELS[kind]}, layer {layer + 1}, head {head + 1})."
+
+
+@operation
+def run_beam(services: Services, session: Session) -> tuple[Session, str]:
+    """Beam search of the sentence as evaluation runs it, with the heads of the decoding on screen off."""
+    translator = services.translators[session.model]
+    mask = session.current.mask
+    greedy_tokens = next((d.trace.target_tokens for d in session.decodings if not d.force and d.mask == mask), None)
+    traced = translator.beam(session.source, mask=list(mask), greedy_tokens=greedy_tokens)
+    beam = traced.beam
+    greedy = translator.to_text([token for token in traced.greedy_tokens if token != "<eos>"])
+    texts = [translator.to_text(traced.tokens(h)[:len(h.token_ids)]) for h in beam.n_best]
+    rows = n_best_rows([(text, h.score, h.log_probability, len(h.token_ids) + h.finished)
+                        for text, h in zip(texts, beam.n_best)], greedy)
+    steps = beam_step_rows([[(traced.tokens(h), h.log_probability, h.finished) for h in hypotheses]
+                            for hypotheses in beam.steps], traced.greedy_tokens)
+    session = replace(session, beam=Beam(session.current.force, mask, [traced.tokens(h) for h in beam.n_best],
+                                         texts, rows, steps))
+    masked = f", {plural(len(mask), 'head')} off" if mask else ""
+    return session, (f"Beam search (beam {beam.beam_size}, length penalty {beam.length_penalty}{masked}): "
+                     f"{len(beam.n_best)} finished hypotheses in {len(beam.steps)} steps; "
+                     + ("the best one is the greedy translation." if texts and texts[0] == greedy else
+                        "the best one differs from the greedy translation."))
+
+
+@operation
+def open_hypothesis(services: Services, session: Session, index: object) -> tuple[Session, str]:
+    """Show a beam hypothesis like a trace: its tokens forced, so every step's attention is its teacher-forced one.
+    It follows the decoding the beam ran from (replacing a hypothesis opened before), to compare with that."""
+    beam = session.beam
+    count = len(beam.hypotheses) if beam else 0
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+        return session, "Run the beam search first, then choose one of its hypotheses."
+    tokens = beam.hypotheses[index]
+    traced = services.trace(session.model, session.source, tokens, list(beam.mask))
+    ran_from = next((i for i, d in enumerate(session.decodings) if (d.force, d.mask) == (beam.force, beam.mask)),
+                    session.shown)
+    new = Decoding(f"beam #{index + 1}", to_arrays(traced, list(beam.mask)), traced.text, tuple(tokens), beam.mask)
+    session = session.followed_by(new, after=ran_from)
+    session = session.with_view(replace(session.view, step=1, measure=WEIGHTS))
+    return session, f"Showing beam hypothesis #{index + 1} step by step, its attention read with its own tokens."
+
+
+def compare_trace(services: Services, session: Session, other: object) -> Comparison | str:
+    """Another model's greedy decoding of the session's sentence, or why there is none."""
+    if not isinstance(other, str) or other not in services.translators:
+        return f"there is no model {shown(other)} to compare with"
+    mine = services.translators[session.model].src_tokenizer.lang
+    theirs = services.translators[other].src_tokenizer.lang
+    if mine != theirs:
+        return f"{other} reads {theirs}, not {mine}: only a model of the same source language can be compared"
+    try:
+        return Comparison(other, to_arrays(services.trace(other, session.source)))
+    except InputError as error:
+        return f"{other} cannot translate this sentence: {error}"
+
+
+@operation
+def compare(services: Services, session: Session, other: object) -> tuple[Session, str]:
+    """Translate the sentence with a second checkpoint and show both attentions side by side (with their
+    difference where both read the same tokens); stepping moves both."""
+    compared = compare_trace(services, session, other)
+    if isinstance(compared, str):
+        return session, compared[0].upper() + compared[1:] + "."
+    same = compared.trace.target_tokens == session.trace.target_tokens
+    return replace(session, compare=compared), (
+        f"Compared with {other}: " + ("the same translation, so every map has a difference map." if same else
+                                      "a different translation: " + " ".join(compared.trace.target_tokens[:-1])
+                                      + "."))
+
+
+def head_menu(trace: TraceArrays, kind: str, chosen: int | str) -> list[tuple[str, int | str]]:
+    """Head menu entries for one attention kind: (label, value), the value a head index or MEAN / ALL_HEADS.
+    A single-head model (dot-product attention) has nothing to average or lay side by side. A measure of the whole
+    layer (rollout, ALTI+) has one entry, whose value is the head `chosen` for the weights, so that going back to
+    the weights shows that head again."""
+    heads = [(f"Head {h + 1}", h) for h in range(trace.heads(kind))]
+    if len(heads) == 1 and trace.measure:
+        return [("Every head, combined", chosen)]
+    return heads if len(heads) == 1 else [("Mean of heads", MEAN), ("All heads", ALL_HEADS)] + heads

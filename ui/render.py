@@ -1,0 +1,221 @@
+"""A session as what the page shows: `render(page, services, before, after, message)` -> component updates.
+
+Every event that changes a session answers with `render`. It sends only what differs between the session the page
+showed (`before`) and the new one (`after`): a figure is built again only when what it draws changed, and a menu
+gets new choices only when they changed (Gradio rebuilds a component for every property update; a value alone is
+cheap). Values that the user can change on the page (menus, the step) are always sent, so a choice the session
+refused never stays on screen.
+"""
+
+from __future__ import annotations
+
+import re
+
+import gradio as gr
+
+from model.keys import KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
+from ui.links import link_of
+from ui.operations import drawn, head_menu, plural
+from ui.services import Services
+from ui.session import Session
+from viz.attention import visible
+from viz.views import comparison_frames, translation_frames, view_frames
+from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, comparison_figure, importance_figure,
+                        log_prob_change_figure, token_differences)
+
+GREEDY = ("This is the greedy translation. Branch it (click a candidate or type a word) or switch heads off to "
+          "compare.")
+IMPORTANCE_KEYS = {key: label for label, (key, _) in IMPORTANCE_MEASURES.items()}
+
+
+def file_stem(session: Session | None) -> str:
+    """The start of a download's file name: the model and the sentence's first words ('en-de_a-dog-runs-in')."""
+    if session is None:
+        return "view"
+    words = re.findall(r"\w+", session.source.lower())
+    kept = [word for i, word in enumerate(words) if len("-".join(words[:i + 1])) <= 24] or words[:1]
+    return f"{session.model}_{'-'.join(kept)[:24] or 'sentence'}"
+
+
+def menu(after: list, before: list | None, value: object, **props) -> object:
+    """A menu's update: its value, with its choices (and `props`) only where they changed."""
+    return gr.update(choices=after, value=value, **props) if after != before else value
+
+
+def view_identity(session: Session | None) -> tuple | None:
+    """What the attention figures depend on: the decoding, the view (but the step) and the comparison."""
+    if session is None:
+        return None
+    view = session.view
+    return (id(session.current), view.kind, view.layer, view.head, view.measure, view.model_view,
+            session.compare and session.compare.model, session.current.measure_maps is not None)
+
+
+def view_menus(session: Session) -> dict:
+    """The layer and head menus of the view on screen, the trace the view draws (a measure's, if shown) and the
+    head it draws."""
+    trace, head = drawn(session)
+    kind = session.view.kind
+    return {"layers": [(f"Layer {i + 1}", i) for i in range(trace.layers(kind))],
+            "heads": head_menu(trace, kind, session.view.head), "trace": trace, "head": head}
+
+
+def render(page, services: Services, before: Session | None, after: Session | None, message: str) -> dict:
+    """The updates that take the page from showing `before` to showing `after`, with `message` in the status line."""
+    updates = {page.session: after, page.status: message}
+    if after is None:
+        if before is not None:
+            updates.update(cleared(page))
+        return updates
+    decoding, view = after.current, after.view
+    new_decoding = before is None or before.current is not decoding
+    new_model = before is None or before.model != after.model
+    new_sentence = new_model or before.source != after.source
+    menus = view_menus(after)
+    shown_head = menus["heads"][0][1] if len(menus["heads"]) == 1 else view.head  # what the head menu says
+    old_menus = view_menus(before) if before is not None else {"layers": None, "heads": None}
+    kinds = decoding.trace.available()
+    measures = list(MEASURE_LABELS) if decoding.trace.encoder is not None else [WEIGHTS]
+    old_kinds = before.current.trace.available() if before is not None else None
+    old_measures = ((list(MEASURE_LABELS) if before.current.trace.encoder is not None else [WEIGHTS])
+                    if before is not None else None)
+    steps = decoding.trace.steps
+    updates.update({
+        page.kind: menu(choices(KIND_LABELS, kinds), choices(KIND_LABELS, old_kinds) if old_kinds else None,
+                        view.kind),
+        page.measure: menu(choices(MEASURE_LABELS, measures),
+                           choices(MEASURE_LABELS, old_measures) if old_measures else None, view.measure),
+        page.layer: menu(menus["layers"], old_menus["layers"], view.layer),
+        page.head: menu(menus["heads"], old_menus["heads"], shown_head),
+        page.model_view: view.model_view,
+        page.step: (gr.update(maximum=max(steps, 2), interactive=steps > 1, value=view.step)
+                    if before is None or before.current.trace.steps != steps else view.step),
+    })
+    if view_identity(before) != view_identity(after):
+        frames = view_frames(menus["trace"], view.kind, view.layer, menus["head"], view.model_view, file_stem(after))
+        if after.compare is not None:  # the weights of both, whatever measure the view shows
+            frames["compare"] = comparison_frames([(after.model, decoding.trace),
+                                                   (after.compare.model, after.compare.trace)],
+                                                  view.kind, view.layer, view.head, file_stem(after))
+        frames["link"] = link_of(after).url_query()
+        updates[page.view_frames] = frames
+    if new_decoding:
+        updates.update(decoding_updates(page, after))
+        if before is None or len(before.decodings) != len(after.decodings) or before.shown != after.shown \
+                or [d.name for d in before.decodings] != [d.name for d in after.decodings]:
+            updates[page.breadcrumb] = gr.update(choices=[(d.name, i) for i, d in enumerate(after.decodings)],
+                                                 value=after.shown, visible=len(after.decodings) > 1)
+    if new_model:
+        updates.update(model_updates(page, services, after))
+    if new_sentence:
+        updates[page.source_tokens] = [(visible(token) + " ", "unknown" if unknown else None)
+                                       for token, unknown in zip(after.trace.source_tokens, after.unknown)]
+        updates[page.source] = after.source
+    if before is None or before.beam is not after.beam:
+        updates.update(beam_updates(page, after))
+    if not new_model and before.compare is not after.compare:
+        updates[page.compare_model] = after.compare.model if after.compare else None
+    return updates
+
+
+def decoding_updates(page, session: Session) -> dict:
+    """Everything that shows the decoding on screen: its translation and stepping data, its comparison with the
+    decoding it came from, the heads it ran without and what that did; the tabs' answers about another decoding
+    are cleared."""
+    decoding = session.current
+    trace = decoding.trace
+    grids = {grid: sorted(name for name in decoding.mask if name.startswith(kind + "."))
+             for grid, kind in zip(page.mask_grids, KINDS)}
+    effect = decoding.effect
+    return {page.translation: decoding.text, page.translation_frames: translation_frames(trace),
+            **{button: gr.update(interactive=True) for button in page.step_buttons},
+            **grids, **comparison_updates(page, session), page.branch_word: "",
+            page.masked_translation: None if effect is None else token_differences(effect.base_tokens,
+                                                                                    effect.new_tokens),
+            page.mask_effect_plot: None if effect is None else log_prob_change_figure(
+                effect.base_tokens, effect.change,
+                f"each token of {effect.base}: log-probability with {plural(effect.heads_off, 'head')} off minus "
+                "with them on"),
+            page.head_table: None, page.alignment_text: "", page.source_share_plot: None,
+            page.contribution_plot: None, page.link_box: "", page.export_file: None}
+
+
+def comparison_updates(page, session: Session) -> dict:
+    """The decoding on screen beside the one it came from: both token sequences with the differences marked, and
+    both per-token probabilities."""
+    if session.shown == 0:
+        return {page.comparison: [(GREEDY, None)], page.comparison_plot: None}
+    parent, child = session.decodings[session.shown - 1], session.current
+    before, after = parent.trace.target_tokens, child.trace.target_tokens
+    parent_marks = token_differences(after, before)
+    child_marks = token_differences(before, after, child.chosen)
+    differing = [{i for i, (_, mark) in enumerate(marks) if mark in (DIFFERS, FORCED)}
+                 for marks in (parent_marks, child_marks)]
+    return {page.comparison: [(f"{parent.name}: ", None), *parent_marks, ("\n", None), (f"{child.name}: ", None),
+                              *child_marks],
+            page.comparison_plot: comparison_figure([(parent.name, before, parent.trace.probabilities),
+                                                     (child.name, after, child.trace.probabilities)], differing)}
+
+
+def head_switches(trace, kind: str) -> list[tuple[str, str]]:
+    """A kind's head switches, "L1 H1" ... as (label, head name)."""
+    return [(f"L{layer + 1} H{head + 1}", f"{kind}.{layer + 1}.{head + 1}")
+            for layer in range(trace.layers(kind)) for head in range(trace.heads(kind))]
+
+
+def model_updates(page, services: Services, session: Session) -> dict:
+    """What belongs to the model rather than the sentence: the head switches of its attention kinds (the GRU
+    models have cross-attention only), its head-importance heatmap, its examples and the models to compare with."""
+    trace = session.trace
+    kinds = trace.available()
+    grids = {grid: gr.update(choices=head_switches(trace, kind) if kind in kinds else [],
+                             value=sorted(n for n in session.current.mask if n.startswith(kind + ".")),
+                             visible=kind in kinds,
+                             elem_classes=["head-grid", f"heads-{trace.heads(kind) if kind in kinds else 0}"])
+             for grid, kind in zip(page.mask_grids, KINDS)}
+    note = ("Tick heads to switch them off: the sentence is translated again without them at once."
+            if len(kinds) == len(KINDS) else
+            "This model's encoder and decoder are GRUs: they have no self-attention, so only its cross-attention "
+            "heads can be switched off.")
+    first_measure = next(iter(IMPORTANCE_KEYS))
+    examples = services.examples(session.model)
+    return {**grids, page.mask_note: note, page.importance_measure: first_measure,
+            page.importance_plot: importance_plot(services, session, first_measure),
+            page.model: session.model,
+            page.example: gr.update(choices=examples, value=session.source if session.source in examples else None),
+            page.compare_model: gr.update(choices=services.comparable(session.model),
+                                          value=session.compare.model if session.compare else None)}
+
+
+def importance_plot(services: Services, session: Session, key: str):
+    """The heatmap of one measure from the checkpoint's heads.json, or None when it has none."""
+    report = services.translators[session.model].head_report
+    if not report.get("heads") or key not in IMPORTANCE_KEYS:
+        return None
+    trace = session.trace
+    shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
+    return importance_figure(report["heads"], shapes, IMPORTANCE_KEYS[key])
+
+
+def beam_updates(page, session: Session) -> dict:
+    """The beam search's tables and the menu of its hypotheses (empty before one ran)."""
+    beam = session.beam
+    if beam is None:
+        return {page.n_best: None, page.beam_steps: None, page.beam_open: gr.update(choices=[], value=None)}
+    return {page.n_best: beam.rows, page.beam_steps: beam.steps,
+            page.beam_open: gr.update(choices=[(f"#{r}: {text}", r - 1) for r, text in enumerate(beam.texts, 1)],
+                                      value=None)}
+
+
+def cleared(page) -> dict:
+    """Every view of a translation emptied, and what-if with nothing to work on."""
+    return {page.translation: "", page.translation_frames: None, page.view_frames: None, page.source_tokens: None,
+            page.breadcrumb: gr.update(choices=[], value=None, visible=False), page.comparison: None,
+            page.comparison_plot: None, page.importance_plot: None, page.masked_translation: None,
+            page.mask_effect_plot: None, page.n_best: None, page.beam_steps: None, page.branch_word: "",
+            page.beam_open: gr.update(choices=[], value=None), page.head_table: None, page.alignment_text: "",
+            page.source_share_plot: None, page.contribution_plot: None, page.link_box: "", page.export_file: None,
+            page.step: gr.update(value=1, maximum=2, interactive=False),
+            page.mask_note: "Translate a sentence to switch heads off.",
+            **{button: gr.update(interactive=False) for button in page.step_buttons},
+            **{grid: gr.update(choices=[], value=[], visible=False) for grid in page.mask_grids}}

@@ -1,0 +1,137 @@
+"""What the page uses besides its layout: the loaded translators, the trace workers and a bound on requests.
+
+Nothing here runs at import: `load_services` loads the checkpoints and forks the workers, and `app.py` calls it.
+Every user shares these read-only objects; each user's own data lives in a `Session` (ui/session.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from model.checkpoint import load_all
+from model.keys import CROSS
+from model.translator import InputError, TracedTranslation, Translator
+from model.vocab import CHARS
+from model.workers import TracePool, available_cores, can_fork
+
+TOP_K = 5  # candidates kept per step
+
+
+class Busy(InputError):
+    """More requests are waiting than the server admits: the user is asked to try again."""
+
+
+class Admission:
+    """At most `limit` requests in the server at once (running or waiting for a worker); one more is refused
+    with `Busy` at once, never queued. The page's translations and view changes skip Gradio's queue (they are
+    `queue=False` events), so its `max_size` does not bound them: this does."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._inside = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def admit(self) -> Iterator[None]:
+        with self._lock:
+            if self._inside >= self.limit:
+                raise Busy(f"The server is busy ({self.limit} requests at once): try again in a moment.")
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inside -= 1
+
+
+@dataclass
+class Services:
+    """The loaded checkpoints (read-only), the trace worker pool and the request bound, shared by every user."""
+
+    translators: dict[str, Translator]
+    load_errors: dict[str, str] = field(default_factory=dict)
+    root: Path = Path("checkpoints")
+    pool: TracePool | None = None
+    admission: Admission = field(default_factory=lambda: Admission(64))
+    trace_concurrency: int = 2  # queued model work run at once (the workers decode it together)
+
+    @property
+    def trace_queue(self) -> dict:
+        """The queue settings of events that do model work: their own group, so view changes never wait behind."""
+        return dict(concurrency_id="trace", concurrency_limit=self.trace_concurrency)
+
+    @property
+    def default_model(self) -> str | None:
+        return "en-de" if "en-de" in self.translators else next(iter(self.translators), None)
+
+    def trace(self, model: str, text: object, force: list[str] | None = None,
+              mask: list[str] | None = None) -> TracedTranslation:
+        """Greedy trace of `text` with a loaded checkpoint, in a worker process when there are workers."""
+        options = dict(top_k=TOP_K, force=force, mask=mask)
+        if self.pool is not None:
+            return self.pool.trace(model, text, **options)
+        return self.translators[model].trace(text, **options)
+
+    def examples(self, model: str | None) -> list[str]:
+        """The example sentences a checkpoint ships in its metrics.json (real Multi30k test sentences)."""
+        translator = self.translators.get(model) if isinstance(model, str) else None
+        return list(translator.metrics.get("examples", [])) if translator else []
+
+    def model_choices(self) -> list[tuple[str, str]]:
+        """Menu entries: every loaded checkpoint with its languages and test score."""
+        choices = []
+        for name, translator in self.translators.items():
+            test = translator.metrics.get("scores", {}).get("test", {})
+            score = (f", test exact match {test['exact_match']}%" if translator.tgt_tokenizer.lang == CHARS
+                     else f", test BLEU {test['bleu']}") if test else ""
+            languages = f"{translator.src_tokenizer.lang}→{translator.tgt_tokenizer.lang}"
+            choices.append((f"{name} ({languages}{score})", name))
+        return choices
+
+    def comparable(self, model: str | None) -> list[tuple[str, str]]:
+        """The models that can be compared with `model`: the others that read the same source language."""
+        if model not in self.translators:
+            return []
+        language = self.translators[model].src_tokenizer.lang
+        return [(label, name) for label, name in self.model_choices()
+                if name != model and self.translators[name].src_tokenizer.lang == language]
+
+    def load_status(self) -> str:
+        """What went wrong while loading checkpoints (empty when all loaded)."""
+        lines = [f"Checkpoint {name} could not be loaded: {error}" for name, error in self.load_errors.items()]
+        if not self.translators:
+            lines.insert(0, f"No usable checkpoint in {self.root}: translation is unavailable.")
+        return "\n".join(lines)
+
+    def best_head(self, model: str) -> tuple[int, int] | None:
+        """The cross-attention head (layer, head; 0-based) that aligns best on the val split (heads.json), if known."""
+        heads = self.translators[model].head_report.get("heads", {}) if model in self.translators else {}
+        scored = [(values["alignment_aer"], name) for name, values in heads.items()
+                  if name.startswith(CROSS + ".") and isinstance(values.get("alignment_aer"), (int, float))]
+        if not scored:
+            return None
+        _, name = min(scored)
+        _, layer, head = name.split(".")
+        return int(layer) - 1, int(head) - 1
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+def load_services(root: Path, workers: int | None = None, batch: int = 16) -> Services:
+    """Load every checkpoint under `root` and fork the trace workers (default: one per two cores this process may
+    use, as the web server needs the other; none where the platform cannot fork).
+
+    Queued model work runs `batch` requests per worker at once, so each worker's batch can fill; requests outside
+    the queue are admitted up to twice that, and never fewer than 64 (the queue holds 64 too)."""
+    translators, errors = load_all(root)
+    if workers is None:
+        workers = max(1, available_cores() // 2) if can_fork() else 0
+    pool = TracePool(translators, workers) if translators and workers > 0 else None
+    return Services(translators, errors, root, pool, Admission(max(64, workers * batch * 2)),
+                    trace_concurrency=max(workers * batch, 2))

@@ -1,0 +1,146 @@
+"""A user's session: one value, kept in one `gr.State`, that holds everything the page shows about a sentence.
+
+A `Session` holds the sentence's decodings (the greedy original, branches, decodings with heads off, beam
+hypotheses opened), which one is on screen, the view settings, the beam search and the comparison with a second
+model. It is replaced, never changed in place, by the operations in ui/operations.py; ui/render.py turns it
+into what the page shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from model.keys import ALL_HEADS, CROSS, MEAN, MEASURES, WEIGHTS
+from model.translator import TracedTranslation
+from viz.views import TraceArrays
+
+NOTHING_YET = "Translate a sentence first: there is nothing to show or change yet."
+
+
+def to_arrays(traced: TracedTranslation, mask: list[str] | None = None) -> TraceArrays:
+    """A trace reduced to numpy arrays and token strings (`mask`: the heads it ran without)."""
+    trace = traced.trace
+    return TraceArrays(
+        source_tokens=traced.source_tokens, decoder_tokens=traced.decoder_input_tokens,
+        target_tokens=traced.target_tokens, probabilities=trace.probabilities, top_tokens=traced.top_tokens,
+        top_probabilities=trace.top_probabilities, encoder=trace.encoder_attention,
+        decoder=trace.decoder_attention, cross=trace.cross_attention, switched_off=frozenset(mask or ()),
+        forced=trace.forced)
+
+
+def clamp(value: object, low: int, high: int, default: int) -> int:
+    """`value` as an int within [low, high], or `default` when it is no number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return default
+    return min(max(int(value), low), high)
+
+
+@dataclass(frozen=True)
+class View:
+    """What the attention view shows: kind, layer and head (0-based, or MEAN / ALL_HEADS), measure, the step
+    (1-based) and whether the model view (every layer x head) is open. Keys, never display labels."""
+
+    kind: str = CROSS
+    layer: int = 0
+    head: int | str = MEAN
+    measure: str = WEIGHTS
+    step: int = 1
+    model_view: bool = False
+
+    def normalize(self, trace: TraceArrays) -> View:
+        """The nearest view that `trace` has: a kind it lacks becomes its last, a layer or head out of range the last
+        layer or the mean, a step out of range the nearest one; a GRU model shows weights only."""
+        kinds = trace.available()
+        kind = self.kind if self.kind in kinds else kinds[-1]
+        layers, heads = trace.layers(kind), trace.heads(kind)
+        layer = clamp(self.layer, 0, layers - 1, layers - 1)
+        if heads == 1:
+            head = 0
+        elif self.head in (MEAN, ALL_HEADS):
+            head = self.head
+        else:
+            head = self.head if isinstance(self.head, int) and not isinstance(self.head, bool) \
+                and 0 <= self.head < heads else MEAN
+        measure = self.measure if self.measure in MEASURES and trace.encoder is not None else WEIGHTS
+        return View(kind, layer, head, measure, clamp(self.step, 1, trace.steps, 1), bool(self.model_view))
+
+
+@dataclass(frozen=True)
+class MaskEffect:
+    """What switching heads off did to the decoding it was made from: its tokens, each one's log-probability
+    change (scored teacher-forced without the heads) and which tokens of the new translation differ."""
+
+    base: str  # the name of the decoding it was made from
+    base_tokens: list[str]
+    new_tokens: list[str]
+    change: np.ndarray  # (T_base,)
+    heads_off: int  # heads switched off beyond the base's own
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """One decoding of the sentence on screen: the greedy original, a branch, one with heads off, a beam hypothesis."""
+
+    name: str  # as the breadcrumb shows it
+    trace: TraceArrays
+    text: str  # the translation as text
+    force: tuple[str, ...] = ()  # the target tokens the user fixed
+    mask: tuple[str, ...] = ()  # the heads switched off, kind.layer.head, sorted
+    chosen: int | None = None  # a branch: the step (0-based) whose token the user chose
+    effect: MaskEffect | None = None  # made by switching heads off: what that did (a new mask replaces it)
+    # Every measure's maps (model/contributions.py `measure_maps`), computed the first time one is shown and kept
+    # with the decoding, so later view changes reuse them. A cache of a pure function of the decoding.
+    measure_maps: dict | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Beam:
+    """A beam search of the sentence, run from one decoding (its forced tokens and heads off)."""
+
+    force: tuple[str, ...]
+    mask: tuple[str, ...]
+    hypotheses: list[list[str]]  # the n-best, best first, as tokens
+    texts: list[str]
+    rows: list[list]  # the n-best table
+    steps: list[list]  # the beam after every step, as table rows
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Another model's greedy decoding of the same sentence, shown beside the view."""
+
+    model: str
+    trace: TraceArrays
+
+
+@dataclass(frozen=True)
+class Session:
+    """Everything one user has made of one sentence. Lives in a gr.State."""
+
+    model: str
+    source: str
+    decodings: tuple[Decoding, ...]
+    shown: int = 0
+    view: View = View()
+    compare: Comparison | None = None
+    beam: Beam | None = None
+    unknown: tuple[bool, ...] = ()  # per source token: unknown to the model (read as <unk>)
+
+    @property
+    def current(self) -> Decoding:
+        return self.decodings[self.shown]
+
+    @property
+    def trace(self) -> TraceArrays:
+        return self.current.trace
+
+    def followed_by(self, decoding: Decoding, after: int | None = None) -> Session:
+        """The decodings up to `after` (default: the one shown), then `decoding`, shown."""
+        after = self.shown if after is None else after
+        return replace(self, decodings=self.decodings[:after + 1] + (decoding,), shown=after + 1)
+
+    def with_view(self, view: View) -> Session:
+        """The session showing `view`, normalized to what the decoding on screen has."""
+        return replace(self, view=view.normalize(self.trace))

@@ -1,0 +1,45 @@
+"""Beam search: the n-best list and the beam after every step; any hypothesis opens step by step like a trace."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ui import operations
+from ui.listeners import answer, on, session_outputs, settings
+from ui.page import Page
+from ui.services import Services
+from ui.session import Session
+
+
+def build(page: Page, services: Services) -> None:
+    with gr.Tab("Beam search", elem_id="beam-tab"):
+        with gr.Row(equal_height=True):
+            page.beam = gr.Button("Run beam search", variant="primary", elem_id="beam", scale=1, min_width=140)
+            page.beam_open = gr.Dropdown([], value=None, label="Open a hypothesis step by step", elem_id="beam-open",
+                                         scale=3)
+        page.n_best = gr.Dataframe(headers=["rank", "translation", "score", "log-probability", "tokens", "greedy"],
+                                   label="n-best list, best first (score: log-probability / length, as evaluation "
+                                   "ranks them); click a row to open it", interactive=False, elem_id="n-best")
+        page.beam_steps = gr.Dataframe(headers=["step", "rank", "hypothesis", "log-probability", "finished",
+                                                "greedy path"], label="The beam after every step",
+                                       interactive=False, max_height=420, elem_id="beam-steps")
+
+
+def open_row(services: Services, session: Session | None, selected: gr.SelectData):
+    """A click on a row of the n-best table opens that hypothesis."""
+    index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
+    return operations.open_hypothesis(services, session, index)
+
+
+def wire(page: Page, services: Services) -> None:
+    on(page, services, [page.beam.click], operations.run_beam, [], ["beam_view"], **services.trace_queue)
+    on(page, services, [page.beam_open.input], operations.open_hypothesis, [page.beam_open], ["open_hypothesis"],
+       **services.trace_queue)
+
+    # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
+    run = answer(page, services, open_row, session_outputs(page), 1)
+
+    def clicked(session, kind, layer, head, measure, step, model_view, selected: gr.SelectData):
+        return run(session, selected, kind, layer, head, measure, step, model_view)
+    page.n_best.select(clicked, [page.session, *settings(page)], session_outputs(page), api_visibility="private",
+                       **services.trace_queue)

@@ -1,0 +1,31 @@
+"""Branch: make the model choose another word at the step on screen, and compare with the decoding it came from."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ui import operations
+from ui.listeners import on
+from ui.page import Page
+from ui.services import Services
+from viz.whatif import DIFFERS, FORCED
+
+
+def build(page: Page, services: Services) -> None:
+    with gr.Tab("Branch and compare", elem_id="branch-tab"):
+        gr.Markdown("Make the model choose another word at the step on screen: **click a candidate** in the "
+                    "chart above, or type a word. Greedy decoding goes on from there; the branch is stepped "
+                    "and inspected like the original, and can be branched again.")
+        with gr.Row(equal_height=True):
+            page.branch_word = gr.Textbox(label="Word to choose at this step", placeholder="a word of the target "
+                                          "vocabulary, then Enter", elem_id="branch-word", scale=3)
+            page.branch = gr.Button("Branch here", elem_id="branch", scale=1, min_width=100)
+        page.comparison = gr.HighlightedText(label="Compared with the decoding it came from",
+                                             color_map={DIFFERS: "red", FORCED: "orange"}, show_legend=True,
+                                             show_inline_category=False, elem_id="comparison")
+        page.comparison_plot = gr.Plot(show_label=False, elem_id="comparison-plot")
+
+
+def wire(page: Page, services: Services) -> None:
+    on(page, services, [page.branch.click, page.branch_word.submit], operations.branch, [page.branch_word],
+       ["branch", "branch_enter"], **services.trace_queue)

@@ -1,0 +1,30 @@
+"""Compare models: the sentence translated by a second checkpoint of the same source language, its attention
+beside the first's at the same step (and their difference where both read the same tokens)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ui import operations
+from ui.listeners import on
+from ui.page import Page
+from ui.services import Services
+
+
+def build(page: Page, services: Services) -> None:
+    with gr.Tab("Compare models", elem_id="compare-tab"):
+        gr.Markdown("Translate the sentence with a second checkpoint of the same source language and see both "
+                    "attentions side by side at the same step (the kind, layer and head chosen above, where the "
+                    "second has them), with their difference where both read the same tokens. Stepping moves "
+                    "both.")
+        with gr.Row(equal_height=True):
+            page.compare_model = gr.Dropdown(services.comparable(services.default_model), value=None,
+                                             label="Second model (those that read the same language)",
+                                             elem_id="compare-model", scale=3)
+            page.compare = gr.Button("Compare", variant="primary", elem_id="compare", scale=1, min_width=100)
+        page.compare_plot = gr.Plot(show_label=False, elem_id="compare-plot")
+
+
+def wire(page: Page, services: Services) -> None:
+    on(page, services, [page.compare.click], operations.compare, [page.compare_model], ["compare"],
+       **services.trace_queue)

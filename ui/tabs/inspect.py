@@ -1,0 +1,67 @@
+"""The core loop on one screen: choose a model, translate, step through decoding and choose the view.
+
+The view's controls (attention kind, measure, layer, head) sit right above the heatmap they change; stepping
+(buttons, slider, ←/→) is drawn in the browser from figures the page already holds.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from model.keys import CROSS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
+from ui.page import Page
+from ui.services import Services
+
+
+def build(page: Page, services: Services) -> None:
+    """The model and sentence, the translation and status, the step bar, the view's controls and figures."""
+    model = services.default_model
+    page.translation_frames = gr.JSON(None, visible=False, elem_id="translation-frames")
+    page.view_frames = gr.JSON(None, visible=False, elem_id="view-frames")
+    with gr.Row(equal_height=True):
+        page.model = gr.Dropdown(services.model_choices(), value=model, label="Model", elem_id="model", scale=2)
+        page.example = gr.Dropdown(services.examples(model), value=None, label="Examples (from the test set)",
+                                   elem_id="example", scale=3)
+    with gr.Row(equal_height=True):
+        page.source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter",
+                                 show_label=False, lines=1, max_lines=3, elem_id="source", scale=5, container=False)
+        page.translate = gr.Button("Translate", variant="primary", elem_id="translate", scale=1, min_width=100)
+    with gr.Row(equal_height=True):
+        page.translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation", scale=3)
+        page.status = gr.Textbox(value=services.load_status(), label="Status", interactive=False, lines=1,
+                                 max_lines=3, elem_id="status", scale=2)
+    with gr.Row():
+        with gr.Column(scale=3, min_width=340):
+            with gr.Row(equal_height=True, elem_id="step-bar"):
+                page.step_buttons = [gr.Button(text, elem_id=elem_id, size="sm", min_width=50, interactive=False)
+                                     for text, elem_id in (("«", "first"), ("‹ Prev", "previous"),
+                                                           ("Next ›", "next"), ("»", "last"))]
+                page.step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step", scale=4,
+                                      min_width=160)
+            with gr.Row(equal_height=True, elem_id="view-controls"):
+                page.kind = gr.Radio(choices(KIND_LABELS), value=CROSS, label="Attention", elem_id="kind", scale=3)
+                # Any number is taken and then fitted to the model (ui/session.py `View.normalize`): a menu of
+                # another model's layers never refuses a request.
+                page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=90,
+                                         scale=1, allow_custom_value=True)
+                page.head = gr.Dropdown([("Mean of heads", MEAN)], value=MEAN, label="Head", elem_id="head",
+                                        min_width=110, scale=1, allow_custom_value=True)
+            page.measure = gr.Radio(choices(MEASURE_LABELS), value=WEIGHTS, label="Show", elem_id="measure")
+            page.attention = gr.Plot(show_label=False, elem_id="attention")
+        with gr.Column(scale=2, min_width=300):
+            page.step_text = gr.Textbox(label="This step", lines=3, interactive=False, elem_id="step-text")
+            page.candidates = gr.Plot(show_label=False, elem_id="candidates")
+            page.breadcrumb = gr.Radio([], label="Decodings of this sentence, each made from the one before it "
+                                       "(choose one to show it)", elem_id="breadcrumb", visible=False)
+            with gr.Row(equal_height=True):
+                page.head_name = gr.Textbox(label="Open a head by name", placeholder="kind.layer.head, e.g. cross.2.5",
+                                            elem_id="open-head", scale=3, min_width=120)
+                page.open_head = gr.Button("Open", elem_id="open-head-button", scale=1, min_width=60)
+    with gr.Accordion("Model view: every layer x head of this attention at this step", open=False) as accordion:
+        page.model_view_panel = accordion
+        page.model_view = gr.Checkbox(False, label="Show the model view", elem_id="model-view")
+        page.overview = gr.Plot(show_label=False, elem_id="overview")
+    with gr.Row():
+        page.source_tokens = gr.HighlightedText(label="Source tokens as the model reads them",
+                                                color_map={"unknown": "red"}, elem_id="source-tokens", scale=2)
+        page.probabilities = gr.Plot(show_label=False, elem_id="probabilities", scale=3)

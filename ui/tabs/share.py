@@ -1,0 +1,84 @@
+"""Share and export: a link that opens exactly this view, the decoding as a trace file (JSON or NPZ) and the
+view as a self-contained interactive HTML page."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import gradio as gr
+
+from model.inspect import FORMATS, encode, trace_record
+from ui.listeners import STATIC, tab_answer
+from ui.operations import drawn, operation, shown
+from ui.page import Page
+from ui.render import file_stem
+from ui.services import Services
+from ui.session import Session
+from viz.attention import standalone_html
+from viz.views import attention_figure, view_name
+
+# "Copy link": the view on screen as a URL (the view's frames carry its query, but for the step, which lives in
+# the browser), copied to the clipboard where the browser allows it, and shown to copy by hand.
+LINK_JS = (STATIC / "link.js").read_text()
+
+
+def build(page: Page, services: Services) -> None:
+    with gr.Tab("Share and export", elem_id="export-tab"):
+        gr.Markdown("A link opens exactly this view: model, sentence, branch, heads off, step, attention, layer, "
+                    "head, measure and comparison. Every plot's toolbar (hover it) downloads PNG and SVG.")
+        with gr.Row(equal_height=True):
+            page.copy_link = gr.Button("Copy link", elem_id="copy-link", scale=1, min_width=100)
+            page.link_box = gr.Textbox(label="Link to this view", interactive=False, buttons=["copy"],
+                                       elem_id="link", scale=5)
+        with gr.Row():
+            page.export_json = gr.Button("Download trace (JSON)", elem_id="export-json")
+            page.export_npz = gr.Button("Download trace (NPZ)", elem_id="export-npz")
+            page.export_html = gr.Button("Download view as HTML", elem_id="export-html")
+        page.export_file = gr.File(label="Your file: the whole decoding on screen (tokens, probabilities, top-k, "
+                                   "every attention map, measures once shown; model/inspect.py load_trace reads it "
+                                   "back), or the view as an interactive page", interactive=False,
+                                   elem_id="export-file")
+
+
+@operation
+def export_trace(services: Services, session: Session, file_format: object) -> tuple[tuple, str]:
+    """The decoding on screen as a trace file (model/inspect.py's format), with its measures if they were computed."""
+    if file_format not in FORMATS:
+        return session, f"Export as {' or '.join(FORMATS)}, not {shown(file_format)}."
+    decoding, translator = session.current, services.translators[session.model]
+    trace = decoding.trace
+    record = trace_record(session.model, translator.model.config.to_dict(), session.source, decoding.text,
+                          source_tokens=trace.source_tokens, target_tokens=trace.target_tokens,
+                          top_tokens=trace.top_tokens, probabilities=trace.probabilities,
+                          top_probabilities=trace.top_probabilities, encoder_attention=trace.encoder,
+                          decoder_attention=trace.decoder, cross_attention=trace.cross, forced=trace.forced,
+                          force=list(decoding.force), mask=list(decoding.mask), measures=decoding.measure_maps)
+    path = Path(tempfile.mkdtemp(prefix="trace-")) / f"{file_stem(session)}.{file_format}"
+    path.write_bytes(encode(record, file_format))
+    return (str(path),), (f"Trace of {decoding.name} as {file_format.upper()}: {path.stat().st_size / 1000:,.0f} kB"
+                          + ("" if decoding.measure_maps is None else ", with its measures") + ".")
+
+
+@operation
+def export_view(services: Services, session: Session, step: object) -> tuple[tuple, str]:
+    """The attention view on screen, at the step on screen, as a self-contained interactive HTML file."""
+    session = session.with_view(replace(session.view, step=step))
+    trace, head = drawn(session)
+    view = session.view
+    figure = attention_figure(trace, view.kind, view.layer, head, view.step - 1)
+    name = f"{file_stem(session)}_{view_name(view.kind, view.layer, head)}_step{view.step}"
+    path = Path(tempfile.mkdtemp(prefix="view-")) / f"{name}.html"
+    path.write_text(standalone_html(figure, f"{session.model}: {session.source}", name), encoding="utf-8")
+    return (str(path),), (f"This view as an interactive HTML file that opens offline: "
+                          f"{path.stat().st_size / 1e6:.1f} MB.")
+
+
+def wire(page: Page, services: Services) -> None:
+    page.copy_link.click(None, [page.view_frames, page.step], page.link_box, js=LINK_JS)
+    for button, file_format in ((page.export_json, "json"), (page.export_npz, "npz")):
+        tab_answer(page, services, partial(export_trace, file_format=file_format), [], [page.export_file],
+                   button.elem_id.replace("-", "_"), button.click)
+    tab_answer(page, services, export_view, [page.step], [page.export_file], "export_html", page.export_html.click)

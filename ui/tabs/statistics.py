@@ -1,0 +1,75 @@
+"""Head statistics and word alignments of the decoding on screen."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from model.align import pharaoh_lines
+from model.head_stats import STATISTICS, head_statistics
+from model.keys import CROSS, DECODER, ENCODER, READINGS
+from ui.listeners import tab_answer
+from ui.operations import operation, shown
+from ui.page import Page
+from ui.services import Services
+from ui.session import Session
+from viz.whatif import head_statistics_rows
+
+
+def build(page: Page, services: Services) -> None:
+    with gr.Tab("Head statistics", elem_id="statistics-tab"):
+        gr.Markdown("What each head does on the decoding on screen: the entropy of its weights, its confidence "
+                    "(mean largest weight, Voita et al. 2019), the weight it parks on &lt;eos&gt; and on punctuation, "
+                    "and for self-attention the mean offset of the key it attends most (−1: the previous "
+                    "token). The same over the whole val split is in *Switch heads off*, as a heatmap.")
+        page.head_statistics = gr.Button("Measure every head on this decoding", variant="primary",
+                                         elem_id="head-statistics")
+        page.head_table = gr.Dataframe(headers=["head", *(name.replace("_", " ") for name in STATISTICS)],
+                                       label="; ".join(f"{name.replace('_', ' ')}: {what}"
+                                                       for name, what in STATISTICS.items()),
+                                       interactive=False, max_height=480, elem_id="head-table")
+        with gr.Row(equal_height=True):
+            page.alignment_reading = gr.Radio(list(READINGS), value=READINGS[0], elem_id="alignment-reading",
+                                              label="Word alignments from cross-attention, read at the step that "
+                                              "outputs each word, or where it is the decoder's input (shift-att)",
+                                              scale=3)
+            page.alignments = gr.Button("Read word alignments", elem_id="alignments", scale=1)
+        page.alignment_text = gr.Textbox(label="Pharaoh format: source index-target index, 0-based, per head and "
+                                         "layer mean (python -m model.align computes their AER against a gold "
+                                         "file)", lines=8, max_lines=30, interactive=False, buttons=["copy"],
+                                         elem_id="alignment-text")
+
+
+@operation
+def measure_heads(services: Services, session: Session) -> tuple[tuple, str]:
+    """Every head's statistics on the decoding on screen, as a table (model/head_stats.py)."""
+    trace = session.trace
+    keys = {ENCODER: trace.source_tokens, DECODER: trace.decoder_tokens, CROSS: trace.source_tokens}
+    statistics = {kind: head_statistics(trace.maps(kind), keys[kind], kind != CROSS) for kind in trace.available()}
+    shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
+    return (head_statistics_rows(statistics, shapes),), (
+        f"Statistics of {sum(layers * heads for layers, heads in shapes.values())} heads on this decoding: sort the "
+        "table by any column; type a head's name in \"Open a head by name\" to see it.")
+
+
+@operation
+def read_alignments(services: Services, session: Session, reading: object) -> tuple[tuple, str]:
+    """Word alignments of the decoding on screen from every cross-attention head and layer mean, in Pharaoh format
+    (source index - target index, 0-based, <eos> left out), read at the step that outputs each word or at the step
+    where it is the decoder's input (shift-att)."""
+    if reading not in READINGS:
+        return session, f"Read alignments at the {' or '.join(READINGS)} step, not {shown(reading)}."
+    trace = session.trace
+    cross = trace.cross
+    if trace.target_tokens[-1] != "<eos>":  # stopped at the length limit: its last word is read like an <eos>
+        cross = cross[:, :, :-1]
+    lines = pharaoh_lines(cross, reading)
+    width = max(len(name) for name in lines)
+    return ("\n".join(f"{name:<{width}}  {links}" for name, links in lines.items()),), (
+        f"Alignments of {len(trace.target_tokens) - 1} words, read at the {reading} step, from {len(lines)} heads "
+        "and layer means.")
+
+
+def wire(page: Page, services: Services) -> None:
+    tab_answer(page, services, measure_heads, [], [page.head_table], "head_statistics", page.head_statistics.click)
+    tab_answer(page, services, read_alignments, [page.alignment_reading], [page.alignment_text], "alignments",
+               page.alignments.click)
