@@ -141,8 +141,8 @@ VIEW = [CROSS, 0, 1, WEIGHTS, 1, False]
 
 def view_rows(outputs: list) -> list[str]:
     """The rows of the heatmap a view change answers with (never thinned, unlike its tick labels)."""
-    frames = next(value for value in outputs if isinstance(value, dict) and "attention" in value)
-    return json.loads(frames["attention"])["layout"]["yaxis"]["categoryarray"]
+    figure = next(json.loads(value) for value in outputs if isinstance(value, str) and '"heatmap"' in value)
+    return figure["layout"]["yaxis"]["categoryarray"]
 
 
 def translation_of(outputs: list) -> tuple[str, str]:

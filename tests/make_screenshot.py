@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-import app  # noqa: E402
+import ui  # noqa: E402
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
 SCREENS = {"app.png": dict(viewport={"width": 1400, "height": 900}),
@@ -39,6 +39,11 @@ def save(page, out: Path, name: str, top: str) -> None:
     page.wait_for_timeout(300)
     page.screenshot(path=str(out / name))
     print(f"saved {out / name}")
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    page.click(f"#{elem_id} input")
+    page.get_by_role("option", name=option, exact=True).click()
 
 
 def what_if(page, out: Path) -> None:
@@ -68,9 +73,9 @@ def what_if(page, out: Path) -> None:
     page.click("#contributions")
     status_starts(page, "Contributions")
     save(page, out, "sources.png", "#what-if")
-    page.get_by_label("Cross-attention", exact=True).check()
+    choose(page, "kind", "Cross-attention")
     page.wait_for_timeout(1000)
-    page.get_by_label("contributions (ALTI+)").check()
+    choose(page, "measure", "contributions (ALTI+)")
     page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
                            ".includes('ALTI+')", timeout=60000)
     page.click("#layer input")  # the last layer: the shares that reach the output
@@ -78,11 +83,11 @@ def what_if(page, out: Path) -> None:
     page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
                            ".includes('layer 3')", timeout=60000)
     save(page, out, "measure.png", "#step-bar")
-    page.get_by_label("rollout", exact=True).check()
+    choose(page, "measure", "rollout")
     page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
                            ".includes('rollout')", timeout=60000)
     save(page, out, "rollout.png", "#step-bar")
-    page.get_by_label("weight × value norm").check()
+    choose(page, "measure", "weight × value norm")
     page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
                            ".includes('value norm')", timeout=60000)
     page.click("#head input")
@@ -109,13 +114,14 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots"))
     parser.add_argument("--sentence", default="A little girl in a pink dress is climbing the stairs to a wooden house.")
     args = parser.parse_args()
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, css=app.CSS)
+    demo = ui.build_demo(ui.load_services(Path(__file__).resolve().parent.parent / "checkpoints"))
+    demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **ui.launch_options())
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             for name, screen in SCREENS.items():
                 page = browser.new_page(**screen)
-                page.goto(app.demo.local_url)
+                page.goto(demo.local_url)
                 page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Translated')",
                                        timeout=60000)
                 example = page.input_value("#translation textarea")  # the first visit's translated example
@@ -125,9 +131,8 @@ def main() -> None:
                                        " && document.querySelector('#status textarea').value.startsWith('Translated')"
                                        " && document.querySelector('#translation textarea').value !== before",
                                        arg=example, timeout=60000)
-                for _ in range(3):
-                    page.click("#next")
-                    page.wait_for_timeout(300)
+                page.fill("#step input[type=number]", "4")
+                page.press("#step input[type=number]", "Enter")
                 if screen["viewport"]["width"] < 600:  # on a phone, the step bar and the heatmap fill the screen
                     page.locator("#step-bar").scroll_into_view_if_needed()
                     page.evaluate("() => window.scrollBy(0, document.querySelector('#step-bar').getBoundingClientRect().top - 8)")
@@ -137,10 +142,10 @@ def main() -> None:
                 print(f"saved {Path(args.out) / name}")
                 if screen["viewport"]["width"] >= 600:
                     what_if(page, Path(args.out))
-                    compare(page, Path(args.out), app.demo.local_url)
+                    compare(page, Path(args.out), demo.local_url)
             browser.close()
     finally:
-        app.demo.close()
+        demo.close()
 
 
 if __name__ == "__main__":

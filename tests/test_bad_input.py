@@ -101,15 +101,14 @@ def test_ui_events_and_every_figure(events, name):
     else:
         assert status.startswith("Translated.") and f"Unknown words (read as <unk>)" in status
         session = out["session"]
-        frames = out["translation_frames"]
-        figures = [json.loads(frames["candidates"]), json.loads(frames["probabilities"])]
+        figures = [json.loads(out["candidates"]), json.loads(out["probabilities"])]
         for kind in KINDS:
             for head in (MEAN, ALL_HEADS, 1):
-                view = events.view(session, kind, 1, head, WEIGHTS, 1, True)["view_frames"]
+                view = events.view(session, kind, 1, head, WEIGHTS, 1, True)
                 figures += [json.loads(view["attention"]), json.loads(view["overview"])]
         for figure in figures:
             assert_inert(figure)
-        for shown in frames["description"]:  # plain text in a text box, never markup: only invisibles matter
+        for shown in json.loads(out["step_text"]):  # plain text in a text box, never markup: only invisibles matter
             assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in shown.replace("\n", ""))
         for shown, _ in out["source_tokens"]:
             assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in shown)

@@ -1,5 +1,6 @@
 """Measures beyond raw weights, with known answers: value-weighted attention, rollout, ALTI and ALTI+."""
 
+import json
 import math
 
 import numpy as np
@@ -150,11 +151,11 @@ def test_the_app_measures_the_decoding_on_screen_on_request(events, services):
 
     session = events.translate("A man plays with a red ball.")["session"]
     (shares, contributions), status = measure_sources(services, session)
-    bars = shares.to_dict()["data"][0]
+    bars = json.loads(shares)["data"][0]
     trace = session.trace
     expected = services.translators["toy-en-de"].contributions(session.source, trace.target_tokens)
     np.testing.assert_allclose(bars["y"], expected.source_contribution, atol=1e-6)
-    np.testing.assert_allclose(contributions.to_dict()["data"][0]["z"], expected.decoder, atol=1e-6)
+    np.testing.assert_allclose(json.loads(contributions)["data"][0]["z"], expected.decoder, atol=1e-6)
     assert "came from the source on average" in status
     gru = events.translate("a dog runs .", model="toy-rnn")["session"]
     (shares, _), status = measure_sources(services, gru)
@@ -215,7 +216,7 @@ def test_every_view_can_show_a_measure_instead_of_the_weights(events, services):
         line, unit = MEASURE_LINES[key]
         for kind in (ENCODER, DECODER, CROSS):
             view = events.view(session, kind, 1, 0, key, 1, True)
-            figure = json.loads(view["view_frames"]["attention"])
+            figure = json.loads(view["attention"])
             expected = maps[key][kind][1, 0]
             rows = expected if kind == ENCODER else expected[:last + 1]
             np.testing.assert_allclose(figure["data"][0]["z"], rows, atol=1e-6)
@@ -232,10 +233,10 @@ def test_every_view_can_show_a_measure_instead_of_the_weights(events, services):
             np.testing.assert_allclose(np.array(maps[key]["cross"]).sum(-1), 1 - (key == ALTI) * np.array(
                 maps[key]["decoder"]).sum(-1), atol=1e-5)
         else:
-            grid = json.loads(events.view(session, CROSS, 0, ALL_HEADS, key, 1, False)["view_frames"]["attention"])
+            grid = json.loads(events.view(session, CROSS, 0, ALL_HEADS, key, 1, False)["attention"])
             assert grid["layout"]["coloraxis"]["cmax"] > 1
             # Mean of heads shows the heads together, ‖Σ_h α f‖, not the mean of each head's norm.
-            mean = json.loads(events.view(session, ENCODER, 1, MEAN, key, 1, False)["view_frames"]["attention"])
+            mean = json.loads(events.view(session, ENCODER, 1, MEAN, key, 1, False)["attention"])
             np.testing.assert_allclose(mean["data"][0]["z"], maps["value_norm_together"]["encoder"][1], atol=1e-5)
             assert "all heads together" in mean["layout"]["title"]["text"]
     # A new decoding shows its weights again; the GRU model has no measures but its weights.
@@ -265,8 +266,8 @@ def test_a_decodings_measures_are_computed_once_and_kept_with_it(events, service
     session = first["session"]
     for kind, measure in ((ENCODER, ALTI), (DECODER, VALUE_NORM), (CROSS, ROLLOUT)):
         session = events.view(session, kind, 0, MEAN, measure, 1, False)["session"]
-    again = events.view(session, CROSS, 1, 0, ROLLOUT, 1, False)["view_frames"]
-    assert len(passes) == 1 and json.loads(again["attention"]) == json.loads(first["view_frames"]["attention"])
+    again = events.view(session, CROSS, 1, 0, ROLLOUT, 1, False)
+    assert len(passes) == 1 and json.loads(again["attention"]) == json.loads(first["attention"])
     assert session.current.measure_maps is not None
     word = next(t for t in trace.top_tokens[1][1:] if t != "<eos>")
     branched = events.run(operations.branch, session, word, view=(CROSS, 0, MEAN, WEIGHTS, 2, False))["session"]

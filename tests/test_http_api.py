@@ -152,8 +152,8 @@ UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it
     "too few values": ("translate", f'["{MODEL}", "A dog."]', "didn't receive enough input values", True),
     "an old display label for the kind": ("translate", f'["{MODEL}", "A dog.", "Cross-attention", 0, "mean", '
                                           '"weights", 1, false]',
-                                          "'Cross-attention' (type: <class 'str'>) is not in the list of choices: "
-                                          "['encoder', 'decoder', 'cross']", True),
+                                          "Cross-attention is not in the list of choices: ['encoder', 'decoder', "
+                                          "'cross']", True),
     "an old display label for the measure": ("kind", '["cross", 0, "mean", "contributions (ALTI+)", 1, false]',
                                              "not in the list of choices: ['weights', 'value_norm', 'rollout', "
                                              "'alti']", True),
@@ -218,9 +218,9 @@ def predict(server: str, endpoint: str, data: list, session: str) -> tuple[int, 
 
 
 def rows(view_outputs: list) -> list[str]:
-    """The row labels of a view change's heatmap (its outputs: session-free values, the view's frames third)."""
-    frames = next(value for value in view_outputs if isinstance(value, dict) and "attention" in value)
-    return json.loads(frames["attention"])["layout"]["yaxis"]["ticktext"]
+    """The rows of a view change's heatmap (the one figure among its outputs)."""
+    figure = next(json.loads(value) for value in view_outputs if isinstance(value, str) and '"heatmap"' in value)
+    return figure["layout"]["yaxis"]["categoryarray"]
 
 
 def test_each_page_session_keeps_its_own_session(server, services):

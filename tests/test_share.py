@@ -19,7 +19,7 @@ from ui.links import LinkSpec, open_link
 from ui.render import render
 from ui.services import Services
 from ui.session import View
-from ui.tabs.share import export_trace, export_view
+from ui.tabs.share import export_trace, export_view, link_query
 from viz.views import comparison_frames
 
 MODEL = "toy-en-de"
@@ -48,18 +48,20 @@ def test_a_link_opens_exactly_its_view(events):
     assert shown.view == View(DECODER, 1, 3, VALUE_NORM, 3, False) and shown.source == TEXT
     out = events.named(render(events.page, events.services, None, shown, status))
     assert out["step"]["value"] == 3 and out["kind"]["value"] == DECODER and out["measure"]["value"] == VALUE_NORM
-    figure = json.loads(out["view_frames"]["attention"])
+    figure = json.loads(out["attention"])
     assert "value norm" in figure["layout"]["title"]["text"] and "layer 2, head 4" in figure["layout"]["title"]["text"]
-    assert out["view_frames"]["compare"] is not None and out["compare_model"]["value"] == MODEL
+    assert out["compare_plot"] is not None and out["compare_model"]["value"] == MODEL
     # What Copy link puts in the URL (the page sets the step it is on): the same view again.
-    again, notes = LinkSpec.parse(parse_qs(out["view_frames"]["link"]))
+    (link,), _ = link_query(events.services, shown, 3)
+    again, notes = LinkSpec.parse(parse_qs(link.removeprefix("?")))
     assert notes == [] and again == LinkSpec.parse(query)[0]
 
 
 def test_copy_link_keeps_the_comparison(events):
     session = translated(events)
     compared = events.run(operations.compare, session, MODEL, view=at())
-    spec, _ = LinkSpec.parse(parse_qs(compared["view_frames"]["link"]))
+    (query,), _ = link_query(events.services, compared["session"], 1)
+    spec, _ = LinkSpec.parse(parse_qs(query.removeprefix("?")))
     assert spec.compare == MODEL and spec.text == TEXT
 
 
@@ -138,10 +140,10 @@ def test_compare_two_checkpoints_shows_each_ones_own_attention_and_their_differe
 def test_compare_with_a_gru_model_and_what_cannot_be_compared(events):
     session = translated(events)
     gru = events.run(operations.compare, session, "toy-rnn", view=at(1, ENCODER, 1, 0))
-    title = json.loads(gru["view_frames"]["compare"])["layout"]["title"]["text"]
+    title = json.loads(gru["compare_plot"])["layout"]["title"]["text"]
     assert "toy-rnn has no encoder self-attention" in title
     gru = events.run(operations.compare, session, "toy-rnn", view=at(1, CROSS, 1, 0))
-    names = [trace["meta"] for trace in json.loads(gru["view_frames"]["compare"])["data"]]
+    names = [trace["meta"] for trace in json.loads(gru["compare_plot"])["data"]]
     assert names[:2] == ["toy-en-de: layer 2, head 1", "toy-rnn: layer 1, head 1"]
     assert "no model 'broken'" in events.run(operations.compare, session, "broken")["status"].lower()
     # The second model's menu offers only models that read the same language, never the first model itself.

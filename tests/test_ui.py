@@ -17,9 +17,9 @@ from ui.session import NOTHING_YET, View
 MODEL = "toy-en-de"
 
 
-def figure(frames: dict, which: str = "attention") -> dict:
-    """A view's figure (Plotly JSON) as the browser receives it."""
-    return json.loads(frames[which])
+def figure(value: str) -> dict:
+    """A plot's figure (Plotly JSON) as the browser receives it."""
+    return json.loads(value)
 
 
 def test_the_page_lists_good_checkpoints_and_reports_broken_ones(services):
@@ -47,16 +47,16 @@ def test_translate_traces_once_and_sends_everything_stepping_needs(events, servi
     assert out["translation"] == traced.text and out["translation"].startswith("Ein Hund")
     assert trace.target_tokens == traced.target_tokens and out["step"]["maximum"] == max(trace.steps, 2)
     np.testing.assert_allclose(trace.cross, traced.trace.cross_attention)
-    frames = out["translation_frames"]
-    assert frames["steps"] == trace.steps and len(frames["description"]) == trace.steps
+    description = json.loads(out["step_text"])  # every step's, which the page shows at its step
+    assert len(description) == trace.steps
     for chart in ("candidates", "probabilities"):  # one chart, with every step's bars
-        assert len(figure(frames, chart)["layout"]["meta"]["bars"]) == trace.steps
-    candidates = figure(frames, "candidates")["layout"]["meta"]["bars"]
+        assert len(figure(out[chart])["layout"]["meta"]["bars"]) == trace.steps
+    candidates = figure(out["candidates"])["layout"]["meta"]["bars"]
     np.testing.assert_allclose(candidates[2]["y"], trace.top_probabilities[2], rtol=1e-6)
     assert candidates[2]["title"] == "top-5 candidates at step 3" and candidates[2]["colors"][0] == "#d62728"
-    assert frames["description"][0].startswith("step 1 of") and "prefix so far: (empty)" in frames["description"][0]
+    assert description[0].startswith("step 1 of") and "prefix so far: (empty)" in description[0]
     # The view's figure is built at the last step, and says how to show every other step.
-    shown = figure(out["view_frames"])
+    shown = figure(out["attention"])
     np.testing.assert_allclose(np.array(shown["data"][0]["z"]), trace.cross[1].mean(0))
     meta = shown["layout"]["meta"]
     assert meta["grows"] == "rows" and len(meta["titles"]) == trace.steps
@@ -70,19 +70,19 @@ def test_view_changes_read_the_stored_session(events, services, monkeypatch):
     monkeypatch.setattr(services.translators[MODEL], "model", None)  # any model call would now fail
 
     out = events.view(session, ENCODER, 1, 2, WEIGHTS, 1, False)
-    np.testing.assert_allclose(np.array(figure(out["view_frames"])["data"][0]["z"]), trace.encoder[1, 2])
-    assert (out["layer"], out["head"]) == (1, 2) and figure(out["view_frames"])["layout"]["meta"]["grows"] is None
+    np.testing.assert_allclose(np.array(figure(out["attention"])["data"][0]["z"]), trace.encoder[1, 2])
+    assert (out["layer"], out["head"]) == (1, 2) and figure(out["attention"])["layout"]["meta"]["grows"] is None
     assert out["session"].view == View(ENCODER, 1, 2, WEIGHTS, 1, False)
-    decoder = figure(events.view(session, DECODER, 0, 3, WEIGHTS, 1, False)["view_frames"])
+    decoder = figure(events.view(session, DECODER, 0, 3, WEIGHTS, 1, False)["attention"])
     np.testing.assert_allclose(np.array(decoder["data"][0]["z"]), trace.decoder[0, 3])
     assert decoder["layout"]["meta"]["grows"] == "square"
-    assert len(figure(events.view(session, CROSS, 1, ALL_HEADS, WEIGHTS, 1, False)["view_frames"])["data"]) == 4
+    assert len(figure(events.view(session, CROSS, 1, ALL_HEADS, WEIGHTS, 1, False)["attention"])["data"]) == 4
     out = events.view(session, CROSS, 1, MEAN, WEIGHTS, 1, True)
-    overview = figure(out["view_frames"], "overview")
+    overview = figure(out["overview"])
     assert len(overview["data"]) == 2 * 4 and overview["layout"]["meta"]["grows"] == "rows"
     np.testing.assert_allclose(np.array(overview["data"][5]["z"]), trace.cross[1, 1])
     closed = events.view(out["session"], CROSS, 1, MEAN, WEIGHTS, 1, False)
-    assert closed["view_frames"]["overview"] is None  # drawn only when the model view is open
+    assert closed["overview"] is None  # drawn only when the model view is open
     # A layer or head this kind does not have falls back to the last layer and the mean.
     assert events.view(session, CROSS, 7, 99, WEIGHTS, 1, False)["session"].view.layer == 1
     assert events.view(session, CROSS, 7, 99, WEIGHTS, 1, False)["head"] == MEAN
@@ -91,7 +91,7 @@ def test_view_changes_read_the_stored_session(events, services, monkeypatch):
 def test_a_view_change_that_changes_nothing_draws_nothing_again(events):
     session = events.translate("A man plays with a red ball.")["session"]
     again = events.view(session, session.view.kind, session.view.layer, session.view.head, WEIGHTS, 3, False)
-    assert "view_frames" not in again and again["step"] == 3  # the same figure: only the values
+    assert "attention" not in again and again["step"] == 3  # the same figure: only the values
 
 
 @pytest.mark.parametrize("text,message", [
@@ -105,7 +105,7 @@ def test_bad_input_gets_a_clear_message_and_keeps_the_last_translation(events, t
     out = events.translate(text, session=session)
     assert message in out["status"] and "still that of 'A dog.'" in out["status"]
     assert out["session"] is not None and out["session"].source == "A dog."
-    assert "translation" not in out and "view_frames" not in out  # what is on screen stays
+    assert "translation" not in out and "attention" not in out  # what is on screen stays
     assert events.translate("A dog.")["translation"]  # and the next request works
 
 
@@ -114,7 +114,7 @@ def test_bad_input_gets_a_clear_message_and_keeps_the_last_translation(events, t
 def test_any_script_or_markup_translates_with_unknown_words_marked(events, text):
     out = events.translate(text)
     assert out["session"] is not None and "Unknown words" in out["status"]
-    decoded = json.loads(out["view_frames"]["attention"])  # the figure as the browser decodes it
+    decoded = json.loads(out["attention"])  # the figure as the browser decodes it
     assert "<script" not in json.dumps(decoded, ensure_ascii=False).replace("\\u003c", "<").lower().replace(
         "&lt;script", "")
     assert any(label == "unknown" for _, label in out["source_tokens"])
@@ -133,7 +133,7 @@ def test_an_rnn_offers_only_cross_attention(events):
     assert "no self-attention" in out["status"]
     assert session.view.layer == 0 and session.view.head in (MEAN, 0)
     stale = events.view(session, DECODER, 0, 1, WEIGHTS, 1, False)  # a stale kind falls back
-    np.testing.assert_allclose(np.array(figure(stale["view_frames"])["data"][0]["z"]), session.trace.cross[0, 1])
+    np.testing.assert_allclose(np.array(figure(stale["attention"])["data"][0]["z"]), session.trace.cross[0, 1])
 
 
 def test_a_single_head_model_offers_just_that_head(events):
@@ -165,7 +165,7 @@ def test_a_first_visit_shows_a_translated_example_at_a_view_with_structure(event
     out = events.named(first_visit(events.page, services))
     session = out["session"]
     assert out["source"] == "A dog runs in the park." and out["translation"].startswith("Ein Hund")
-    assert out["translation_frames"]["steps"] == session.trace.steps
+    assert len(json.loads(out["step_text"])) == session.trace.steps
     # The last layer (the toy has no heads.json to name the head that aligns best), a few steps in.
     assert session.view.layer == 1 and session.view.step == min(operations.FIRST_STEP, session.trace.steps) > 1
 

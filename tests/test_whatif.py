@@ -122,10 +122,9 @@ def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_or
     slider = out["step"]  # the slider anew where its length changed, else its value alone
     assert (slider["value"] if isinstance(slider, dict) else slider) == step  # the view stays at the branched step
     # The chosen candidate is the red bar at that step, and the step says it was given, not predicted.
-    frames = out["translation_frames"]
-    bars = json.loads(frames["candidates"])["layout"]["meta"]["bars"][step - 1]
+    bars = json.loads(out["candidates"])["layout"]["meta"]["bars"][step - 1]
     assert bars["colors"][branch.trace.top_tokens[step - 1].index(word)] == "#d62728"
-    assert f'is given "{word}"' in frames["description"][step - 1]
+    assert f'is given "{word}"' in json.loads(out["step_text"])[step - 1]
     # A branch of the branch, then back along the breadcrumb: the decodings after the one shown stay until a new one.
     again = events.run(operations.branch, session, branch.trace.top_tokens[0][1], view=at(1))["session"]
     assert len(again.decodings) == 3 and again.decodings[1] is branch
@@ -166,7 +165,7 @@ def test_switching_heads_off_translates_again_and_scores_the_original_without_th
     assert [d.name for d in session.decodings] == ["original", "3 heads off"]
     assert out["mask_grids[2]"] == ["cross.1.1", "cross.1.2"]
     # Each original token's log-probability without the heads minus with them, as /score gives it.
-    change = json.loads(out["mask_effect_plot"].to_json())["data"][0]["y"]
+    change = json.loads(out["mask_effect_plot"])["data"][0]["y"]
     scored = translator.score(SENTENCE, original.target_tokens, mask).log_probabilities
     np.testing.assert_allclose(change, scored - np.log(original.probabilities), atol=1e-5)
     # One more head: it replaces the masked decoding (not a child of it); all heads on again: back to the original.
@@ -184,8 +183,8 @@ def test_a_switched_off_head_is_drawn_as_off_not_as_attention(events):
     last = trace.steps - 1
 
     def attention(head):
-        frames = events.view(session, CROSS, 1, head, WEIGHTS, 1, True)["view_frames"]
-        return json.loads(frames["attention"]), json.loads(frames["overview"])
+        out = events.view(session, CROSS, 1, head, WEIGHTS, 1, True)
+        return json.loads(out["attention"]), json.loads(out["overview"])
 
     single, overview = attention(0)
     assert all(value is None for row in single["data"][0]["z"] for value in row)
@@ -234,7 +233,7 @@ def test_a_model_switch_shows_nothing_of_the_last_models_results(events, service
     assert out["head_table"] is None and out["alignment_text"] == "" and out["link_box"] == ""
     assert out["importance_plot"] is None and out["source_tokens"]
     nothing = events.run(translate_or_example, session, "no-such-model", "A dog.")
-    assert nothing["session"] is None and nothing["translation"] == "" and nothing["view_frames"] is None
+    assert nothing["session"] is None and nothing["translation"] == "" and nothing["attention"] is None
 
 
 def test_an_example_already_on_screen_is_not_translated_again(events, services):
@@ -252,7 +251,7 @@ def test_opening_a_head_by_name(events):
     out = events.run(operations.open_head, session, "decoder.2.3")
     assert out["kind"] == DECODER  # a value: the menu already holds every kind
     assert (out["layer"], out["head"]) == (1, 2)
-    assert "layer 2, head 3" in json.loads(out["view_frames"]["attention"])["layout"]["title"]["text"]
+    assert "layer 2, head 3" in json.loads(out["attention"])["layout"]["title"]["text"]
     for bad in ("cross.9.1", "cross.1", "<b>x</b>", None, "mlp.1.1"):
         assert "No head" in events.run(operations.open_head, session, bad)["status"]
 

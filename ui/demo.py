@@ -14,6 +14,7 @@ from ui import listeners
 from ui.api import endpoints
 from ui.listeners import QUEUE_SIZE, STATIC
 from ui.page import Page
+from ui.plots import serve_plotly
 from ui.services import Services
 from ui.tabs import beam, branch, compare, heads, inspect, share, sources, statistics
 
@@ -25,6 +26,7 @@ SESSION_TTL_S = 3600
 
 def build_demo(services: Services) -> gr.Blocks:
     """The whole page for `services`' models: the core loop, the tabs and the JSON API."""
+    serve_plotly()
     with gr.Blocks(title="Transformer attention inspector") as demo:
         page = Page(demo=demo)
         gr.Markdown("**Transformer attention inspector**: translate, then step through greedy decoding (buttons, "

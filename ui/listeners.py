@@ -24,11 +24,12 @@ from ui.session import Session, View
 
 STATIC = Path(__file__).parent / "static"
 QUEUE_SIZE = 64
-# The browser's step functions (step, translation frames, view frames) => the step's views: one that redraws
-# the plots on the page (a step), one that hands Gradio new figures (a new translation or view).
-STEPPING = (STATIC / "stepping.js").read_text()
-STEP_JS, RENDER_JS = (f"(step, translation, view) => {{ const direct = {direct};\n{STEPPING}\n}}"
-                      for direct in ("true", "false"))
+# A new step: every plot and the step's text redraw themselves in the browser (ui/static/plot.js).
+STEP_JS = (STATIC / "step.js").read_text()
+# The step buttons: the slider's new value (the step's text holds every step's description, so their number).
+MOVES = {"first": "() => 1", "previous": "(s) => Math.max(1, s - 1)",
+         "next": "(s, d) => (d ? Math.min(JSON.parse(d).length, s + 1) : s)",
+         "last": "(s, d) => (d ? JSON.parse(d).length : s)"}
 
 
 def settings(page: Page) -> list:
@@ -43,7 +44,8 @@ def view_of(kind, layer, head, measure, step, model_view) -> View:
 
 def session_outputs(page: Page) -> list:
     """Every component `render` may update."""
-    return [page.session, page.status, page.translation, page.translation_frames, page.view_frames, page.step,
+    return [page.session, page.status, page.translation, page.attention, page.overview, page.compare_plot,
+            page.candidates, page.probabilities, page.step_text, page.step,
             *page.step_buttons, page.kind, page.measure, page.layer, page.head, page.model_view, page.breadcrumb,
             page.source, page.source_tokens, page.model, page.example, page.comparison, page.comparison_plot,
             *page.mask_grids, page.mask_note, page.importance_measure, page.importance_plot, page.masked_translation,
@@ -54,8 +56,8 @@ def session_outputs(page: Page) -> list:
 
 def view_outputs(page: Page) -> list:
     """What a view change can update."""
-    return [page.session, page.status, page.view_frames, page.step, page.kind, page.measure, page.layer, page.head,
-            page.model_view]
+    return [page.session, page.status, page.attention, page.overview, page.compare_plot, page.step, page.kind,
+            page.measure, page.layer, page.head, page.model_view]
 
 
 def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int) -> Callable:
@@ -166,13 +168,10 @@ def wire(page: Page, services: Services) -> None:
        queued=False)
     # Typing a sentence of one's own leaves the examples (so closing their list never brings one back).
     page.source.input(None, None, page.example, js="() => null")
-    frames = [page.step, page.translation_frames, page.view_frames]
-    views = [page.attention, page.candidates, page.probabilities, page.step_text, page.overview, page.compare_plot]
 
     def visit(request: gr.Request) -> dict:  # Gradio hands an argument typed gr.Request the page's request
         return first_visit(page, services, request)
-    page.demo.load(visit, None, session_outputs(page), api_name="first_visit", **services.trace_queue).then(
-        None, frames, views, js=RENDER_JS)
+    page.demo.load(visit, None, session_outputs(page), api_name="first_visit", **services.trace_queue)
 
     # A view change reads the user's stored trace (a few ms): the view's settings are the change.
     for control in (page.kind, page.layer, page.head, page.measure, page.model_view):
@@ -180,15 +179,10 @@ def wire(page: Page, services: Services) -> None:
            outputs=view_outputs(page), queued=False)
 
     # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
-    # box) redraws the step in the browser; new figures (a translation, a view change) are drawn by Gradio.
-    first, previous, following, last = page.step_buttons
-    for button, move in ((first, "() => 1"), (previous, "(s) => Math.max(1, s - 1)"),
-                         (following, "(s, f) => (f ? Math.min(f.steps, s + 1) : s)"),
-                         (last, "(s, f) => (f ? f.steps : s)")):
-        button.click(None, [page.step, page.translation_frames], page.step, js=move)
-    page.step.change(None, frames, page.step_text, js=STEP_JS)
-    page.view_frames.change(None, frames, views, js=RENDER_JS)
-    page.model_view_panel.expand(None, frames, views, js=RENDER_JS)
+    # box) redraws the step in the browser, the slider itself kept within the steps.
+    for button in page.step_buttons:
+        button.click(None, [page.step, page.step_text], page.step, js=MOVES[button.elem_id])
+    page.step.change(None, [page.step, page.step_text], page.step, js=STEP_JS)
 
     on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"])
     opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,

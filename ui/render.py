@@ -9,13 +9,14 @@ refused never stays on screen.
 
 from __future__ import annotations
 
+import json
 import re
 
 import gradio as gr
 
 from model.keys import KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
-from ui.links import link_of
 from ui.operations import drawn, head_menu, plural
+from ui.plots import figure_json
 from ui.services import Services
 from ui.session import Session
 from viz.attention import visible
@@ -93,12 +94,12 @@ def render(page, services: Services, before: Session | None, after: Session | No
     })
     if view_identity(before) != view_identity(after):
         frames = view_frames(menus["trace"], view.kind, view.layer, menus["head"], view.model_view, file_stem(after))
+        updates.update({page.attention: frames["attention"], page.overview: frames["overview"],
+                        page.compare_plot: None})
         if after.compare is not None:  # the weights of both, whatever measure the view shows
-            frames["compare"] = comparison_frames([(after.model, decoding.trace),
-                                                   (after.compare.model, after.compare.trace)],
-                                                  view.kind, view.layer, view.head, file_stem(after))
-        frames["link"] = link_of(after).url_query()
-        updates[page.view_frames] = frames
+            updates[page.compare_plot] = comparison_frames([(after.model, decoding.trace),
+                                                            (after.compare.model, after.compare.trace)],
+                                                           view.kind, view.layer, view.head, file_stem(after))
     if new_decoding:
         updates.update(decoding_updates(page, after))
         if before is None or len(before.decodings) != len(after.decodings) or before.shown != after.shown \
@@ -127,15 +128,17 @@ def decoding_updates(page, session: Session) -> dict:
     grids = {grid: sorted(name for name in decoding.mask if name.startswith(kind + "."))
              for grid, kind in zip(page.mask_grids, KINDS)}
     effect = decoding.effect
-    return {page.translation: decoding.text, page.translation_frames: translation_frames(trace),
+    frames = translation_frames(trace)
+    return {page.translation: decoding.text, page.candidates: frames["candidates"],
+            page.probabilities: frames["probabilities"], page.step_text: json.dumps(frames["description"]),
             **{button: gr.update(interactive=True) for button in page.step_buttons},
             **grids, **comparison_updates(page, session), page.branch_word: "",
             page.masked_translation: None if effect is None else token_differences(effect.base_tokens,
                                                                                     effect.new_tokens),
-            page.mask_effect_plot: None if effect is None else log_prob_change_figure(
+            page.mask_effect_plot: None if effect is None else figure_json(log_prob_change_figure(
                 effect.base_tokens, effect.change,
                 f"each token of {effect.base}: log-probability with {plural(effect.heads_off, 'head')} off minus "
-                "with them on"),
+                "with them on")),
             page.head_table: None, page.alignment_text: "", page.source_share_plot: None,
             page.contribution_plot: None, page.link_box: "", page.export_file: None}
 
@@ -153,8 +156,9 @@ def comparison_updates(page, session: Session) -> dict:
                  for marks in (parent_marks, child_marks)]
     return {page.comparison: [(f"{parent.name}: ", None), *parent_marks, ("\n", None), (f"{child.name}: ", None),
                               *child_marks],
-            page.comparison_plot: comparison_figure([(parent.name, before, parent.trace.probabilities),
-                                                     (child.name, after, child.trace.probabilities)], differing)}
+            page.comparison_plot: figure_json(comparison_figure([(parent.name, before, parent.trace.probabilities),
+                                                                 (child.name, after, child.trace.probabilities)],
+                                                                differing))}
 
 
 def head_switches(trace, kind: str) -> list[tuple[str, str]]:
@@ -180,7 +184,7 @@ def model_updates(page, services: Services, session: Session) -> dict:
     first_measure = next(iter(IMPORTANCE_KEYS))
     examples = services.examples(session.model)
     return {**grids, page.mask_note: note, page.importance_measure: first_measure,
-            page.importance_plot: importance_plot(services, session, first_measure),
+            page.importance_plot: figure_json(importance_plot(services, session, first_measure)),
             page.model: session.model,
             page.example: gr.update(choices=examples, value=session.source if session.source in examples else None),
             page.compare_model: gr.update(choices=services.comparable(session.model),
@@ -209,7 +213,8 @@ def beam_updates(page, session: Session) -> dict:
 
 def cleared(page) -> dict:
     """Every view of a translation emptied, and what-if with nothing to work on."""
-    return {page.translation: "", page.translation_frames: None, page.view_frames: None, page.source_tokens: None,
+    return {page.translation: "", page.attention: None, page.overview: None, page.compare_plot: None,
+            page.candidates: None, page.probabilities: None, page.step_text: None, page.source_tokens: None,
             page.breadcrumb: gr.update(choices=[], value=None, visible=False), page.comparison: None,
             page.comparison_plot: None, page.importance_plot: None, page.masked_translation: None,
             page.mask_effect_plot: None, page.n_best: None, page.beam_steps: None, page.branch_word: "",

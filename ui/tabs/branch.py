@@ -7,6 +7,7 @@ import gradio as gr
 from ui import operations
 from ui.listeners import on
 from ui.page import Page
+from ui.plots import plot
 from ui.services import Services
 from viz.whatif import DIFFERS, FORCED
 
@@ -23,7 +24,7 @@ def build(page: Page, services: Services) -> None:
         page.comparison = gr.HighlightedText(label="Compared with the decoding it came from",
                                              color_map={DIFFERS: "red", FORCED: "orange"}, show_legend=True,
                                              show_inline_category=False, elem_id="comparison")
-        page.comparison_plot = gr.Plot(show_label=False, elem_id="comparison-plot")
+        page.comparison_plot = plot("comparison-plot")
 
 
 def wire(page: Page, services: Services) -> None:

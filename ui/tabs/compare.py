@@ -8,6 +8,7 @@ import gradio as gr
 from ui import operations
 from ui.listeners import on
 from ui.page import Page
+from ui.plots import plot
 from ui.services import Services
 
 
@@ -22,7 +23,7 @@ def build(page: Page, services: Services) -> None:
                                              label="Second model (those that read the same language)",
                                              elem_id="compare-model", scale=3)
             page.compare = gr.Button("Compare", variant="primary", elem_id="compare", scale=1, min_width=100)
-        page.compare_plot = gr.Plot(show_label=False, elem_id="compare-plot")
+        page.compare_plot = plot("compare-plot")
 
 
 def wire(page: Page, services: Services) -> None:

@@ -11,6 +11,7 @@ from model.keys import KIND_LABELS, KINDS
 from ui import operations
 from ui.listeners import on, tab_answer
 from ui.page import Page
+from ui.plots import figure_json, plot
 from ui.render import IMPORTANCE_KEYS, importance_plot
 from ui.services import Services
 from ui.session import Session
@@ -35,11 +36,11 @@ def build(page: Page, services: Services) -> None:
                                                    value=next(iter(IMPORTANCE_KEYS)),
                                                    label="Which heads matter and what they do (model/heads.py, val "
                                                    "split); click a head to open it", elem_id="importance-measure")
-                page.importance_plot = gr.Plot(show_label=False, elem_id="importance")
+                page.importance_plot = plot("importance")
         page.masked_translation = gr.HighlightedText(label="Translated with those heads off (words that differ in "
                                                      "red)", color_map={DIFFERS: "red"}, show_inline_category=False,
                                                      elem_id="masked-translation")
-        page.mask_effect_plot = gr.Plot(show_label=False, elem_id="mask-effect")
+        page.mask_effect_plot = plot("mask-effect")
 
 
 def from_grids(services: Services, session: Session | None, encoder, decoder, cross):
@@ -51,7 +52,7 @@ def from_grids(services: Services, session: Session | None, encoder, decoder, cr
 @operations.operation
 def show_importance(services: Services, session: Session, key: object) -> tuple[tuple, str]:
     """The importance heatmap of another measure."""
-    return (importance_plot(services, session, key),), ""
+    return (figure_json(importance_plot(services, session, key)),), ""
 
 
 def wire(page: Page, services: Services) -> None:

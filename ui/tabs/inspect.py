@@ -10,14 +10,13 @@ import gradio as gr
 
 from model.keys import CROSS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
 from ui.page import Page
+from ui.plots import plot, step_text
 from ui.services import Services
 
 
 def build(page: Page, services: Services) -> None:
     """The model and sentence, the translation and status, the step bar, the view's controls and figures."""
     model = services.default_model
-    page.translation_frames = gr.JSON(None, visible=False, elem_id="translation-frames")
-    page.view_frames = gr.JSON(None, visible=False, elem_id="view-frames")
     with gr.Row(equal_height=True):
         page.model = gr.Dropdown(services.model_choices(), value=model, label="Model", elem_id="model", scale=2)
         page.example = gr.Dropdown(services.examples(model), value=None, label="Examples (from the test set)",
@@ -32,25 +31,27 @@ def build(page: Page, services: Services) -> None:
                                  max_lines=3, elem_id="status", scale=2)
     with gr.Row():
         with gr.Column(scale=3, min_width=340):
-            with gr.Row(equal_height=True, elem_id="step-bar"):
+            with gr.Row(equal_height=False, elem_id="step-bar"):
                 page.step_buttons = [gr.Button(text, elem_id=elem_id, size="sm", min_width=50, interactive=False)
                                      for text, elem_id in (("«", "first"), ("‹ Prev", "previous"),
                                                            ("Next ›", "next"), ("»", "last"))]
                 page.step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step", scale=4,
                                       min_width=160)
             with gr.Row(equal_height=True, elem_id="view-controls"):
-                page.kind = gr.Radio(choices(KIND_LABELS), value=CROSS, label="Attention", elem_id="kind", scale=3)
+                page.kind = gr.Dropdown(choices(KIND_LABELS), value=CROSS, label="Attention", elem_id="kind",
+                                        scale=3, min_width=170)
                 # Any number is taken and then fitted to the model (ui/session.py `View.normalize`): a menu of
                 # another model's layers never refuses a request.
                 page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=90,
                                          scale=1, allow_custom_value=True)
                 page.head = gr.Dropdown([("Mean of heads", MEAN)], value=MEAN, label="Head", elem_id="head",
-                                        min_width=110, scale=1, allow_custom_value=True)
-            page.measure = gr.Radio(choices(MEASURE_LABELS), value=WEIGHTS, label="Show", elem_id="measure")
-            page.attention = gr.Plot(show_label=False, elem_id="attention")
+                                        min_width=110, scale=2, allow_custom_value=True)
+                page.measure = gr.Dropdown(choices(MEASURE_LABELS), value=WEIGHTS, label="Show", elem_id="measure",
+                                           scale=2, min_width=150)
+            page.attention = plot("attention")
         with gr.Column(scale=2, min_width=300):
-            page.step_text = gr.Textbox(label="This step", lines=3, interactive=False, elem_id="step-text")
-            page.candidates = gr.Plot(show_label=False, elem_id="candidates")
+            page.step_text = step_text("step-text", "This step")
+            page.candidates = plot("candidates")
             page.breadcrumb = gr.Radio([], label="Decodings of this sentence, each made from the one before it "
                                        "(choose one to show it)", elem_id="breadcrumb", visible=False)
             with gr.Row(equal_height=True):
@@ -60,8 +61,8 @@ def build(page: Page, services: Services) -> None:
     with gr.Accordion("Model view: every layer x head of this attention at this step", open=False) as accordion:
         page.model_view_panel = accordion
         page.model_view = gr.Checkbox(False, label="Show the model view", elem_id="model-view")
-        page.overview = gr.Plot(show_label=False, elem_id="overview")
+        page.overview = plot("overview")
     with gr.Row():
         page.source_tokens = gr.HighlightedText(label="Source tokens as the model reads them",
                                                 color_map={"unknown": "red"}, elem_id="source-tokens", scale=2)
-        page.probabilities = gr.Plot(show_label=False, elem_id="probabilities", scale=3)
+        page.probabilities = plot("probabilities", scale=3)

@@ -11,6 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from model.inspect import FORMATS, encode, trace_record
+from ui.links import link_of
 from ui.listeners import STATIC, tab_answer
 from ui.operations import drawn, operation, shown
 from ui.page import Page
@@ -20,8 +21,8 @@ from ui.session import Session
 from viz.attention import standalone_html
 from viz.views import attention_figure, view_name
 
-# "Copy link": the view on screen as a URL (the view's frames carry its query, but for the step, which lives in
-# the browser), copied to the clipboard where the browser allows it, and shown to copy by hand.
+# "Copy link": the view on screen as a link's query (made on the server from the session and the page's step), then
+# in the page a URL of this page, copied to the clipboard where the browser allows it and shown to copy by hand.
 LINK_JS = (STATIC / "link.js").read_text()
 
 
@@ -41,6 +42,13 @@ def build(page: Page, services: Services) -> None:
                                    "every attention map, measures once shown; model/inspect.py load_trace reads it "
                                    "back), or the view as an interactive page", interactive=False,
                                    elem_id="export-file")
+
+
+@operation
+def link_query(services: Services, session: Session, step: object) -> tuple[tuple, str]:
+    """The query of a link that opens the view on screen at `step` (ui/links.py)."""
+    spec = link_of(session.with_view(replace(session.view, step=step)))
+    return ("?" + spec.url_query(),), "A link to this view: it opens the same model, sentence, decoding and view."
 
 
 @operation
@@ -77,7 +85,8 @@ def export_view(services: Services, session: Session, step: object) -> tuple[tup
 
 
 def wire(page: Page, services: Services) -> None:
-    page.copy_link.click(None, [page.view_frames, page.step], page.link_box, js=LINK_JS)
+    tab_answer(page, services, link_query, [page.step], [page.link_box], "link", page.copy_link.click).then(
+        None, page.link_box, page.link_box, js=LINK_JS)
     for button, file_format in ((page.export_json, "json"), (page.export_npz, "npz")):
         tab_answer(page, services, partial(export_trace, file_format=file_format), [], [page.export_file],
                    button.elem_id.replace("-", "_"), button.click)

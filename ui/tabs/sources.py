@@ -7,6 +7,7 @@ import gradio as gr
 from ui.listeners import tab_answer
 from ui.operations import operation
 from ui.page import Page
+from ui.plots import figure_json, plot
 from ui.services import Services
 from ui.session import Session
 from viz.whatif import contribution_figure, source_share_figure
@@ -20,8 +21,8 @@ def build(page: Page, services: Services) -> None:
                     "that owes little to the source is a sign of hallucination (Dale et al. 2023).")
         page.contributions = gr.Button("Measure where each word came from", variant="primary",
                                        elem_id="contributions")
-        page.source_share_plot = gr.Plot(show_label=False, elem_id="source-share")
-        page.contribution_plot = gr.Plot(show_label=False, elem_id="contribution-map")
+        page.source_share_plot = plot("source-share")
+        page.contribution_plot = plot("contribution-map")
 
 
 @operation
@@ -35,8 +36,9 @@ def measure_sources(services: Services, session: Session) -> tuple[tuple, str]:
         return (None, None), ("This GRU model has no residual stream for ALTI+ to decompose: its cross-attention "
                               "(the Cross-attention view) is what shows where its words look in the source.")
     shares = measured.source_contribution
-    return (source_share_figure(trace.target_tokens, shares),
-            contribution_figure(measured.decoder, trace.target_tokens, trace.source_tokens, trace.decoder_tokens)), (
+    return (figure_json(source_share_figure(trace.target_tokens, shares)),
+            figure_json(contribution_figure(measured.decoder, trace.target_tokens, trace.source_tokens,
+                                            trace.decoder_tokens))), (
         f"Contributions of {decoding.name}: {shares.mean():.0%} of each word's prediction came from the source on "
         f"average ({shares.min():.0%} to {shares.max():.0%}).")
 
