@@ -2,12 +2,13 @@
 
     python benchmarks/app_latency.py [--checkpoint en-de] [--runs 9]
 
-Calls the app's own callbacks (what a request runs, minus the network) and prints medians, including the
-JSON encoding of what the browser receives. Stepping needs no request: benchmarks/browser_latency.py
+Runs the page's own events as Gradio runs them (ui/listeners.py `answer`: the operation on the session, then
+`render`; what a request runs, minus the network) and prints medians, including the JSON encoding of what the
+browser receives. Stepping needs no request: benchmarks/browser_latency.py
 measures it in a browser. The what-if table compares a branch, a re-translation with a head switched off and
 the beam view with a plain translation of the same sentence, in the same run (goal: each within 1.5x), and
 the ALTI+ contributions of the translation on screen (goal: within 1.5x of the plain trace). Then a new user's
-first translation (Gradio's session made, every menu's properties sent) against a later one. Last, a 20-token
+first translation (every menu's properties sent) against a later one (values only). Last, a 20-token
 trace alone against the time of its bare matrix products (every weight matrix it multiplies by, as one torch.mm
 each, nothing else; goal: the trace within 2x), through the step decoder and through the module tree.
 """
@@ -25,12 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson  # noqa: E402  (what Gradio encodes its answers with)
 import torch  # noqa: E402
 
-import app  # noqa: E402  (after the path set-up above)
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
-from gradio.state_holder import SessionState  # noqa: E402
 from model.decoding import greedy_trace  # noqa: E402
+from model.keys import ALL_HEADS, ALTI, CROSS, ENCODER, MEAN, WEIGHTS  # noqa: E402
+from ui import build_demo, listeners, load_services, operations  # noqa: E402
+from ui.tabs.sources import measure_sources  # noqa: E402
 from viz.attention import PlainFigure  # noqa: E402
-from viz.views import ALL_HEADS, CROSS, ENCODER, MEAN  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SENTENCES = [  # about 5, 20 and 40 tokens
     "A dog runs outside.",
@@ -50,6 +53,27 @@ def median_ms(fn, runs: int) -> float:
     return statistics.median(times)
 
 
+class Page:
+    """The page's events for the shipped checkpoints, run without a server (in this process, no trace workers)."""
+
+    def __init__(self):
+        torch.set_num_threads(1)
+        self.services = load_services(ROOT / "checkpoints", workers=0)
+        self.page = build_demo(self.services).page
+
+    def run(self, operation, session, *extras, view=(CROSS, 0, MEAN, WEIGHTS, 1, False), outputs=None) -> dict:
+        answer = listeners.answer(self.page, self.services, operation,
+                                  outputs or listeners.session_outputs(self.page), len(extras))
+        return answer(session, *extras, *view)
+
+    def translate(self, model: str, text: str, session=None) -> dict:
+        return self.run(operations.translate, session, model, text)
+
+    def view(self, session, kind, layer, head, measure=WEIGHTS, model_view=False) -> dict:
+        return self.run(listeners.view_changed, session, view=(kind, layer, head, measure, 1, model_view),
+                        outputs=listeners.view_outputs(self.page))
+
+
 def json_bytes(outputs: dict) -> int:
     """Bytes of the JSON Gradio sends for a callback's outputs (figures travel as JSON strings)."""
     sent = [value.to_json() if isinstance(value, PlainFigure) else value for value in outputs.values()]
@@ -58,13 +82,14 @@ def json_bytes(outputs: dict) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--checkpoint", default=app.DEFAULT_MODEL)
+    parser.add_argument("--checkpoint", default="en-de")
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
-    translator = app.TRANSLATORS[args.checkpoint]
+    page = Page()
+    translator = page.services.translators[args.checkpoint]
     config = translator.model.config
     print(f"checkpoint {args.checkpoint}: {config.n_encoder_layers}+{config.n_decoder_layers} layers, "
-          f"{config.n_heads} heads; torch threads {app.torch.get_num_threads()}; {cpu_model()}; "
+          f"{config.n_heads} heads; torch threads {torch.get_num_threads()}; {cpu_model()}; "
           f"median of {args.runs} runs")
     print("| source tokens | steps | translate: trace, every step's charts, view (ms) | view change: one head (ms) "
           "| all heads (ms) | model view (ms) | JSON bytes: translate / one head / all heads / model view |")
@@ -73,69 +98,61 @@ def main() -> None:
         tokens = len(translator.src_tokenizer(sentence))
 
         def translate():
-            return app.translate(args.checkpoint, sentence, CROSS, 0, MEAN)
+            return page.translate(args.checkpoint, sentence)
 
-        trace = translate()[app.trace_state]
-        views = {"one head": lambda: app.change_view(trace, CROSS, 0, 3),
-                 "all heads": lambda: app.change_view(trace, CROSS, 0, ALL_HEADS),
-                 "model view": lambda: app.change_view(trace, ENCODER, 0, MEAN, model_view=True)}
+        session = translate()[page.page.session]
+        trace = session.trace
+        views = {"one head": lambda: page.view(session, CROSS, 0, 3),
+                 "all heads": lambda: page.view(session, CROSS, 0, ALL_HEADS),
+                 "model view": lambda: page.view(session, ENCODER, 0, MEAN, model_view=True)}
         times = [median_ms(lambda: json_bytes(translate()), args.runs)]
         times += [median_ms(lambda view=view: json_bytes(view()), args.runs) for view in views.values()]
         sizes = [json_bytes(translate())] + [json_bytes(view()) for view in views.values()]
         print(f"| {tokens} | {trace.steps} | " + " | ".join(f"{t:.1f}" for t in times)
               + " | " + " / ".join(f"{b:,}" for b in sizes) + " |")
-    what_if(args.checkpoint, SENTENCES[1], args.runs)
-    new_users(args.checkpoint, SENTENCES[1], args.runs)
+    what_if(page, args.checkpoint, SENTENCES[1], args.runs)
+    new_users(page, args.checkpoint, SENTENCES[1], args.runs)
     against_matmuls(translator, SENTENCES[1], args.runs)
 
 
-def new_users(checkpoint: str, sentence: str, runs: int) -> None:
-    """A new user's first translation against a later one, as the page's direct route answers them (Gradio's
-    preprocessing and postprocessing included): the first makes the user's Gradio session and sends every menu's,
-    button's and switch grid's properties; a later one sends values."""
-    event = next(fn for fn in app.demo.fns.values() if fn.api_name == "translate")
-    sent = [checkpoint, sentence, CROSS, 0, MEAN, False]
-
-    def session_and_first():
-        app.demo.answer_directly(event, SessionState(app.demo), sent)
-
-    session = SessionState(app.demo)
-    app.demo.answer_directly(event, session, sent)
-    times = {"a new session (Gradio's SessionState)": median_ms(lambda: SessionState(app.demo), runs),
-             "a new session and its first translation": median_ms(session_and_first, runs),
-             "a later translation in a session": median_ms(lambda: app.demo.answer_directly(event, session, sent),
-                                                           runs)}
-    print("\na new user, the same sentence, through the direct route's function (`Blocks.answer_directly`)")
+def new_users(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
+    """A new user's first translation against a later one: the first sends every menu's, button's and switch grid's
+    properties; a later one of the same model sends values."""
+    session = page.translate(checkpoint, sentence)[page.page.session]
+    times = {"a new user's first translation": median_ms(lambda: json_bytes(page.translate(checkpoint, sentence)),
+                                                         runs),
+             "a later translation in a session": median_ms(
+                 lambda: json_bytes(page.translate(checkpoint, sentence, session)), runs)}
+    print("\na new user, the same sentence")
     print("| request | ms |")
     print("|---|---|")
     for name, ms in times.items():
         print(f"| {name} | {ms:.1f} |")
 
 
-def first_measure(trail) -> dict:
-    """The first measure chosen for a decoding: its maps are computed (and kept, so forget them each run)."""
-    trail.current.measure_maps = None
-    return app.change_view(trail.current.trace, CROSS, 0, MEAN, False, "contributions (ALTI+)", trail)
-
-
-def what_if(checkpoint: str, sentence: str, runs: int) -> None:
+def what_if(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     """A branch, a head switched off and the beam view of one sentence, against its plain translation."""
-    trail = app.translate(checkpoint, sentence, CROSS, 0, MEAN)[app.trail_state]
-    trace = trail.current.trace
+    session = page.translate(checkpoint, sentence)[page.page.session]
+    trace = session.trace
     middle = trace.steps // 2
     word = next(t for t in trace.top_tokens[middle][1:] if t != "<eos>")
-    calls = {"translate (trace, charts, view)": lambda: app.translate(checkpoint, sentence, CROSS, 0, MEAN),
-             f'branch: step {middle + 1} chooses "{word}"': lambda: app.branch(trail, middle + 1, word, CROSS, 0, MEAN),
+    at_middle = (CROSS, 0, MEAN, WEIGHTS, middle + 1, False)
+    measured = page.view(session, CROSS, 0, MEAN, ALTI)[page.page.session]
+    calls = {"translate (trace, charts, view)": lambda: page.translate(checkpoint, sentence, session),
+             f'branch: step {middle + 1} chooses "{word}"':
+                 lambda: page.run(operations.branch, session, word, view=at_middle),
              "one head off (cross.2.5): trace + score of the original":
-                 lambda: app.set_mask(trail, ["cross.2.5"], 1, CROSS, 0, MEAN),
-             "beam view (checkpoint's beam size)": lambda: app.run_beam(trail),
-             "where each word came from (ALTI+ contributions)": lambda: app.measure_contributions(trail),
-             "ALTI+ view, first of the decoding (one teacher-forced pass)": lambda: first_measure(trail),
+                 lambda: page.run(operations.set_mask, session, ["cross.2.5"]),
+             "beam view (checkpoint's beam size)": lambda: page.run(operations.run_beam, session),
+             "where each word came from (ALTI+ contributions)":
+                 lambda: {"figures": measure_sources(page.services, session)[0]},
+             "ALTI+ view, first of the decoding (one teacher-forced pass)":
+                 lambda: page.view(session, CROSS, 0, MEAN, ALTI),
              "ALTI+ view of another layer (maps kept with the decoding)":
-                 lambda: app.change_view(trace, CROSS, 1, MEAN, False, "contributions (ALTI+)", trail)}
+                 lambda: page.view(measured, CROSS, 1, MEAN, ALTI)}
     times = {name: median_ms(lambda call=call: json_bytes(call()), runs) for name, call in calls.items()}
     plain = times["translate (trace, charts, view)"]
-    print(f"\nwhat-if on a {len(trail.current.trace.source_tokens) - 1}-token sentence ({trace.steps} steps)")
+    print(f"\nwhat-if on a {len(trace.source_tokens) - 1}-token sentence ({trace.steps} steps)")
     print("| request | ms | x translate | JSON bytes |")
     print("|---|---|---|---|")
     for name, call in calls.items():

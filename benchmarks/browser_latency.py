@@ -2,6 +2,9 @@
 
     python benchmarks/browser_latency.py [--model en-de] [--steps 20] [--tokens 20]
 
+First, the floor: a minimal Gradio page whose button redraws one `gr.Plot` (a 20x21 heatmap) from the server,
+click -> redrawn, p50/p95 over 20 clicks; a translation is then also given as a multiple of that round trip.
+
 Starts `python app.py` on a free loopback port and drives Debian's Chromium (headless, through Playwright) at
 1400x900. Prints the CPU, then: page load -> the first heatmap drawn; translate (click) -> the new heatmap
 drawn, over 5 sentences; a shared link (a new tab opening `?model=..&text=..&step=3&kind=decoder&layer=2&head=2`)
@@ -10,11 +13,13 @@ in the single-head, all-heads and model views (for the model view, until its eve
 too); and where ten clicks at ten per second land. Times are taken inside the page, from the click to the
 first animation frame after Plotly has drawn the new step (what the user sees).
 
-Then what-if, on the same 5 sentences, each against a plain translation of the same sentence: a branch (Branch
-with the second candidate at step 1 -> its heatmap drawn), a head switched off (a tick in the cross-attention
-grid -> the masked translation and its per-token chart drawn) and the beam view (Run beam search -> the n-best
-table filled), then a measure (ALTI+ chosen -> its heatmap, computed on the server) and another layer of it
-(reusing the maps kept with the decoding), timed from the click by Python's clock like the translations.
+Then what-if and every tab's answer, on the same 5 sentences, each against a plain translation of the same
+sentence: a branch (Branch with the second candidate at the step on screen -> its heatmap drawn), a head switched
+off (a tick in the cross-attention grid -> the masked translation and its per-token chart drawn), the beam view
+(Run beam search -> the n-best table filled), head statistics (-> the table filled), word alignments (-> the
+Pharaoh lines), where each word came from (-> its chart drawn), then a measure (ALTI+ chosen -> its heatmap,
+computed on the server) and another layer of it (reusing the maps kept with the decoding), timed from the click
+by Python's clock like the translations; each line gives p50 and p95 as multiples of the translation's.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E402  (benchmarks/load.py)
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.evaluate import DEFAULT_DATA  # noqa: E402
+from ui.session import to_arrays  # noqa: E402
+from viz.attention import escape_text  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -53,15 +60,82 @@ CLICK_UNTIL_STEP = """async ([selector, step, plots]) => {
 }"""
 
 
-def percentiles(values: list[float]) -> str:
+def p95(values: list[float]) -> float:
     ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return f"p50 {statistics.median(ordered):.0f} ms, p95 {p95:.0f} ms, max {ordered[-1]:.0f} ms (n={len(ordered)})"
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-def wait_translated(page, text: str) -> None:
-    page.wait_for_function("""(text) => document.querySelector('#source textarea')?.value === text
-        && document.querySelector('#status textarea')?.value.startsWith('Translated')""", arg=text, timeout=60000)
+# In the page: click `selector`, then wait (one animation frame at a time) until the page function `condition` holds
+# for `arg`; resolves to the milliseconds that took (the page's own clock, as for the minimal page).
+CLICK_UNTIL = """async ([selector, condition, arg]) => {
+    const done = new Function("arg", `return (${condition})(arg);`);
+    const began = performance.now();
+    document.querySelector(selector).click();
+    await new Promise(resolve => { const check = () => done(arg) ? resolve() : requestAnimationFrame(check); check(); });
+    return performance.now() - began;
+}"""
+
+
+def percentiles(values: list[float]) -> str:
+    return (f"p50 {statistics.median(values):.0f} ms, p95 {p95(values):.0f} ms, max {max(values):.0f} ms "
+            f"(n={len(values)})")
+
+
+# A translation is on screen when its text is, and the heatmap shows the step the app opens on with its tokens.
+TRANSLATED = """([translation, heading]) => document.querySelector('#translation textarea')?.value === translation
+    && document.querySelector('#status textarea')?.value.startsWith('Translated')
+    && (document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '').includes(heading)"""
+
+
+def expected_view(translator, text: str) -> tuple[str, str]:
+    """(translation, the heatmap title's step line) of `text` as the app opens it: at step 4 (ui/operations.py)."""
+    from ui.operations import FIRST_STEP
+    from viz.views import step_heading
+
+    traced = translator.trace(text)
+    trace = to_arrays(traced)
+    return traced.text, escape_text(step_heading(trace, min(FIRST_STEP, trace.steps) - 1))
+
+
+def wait_translated(page, translator, text: str) -> None:
+    page.wait_for_function(TRANSLATED, arg=list(expected_view(translator, text)), timeout=60000)
+
+
+def minimal_round_trip(browser, clicks: int = 20) -> list[float]:
+    """Click -> redrawn on a minimal Gradio page (one button redrawing one gr.Plot from the server), in-page clock."""
+    import gradio as gr
+    import numpy as np
+    import plotly.graph_objects as go
+
+    def redraw(count: int):
+        figure = go.Figure(go.Heatmap(z=np.random.default_rng(int(count)).random((20, 21))))
+        figure.update_layout(title=f"click {int(count) + 1}")
+        return figure, int(count) + 1
+
+    with gr.Blocks() as demo:
+        count = gr.Number(0, visible=False)
+        button = gr.Button("Redraw", elem_id="redraw")
+        plot = gr.Plot(elem_id="plot")
+        button.click(redraw, count, [plot, count])
+    demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(demo.local_url)
+        page.wait_for_selector("#redraw")
+        times = []
+        for click in range(1, clicks + 1):
+            times.append(page.evaluate("""async (title) => {
+                const drawn = () => document.querySelector('#plot .js-plotly-plot')?.layout?.title?.text === title;
+                const began = performance.now();
+                document.querySelector('#redraw').click();
+                await new Promise(resolve => { const check = () => drawn() ? resolve() : requestAnimationFrame(check);
+                                               check(); });
+                return performance.now() - began;
+            }""", f"click {click}"))
+        page.close()
+        return times[1:]  # the first loads plotly.js
+    finally:
+        demo.close()
 
 
 def step_latencies(page, steps: int, plots: list[str]) -> list[float]:
@@ -101,18 +175,21 @@ def timed(page, action, done: str, arg=None) -> float:
 
 
 def what_if(page, translator, sentences: list[str]) -> None:
-    """Per sentence: translate, branch at step 1, one cross-attention head off, the beam view; prints each one's
-    p50 and its ratio to translating."""
-    times = {"translate": [], "branch": [], "one head off": [], "beam view": [], "show ALTI+ instead of weights": [],
+    """Per sentence: translate, branch at the step on screen, one cross-attention head off, the beam view, head
+    statistics, alignments, where each word came from, a measure; prints each one's p50 and p95 and their ratios to
+    translating's."""
+    from ui.operations import FIRST_STEP
+
+    times = {"translate": [], "branch": [], "one head off": [], "beam view": [], "head statistics": [],
+             "word alignments": [], "where each word came from": [], "show ALTI+ instead of weights": [],
              "ALTI+ of another layer": []}
     for text in sentences:
         page.fill("#source textarea", text)
-        times["translate"].append(timed(page, lambda: page.click("#translate"), """(text) =>
-            document.querySelector('#status textarea')?.value.startsWith('Translated')
-            && document.querySelector('#attention .js-plotly-plot')?.layout?.title.text.includes('step 1 of')""",
-                                        text))
+        times["translate"].append(timed(page, lambda: page.click("#translate"), TRANSLATED,
+                                        list(expected_view(translator, text))))
         page.wait_for_timeout(300)
-        word = translator.trace(text).top_tokens[0][1]
+        traced = translator.trace(text)
+        word = traced.top_tokens[min(FIRST_STEP, len(traced.target_tokens)) - 1][1]
         page.get_by_role("tab", name="Branch and compare").click()
         page.fill("#branch-word textarea", word)
         times["branch"].append(timed(page, lambda: page.click("#branch"), """(word) =>
@@ -127,18 +204,30 @@ def what_if(page, translator, sentences: list[str]) -> None:
         times["beam view"].append(timed(page, lambda: page.click("#beam"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Beam search')
             && document.querySelectorAll('#n-best tbody tr').length > 0"""))
+        page.get_by_role("tab", name="Head statistics").click()
+        times["head statistics"].append(timed(page, lambda: page.click("#head-statistics"), """() =>
+            document.querySelector('#status textarea')?.value.startsWith('Statistics of')
+            && (document.querySelector('#head-table')?.innerText || '').includes('encoder.1.1')"""))
+        times["word alignments"].append(timed(page, lambda: page.click("#alignments"), """() =>
+            document.querySelector('#status textarea')?.value.startsWith('Alignments of')
+            && document.querySelector('#alignment-text textarea')?.value.includes('cross.1.1')"""))
+        page.get_by_role("tab", name="Where each word came from").click()
+        times["where each word came from"].append(timed(page, lambda: page.click("#contributions"), """() =>
+            document.querySelector('#status textarea')?.value.startsWith('Contributions of')
+            && document.querySelector('#source-share .js-plotly-plot')"""))
         # A measure: computed on the server the first time, then kept with the decoding for other views.
         times["show ALTI+ instead of weights"].append(timed(
-            page, lambda: page.get_by_label("contributions (ALTI+)").check(), """() =>
+            page, lambda: choose(page, "measure", "contributions (ALTI+)"), """() =>
             document.querySelector('#attention .js-plotly-plot')?.layout?.title.text.includes('ALTI+')"""))
         times["ALTI+ of another layer"].append(timed(page, lambda: choose(page, "layer", "Layer 2"), """() => {
             const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text;
             return title && title.includes('ALTI+') && title.includes('layer 2,'); }"""))
-        choose(page, "layer", "Layer 1")
+        choose(page, "measure", "weights")
         page.wait_for_timeout(300)
-    plain = statistics.median(times["translate"])
+    plain, plain_p95 = statistics.median(times["translate"]), p95(times["translate"])
     for name, values in times.items():
-        print(f"what-if {name}: {percentiles(values)}; p50 {statistics.median(values) / plain:.2f}x translate")
+        print(f"what-if {name}: {percentiles(values)}; p50 {statistics.median(values) / plain:.2f}x, "
+              f"p95 {p95(values) / plain_p95:.2f}x translate's")
 
 
 def main() -> None:
@@ -164,29 +253,36 @@ def main() -> None:
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            floor = minimal_round_trip(browser)
+            print(f"minimal Gradio page, click -> its gr.Plot redrawn: {percentiles(floor)}")
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             began = time.perf_counter()
             page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
-                                   ".includes('step 1 of')", timeout=120000)
+                                   ".includes('step ')", timeout=120000)
             print(f"page load -> first heatmap: {(time.perf_counter() - began) * 1000:.0f} ms")
 
-            translate = []
-            for text in sentences[1:]:
+            translate, in_page = [], []
+            for text in sentences[1:]:  # Python's clock, as before
                 page.fill("#source textarea", text)
                 began = time.perf_counter()
                 page.click("#translate")
-                wait_translated(page, text)
-                page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title"
-                                       ".text.includes('step 1 of')")
+                wait_translated(page, translator, text)
                 translate.append((time.perf_counter() - began) * 1000)
+            for text in sentences[1:]:  # the page's clock, as for the minimal page (each differs from the last)
+                page.fill("#source textarea", text)
+                in_page.append(page.evaluate(CLICK_UNTIL, ["#translate", TRANSLATED,
+                                                           list(expected_view(translator, text))]))
             print(f"translate -> heatmap: {percentiles(translate)}")
+            print(f"translate -> heatmap, the page's clock: {percentiles(in_page)}; p50 "
+                  f"{statistics.median(in_page) / statistics.median(floor):.2f}x, p95 {p95(in_page) / p95(floor):.2f}x "
+                  "the minimal page's round trip")
             links = open_links(browser, port, args.model, sentences[1:])
             print(f"shared link opened in a new tab -> its view: {percentiles(links)}")
 
             page.fill("#source textarea", sentences[0])
             page.click("#translate")
-            wait_translated(page, sentences[0])
+            wait_translated(page, translator, sentences[0])
             choose(page, "head", "Head 1")
             page.wait_for_timeout(500)
             print(f"Next -> heatmap, single head: {percentiles(step_latencies(page, steps, ['attention']))}")

@@ -464,6 +464,8 @@ def finish(args, translator: Translator, data: dict, state: dict, work: Path, de
         "examples": pick_examples(load_pairs(args.data, "test", args.src, args.tgt)["src"][:200]),
         "training": {
             "data": f"{args.data} train ({len(data['train']['src'])} pairs)",
+            # The source lengths it learned from, <eos> left out: outside them the app warns.
+            "source_tokens": [min(data["train"]["src_lengths"]) - 1, max(data["train"]["src_lengths"]) - 1],
             "command": launcher(ranks) + " -m model.train " + " ".join(sys.argv[1:]),
             "epochs": state["epoch"], "steps": state["step"], "wall_seconds": round(state["seconds"]),
             "hardware": hardware(device), "torch": torch.__version__,

@@ -363,3 +363,52 @@ def test_compare_steps_both_models_and_every_plot_downloads_svg(page, server, se
         svg.click()
     name = download.value.suggested_filename
     assert name.startswith(f"{MODEL}_a-red-dog-runs-in-the_cross_L2_mean_step3") and name.endswith(".svg")
+
+
+def test_the_view_controls_sit_right_above_the_heatmap(page, services):
+    translate(page, services, "A dog runs in the park.")
+    boxes = page.evaluate("""() => Object.fromEntries(['layer', 'head', 'kind', 'measure', 'attention', 'step-bar'].map(
+        id => [id, document.querySelector('#' + id).getBoundingClientRect().toJSON()]))""")
+    assert all(boxes[c]["bottom"] <= boxes["attention"]["top"] for c in ("layer", "head", "kind", "measure"))
+    assert boxes["attention"]["top"] - boxes["layer"]["bottom"] < 60  # nothing between them
+    assert boxes["attention"]["top"] < 900 - 250  # at 1400x900 the heatmap starts on the first screen
+
+
+def test_a_plot_in_a_tab_opened_later_fills_its_box(page, services):
+    """Drawn while its tab was hidden, the comparison chart is fitted to its box when the tab opens."""
+    translate(page, services, "A man plays with a red ball in the park.")
+    page.get_by_role("tab", name="Switch heads off").click()
+    page.locator("#mask-cross label").first.click()
+    status_starts(page, "1 head off")
+    page.get_by_role("tab", name="Branch and compare").click()  # its chart was drawn while this tab was hidden
+    page.wait_for_function("""() => {
+        const plot = document.querySelector('#comparison-plot .js-plotly-plot');
+        const box = document.querySelector('#comparison-plot');
+        return plot && box.getBoundingClientRect().width > 0
+            && Math.abs(plot.getBoundingClientRect().width - box.getBoundingClientRect().width) < 30; }""",
+                           timeout=15000)
+    page.get_by_role("tab", name="Switch heads off").click()
+    page.click("#mask-reset")
+    status_starts(page, "All heads")
+
+
+def test_a_model_switch_after_a_comparison_shows_no_error(page, services):
+    errors = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    translate(page, services, "A dog runs in the park.")
+    choose(page, "layer", "Layer 2")
+    page.get_by_role("tab", name="Compare models").click()
+    page.click("#compare-model input")
+    page.get_by_role("option", name=re.compile("^toy-rnn ")).click()
+    page.click("#compare")
+    status_starts(page, "Compared with toy-rnn")
+    page.click("#model input")
+    page.get_by_role("option", name=re.compile("^toy-rnn")).click()
+    status_starts(page, "Translated")
+    choose(page, "head", "Head 2")
+    page.wait_for_function("() => (document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '')"
+                           ".includes('head 2')", timeout=15000)
+    assert page.locator(".toast-body, .toast-wrap .error").count() == 0 and not [e for e in errors if "Value" in e]
+    page.click("#model input")
+    page.get_by_role("option", name=re.compile(f"^{MODEL}")).click()
+    status_starts(page, "Translated")

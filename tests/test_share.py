@@ -169,3 +169,12 @@ def test_inspect_writes_a_trace_per_sentence_that_loads_back(toy_checkpoints, tm
         assert record["translation"] == traced.text and record["target_tokens"] == traced.target_tokens
         np.testing.assert_array_equal(record["cross_attention"], traced.trace.cross_attention.astype(np.float32))
         assert set(record["measures"]) == {"value_norm", "value_norm_together", "rollout", "alti"}
+
+
+def test_a_different_translation_is_quoted_once(events):
+    session = translated(events)
+    said = events.run(operations.compare, session, "toy-rnn")["status"]
+    theirs = events.services.translators["toy-rnn"].trace(TEXT).text
+    assert said == f'Compared with toy-rnn: a different translation, "{theirs}"; its map is beside this one.' \
+        or said == "Compared with toy-rnn: the same translation, so every map has a difference map."
+    assert ".." not in said

@@ -61,7 +61,7 @@ def test_translate_traces_once_and_sends_everything_stepping_needs(events, servi
     meta = shown["layout"]["meta"]
     assert meta["grows"] == "rows" and len(meta["titles"]) == trace.steps
     assert f"step 2 of {trace.steps}" in meta["titles"][1] and meta["titles"][-1] == shown["layout"]["title"]["text"]
-    assert all(out[f"step_buttons[{i}]"]["interactive"] for i in range(4))
+    assert not any(name.startswith("step_buttons") for name in out)  # always enabled: never rebuilt
 
 
 def test_view_changes_read_the_stored_session(events, services, monkeypatch):
@@ -220,3 +220,48 @@ def test_the_step_slider_gets_a_new_length_only_when_the_length_changes(events):
                  if (out := events.translate(text, session=again["session"]))["session"].trace.steps != steps)
     assert other["step"]["maximum"] == max(other["session"].trace.steps, 2)
     assert other["step"]["interactive"] == (other["session"].trace.steps > 1)
+
+
+def test_a_source_outside_the_trained_lengths_is_said_to_be(services, monkeypatch):
+    monkeypatch.setitem(services.translators[MODEL].metrics, "training", {"source_tokens": [2, 4]})
+    _, said = operations.translate(services, None, MODEL, "A dog runs in the park.")
+    assert "this source has 7 tokens, and the model learned from sources of 2 to 4" in said
+    _, said = operations.translate(services, None, MODEL, "A dog.")
+    assert "Beware" not in said
+
+
+def test_the_shipped_reverser_warns_beyond_its_16_characters():
+    from model.checkpoint import load_checkpoint
+
+    reverser = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "reverse")
+    assert reverser.metrics["training"]["source_tokens"] == [2, 16]
+    traced = reverser.trace("abcdefghijklmnopqrstuvwxyzabcde")  # 31 characters: it reads at most 31
+    said = operations.translate_status(traced, [ENCODER, DECODER, CROSS], [2, 16])
+    assert "this source has 31 tokens, and the model learned from sources of 2 to 16" in said
+
+
+def test_the_head_chosen_for_the_weights_comes_back_after_a_measure_of_the_whole_layer(events):
+    """Head 3 -> rollout (one entry, "Every head, combined", whose value is head 3) -> weights: head 3 again."""
+    session = events.view(events.translate("A man plays with a red ball.")["session"], CROSS, 1, 2, WEIGHTS, 1,
+                          False)["session"]
+    rolled = events.view(session, CROSS, 1, 0, "rollout", 1, False)  # a stale menu value: the session's head wins
+    assert rolled["head"]["choices"] == [("Every head, combined", 2)] and rolled["head"]["value"] == 2
+    back = events.view(rolled["session"], CROSS, 1, rolled["head"]["value"], WEIGHTS, 1, False)
+    assert back["session"].view.head == 2 and back["head"]["value"] == 2
+    assert "head 3" in figure(back["attention"])["layout"]["title"]["text"]
+
+
+def test_a_model_switch_never_sends_a_menu_value_its_choices_lack(events):
+    """Layer 2 of the Transformer, compared with a GRU, then the GRU as the model: every menu's value is one of the
+    choices sent with it (Gradio would refuse the next request otherwise)."""
+    from ui import operations as ops
+    from ui.listeners import translate_or_example
+
+    session = events.translate("A dog runs.", view=(CROSS, 1, 2, WEIGHTS, 1, False))["session"]
+    compared = events.run(ops.compare, session, "toy-rnn", view=(CROSS, 1, 2, WEIGHTS, 1, False))["session"]
+    out = events.run(translate_or_example, compared, "toy-rnn", "A dog runs.", view=(CROSS, 1, 2, WEIGHTS, 1, False))
+    for menu in ("kind", "layer", "head", "measure"):
+        update = out[menu]
+        assert isinstance(update, dict) and update["value"] in [value for _, value in update["choices"]], menu
+    again = events.view(out["session"], CROSS, 1, 2, WEIGHTS, 1, False)  # the old numbers, as a stale page sends
+    assert again["session"].view.layer == 0 and again["layer"] == 0  # fitted to the model, not refused

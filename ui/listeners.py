@@ -43,15 +43,20 @@ def view_of(kind, layer, head, measure, step, model_view) -> View:
 
 
 def session_outputs(page: Page) -> list:
-    """Every component `render` may update."""
+    """Every component `render` may update: what a new decoding changes, and what belongs to the model."""
+    return [*decoding_outputs(page), page.model, page.example, page.compare_model, page.mask_note,
+            page.importance_measure, page.importance_plot]
+
+
+def decoding_outputs(page: Page) -> list:
+    """What a new decoding of the same model changes. (Gradio 6 rebuilds every output an answer leaves out, so each
+    event lists what it updates, no more.)"""
     return [page.session, page.status, page.translation, page.attention, page.overview, page.compare_plot,
-            page.candidates, page.probabilities, page.step_text, page.step,
-            *page.step_buttons, page.kind, page.measure, page.layer, page.head, page.model_view, page.breadcrumb,
-            page.source, page.source_tokens, page.model, page.example, page.comparison, page.comparison_plot,
-            *page.mask_grids, page.mask_note, page.importance_measure, page.importance_plot, page.masked_translation,
-            page.mask_effect_plot, page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.head_table,
-            page.alignment_text, page.source_share_plot, page.contribution_plot, page.compare_model, page.link_box,
-            page.export_file]
+            page.candidates, page.probabilities, page.step_text, page.step, page.kind, page.measure, page.layer,
+            page.head, page.model_view, page.breadcrumb, page.source, page.source_tokens, page.comparison,
+            page.comparison_plot, *page.mask_grids, page.masked_translation, page.mask_effect_plot, page.n_best,
+            page.beam_steps, page.beam_open, page.branch_word, page.head_table, page.alignment_text,
+            page.source_share_plot, page.contribution_plot, page.link_box, page.export_file]
 
 
 def view_outputs(page: Page) -> list:
@@ -94,8 +99,9 @@ def admitted(page: Page, services: Services, function: Callable) -> Callable:
 def on(page: Page, services: Services, triggers: list, operation: Callable, extras: list, api_names: list[str],
        outputs: list | None = None, queued: bool = True, **options) -> list:
     """Wire each trigger to run `operation` with `extras` (components) after the session, then the view's
-    settings; each trigger gets its api name. Returns the events (to chain `.then`)."""
-    outputs = outputs or session_outputs(page)
+    settings; each trigger gets its api name. `outputs`: what the operation can change (default: a new decoding's
+    outputs). Returns the events (to chain `.then`)."""
+    outputs = outputs or decoding_outputs(page)
     run = answer(page, services, operation, outputs, len(extras))
     if not queued:
         run = admitted(page, services, run)
@@ -161,9 +167,9 @@ def first_visit(page: Page, services: Services, request: gr.Request | None = Non
 def wire(page: Page, services: Services) -> None:
     """The core loop's events: translate, switch the model, use an example, open the page, change the view, step."""
     on(page, services, [page.translate.click, page.source.submit], operations.translate, [page.model, page.source],
-       ["translate", "translate_enter"], queued=False)
+       ["translate", "translate_enter"], outputs=decoding_outputs(page), queued=False)
     on(page, services, [page.model.input], translate_or_example, [page.model, page.source], ["switch_model"],
-       queued=False)
+       outputs=session_outputs(page), queued=False)
     on(page, services, [page.example.input], use_example, [page.example, page.model], ["use_example"],
        queued=False)
     # Typing a sentence of one's own leaves the examples (so closing their list never brings one back).
@@ -186,7 +192,7 @@ def wire(page: Page, services: Services) -> None:
 
     on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"])
     opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,
-                [page.head_name], ["open_head", "open_head_enter"], queued=False)
+                [page.head_name], ["open_head", "open_head_enter"], outputs=view_outputs(page), queued=False)
     for event in opened:  # the head may be opened from far down the page (the importance heatmap)
         event.then(None, js="() => document.querySelector('#attention')?.scrollIntoView({block: 'nearest'})")
 

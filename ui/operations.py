@@ -56,8 +56,9 @@ def operation(function):
     return run
 
 
-def translate_status(traced: TracedTranslation, kinds: list[str]) -> str:
-    """What the status line says about a translation: unknown source words, unspellable target words, limits."""
+def translate_status(traced: TracedTranslation, kinds: list[str], trained: list[int] | None = None) -> str:
+    """What the status line says about a translation: unknown source words, unspellable target words, limits, and a
+    source longer or shorter than any the model learned from (`trained`: the shortest and longest, in tokens)."""
     unknown = [t for t, u in zip(traced.source_tokens, traced.unknown) if u]
     message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
     unspelled = traced.target_tokens.count("<unk>")
@@ -68,6 +69,10 @@ def translate_status(traced: TracedTranslation, kinds: list[str]) -> str:
         message += " This model has no self-attention: only its cross-attention exists to show."
     if traced.target_tokens[-1] != "<eos>":
         message += f" Stopped at the length limit of {len(traced.target_tokens)} tokens."
+    length = len(traced.source_tokens) - 1  # <eos> left out
+    if trained and not trained[0] <= length <= trained[1]:
+        message += (f" Beware: this source has {length} tokens, and the model learned from sources of "
+                    f"{trained[0]} to {trained[1]}: outside that range it is often wrong.")
     return message
 
 
@@ -97,7 +102,8 @@ def translate(services: Services, session: Session | None, model: object, text: 
         view = replace(view or session.view, measure=WEIGHTS, step=FIRST_STEP)
     new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown))
-    return new, translate_status(traced, trace.available())
+    trained = services.translators[model].metrics.get("training", {}).get("source_tokens")
+    return new, translate_status(traced, trace.available(), trained)
 
 
 def with_view(services: Services, session: Session | None, view: View) -> tuple[Session | None, str]:
@@ -299,7 +305,8 @@ def compare_trace(services: Services, session: Session, other: object) -> Compar
     if mine != theirs:
         return f"{other} reads {theirs}, not {mine}: only a model of the same source language can be compared"
     try:
-        return Comparison(other, to_arrays(services.trace(other, session.source)))
+        traced = services.trace(other, session.source)
+        return Comparison(other, to_arrays(traced), traced.text)
     except InputError as error:
         return f"{other} cannot translate this sentence: {error}"
 
@@ -314,8 +321,7 @@ def compare(services: Services, session: Session, other: object) -> tuple[Sessio
     same = compared.trace.target_tokens == session.trace.target_tokens
     return replace(session, compare=compared), (
         f"Compared with {other}: " + ("the same translation, so every map has a difference map." if same else
-                                      "a different translation: " + " ".join(compared.trace.target_tokens[:-1])
-                                      + "."))
+                                      f"a different translation, \"{compared.text}\"; its map is beside this one."))
 
 
 def head_menu(trace: TraceArrays, kind: str, chosen: int | str) -> list[tuple[str, int | str]]:

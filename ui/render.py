@@ -102,10 +102,11 @@ def render(page, services: Services, before: Session | None, after: Session | No
                                                            view.kind, view.layer, view.head, file_stem(after))
     if new_decoding:
         updates.update(decoding_updates(page, after))
-        if before is None or len(before.decodings) != len(after.decodings) or before.shown != after.shown \
-                or [d.name for d in before.decodings] != [d.name for d in after.decodings]:
-            updates[page.breadcrumb] = gr.update(choices=[(d.name, i) for i, d in enumerate(after.decodings)],
-                                                 value=after.shown, visible=len(after.decodings) > 1)
+        names = [(d.name, i) for i, d in enumerate(after.decodings)]
+        if before is None or names != [(d.name, i) for i, d in enumerate(before.decodings)]:
+            updates[page.breadcrumb] = gr.update(choices=names, value=after.shown, visible=len(names) > 1)
+        else:
+            updates[page.breadcrumb] = after.shown
     if new_model:
         updates.update(model_updates(page, services, after))
     if new_sentence:
@@ -114,6 +115,8 @@ def render(page, services: Services, before: Session | None, after: Session | No
         updates[page.source] = after.source
     if before is None or before.beam is not after.beam:
         updates.update(beam_updates(page, after))
+    if before is not None and before.beam is None and after.beam is None:  # values alone: no rebuilt menu
+        updates.update({page.n_best: None, page.beam_steps: None, page.beam_open: None})
     if not new_model and before.compare is not after.compare:
         updates[page.compare_model] = after.compare.model if after.compare else None
     return updates
@@ -131,7 +134,6 @@ def decoding_updates(page, session: Session) -> dict:
     frames = translation_frames(trace)
     return {page.translation: decoding.text, page.candidates: frames["candidates"],
             page.probabilities: frames["probabilities"], page.step_text: json.dumps(frames["description"]),
-            **{button: gr.update(interactive=True) for button in page.step_buttons},
             **grids, **comparison_updates(page, session), page.branch_word: "",
             page.masked_translation: None if effect is None else token_differences(effect.base_tokens,
                                                                                     effect.new_tokens),
@@ -222,5 +224,4 @@ def cleared(page) -> dict:
             page.source_share_plot: None, page.contribution_plot: None, page.link_box: "", page.export_file: None,
             page.step: gr.update(value=1, maximum=2, interactive=False),
             page.mask_note: "Translate a sentence to switch heads off.",
-            **{button: gr.update(interactive=False) for button in page.step_buttons},
             **{grid: gr.update(choices=[], value=[], visible=False) for grid in page.mask_grids}}

@@ -113,6 +113,7 @@ class Comparison:
 
     model: str
     trace: TraceArrays
+    text: str  # its translation as text
 
 
 @dataclass(frozen=True)

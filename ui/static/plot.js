@@ -55,8 +55,12 @@ function barsAtStep(figure, t) {
   return figure;
 }
 
-// Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file).
+// Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
+// for the plot's life: Plotly.react redraws from scratch whenever it is handed a different config.
+let plotConfig = null;
+
 function config() {
+  if (plotConfig) return plotConfig;
   const Plotly = window.Plotly;
   const name = (gd) => {
     const file = gd.layout && gd.layout.meta && gd.layout.meta.file;
@@ -64,8 +68,9 @@ function config() {
   };
   const button = (format, icon) => ({ name: `download-${format}`, title: `Download as ${format.toUpperCase()}`,
     icon, click: (gd) => Plotly.downloadImage(gd, { format, filename: name(gd), scale: format === "png" ? 2 : 1 }) });
-  return { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["toImage"],
-           modeBarButtonsToAdd: [button("png", Plotly.Icons.camera), button("svg", Plotly.Icons.disk)] };
+  plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["toImage"],
+                 modeBarButtonsToAdd: [button("png", Plotly.Icons.camera), button("svg", Plotly.Icons.disk)] };
+  return plotConfig;
 }
 
 let drawnJson = null;
@@ -93,7 +98,11 @@ function draw() {
 
 // Heatmaps first; the bar charts once the browser has painted them.
 const later = () => requestAnimationFrame(() => setTimeout(draw));
-const redraw = () => (figure && figure.layout.meta && figure.layout.meta.bars ? later() : draw());
+const redraw = () => {
+  const meta = (figure && figure.layout.meta) || {};
+  if (meta.bars) later();
+  else if (meta.titles) draw(); // a figure that is not stepped stays as it is
+};
 watch("value", draw);
 document.addEventListener("attention-inspector-step", redraw);
 // A plot drawn while its tab or accordion was closed has no width to fit: fit it whenever its box changes size.

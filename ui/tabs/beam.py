@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from ui import operations
-from ui.listeners import answer, on, session_outputs, settings
+from ui.listeners import answer, decoding_outputs, on, settings
 from ui.page import Page
 from ui.services import Services
 from ui.session import Session
@@ -32,14 +32,17 @@ def open_row(services: Services, session: Session | None, selected: gr.SelectDat
 
 
 def wire(page: Page, services: Services) -> None:
-    on(page, services, [page.beam.click], operations.run_beam, [], ["beam_view"], **services.trace_queue)
+    beam_outputs = [page.session, page.status, page.step, page.kind, page.measure, page.layer, page.head,
+                    page.model_view, page.n_best, page.beam_steps, page.beam_open]
+    on(page, services, [page.beam.click], operations.run_beam, [], ["beam_view"], outputs=beam_outputs,
+       **services.trace_queue)
     on(page, services, [page.beam_open.input], operations.open_hypothesis, [page.beam_open], ["open_hypothesis"],
        **services.trace_queue)
 
     # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
-    run = answer(page, services, open_row, session_outputs(page), 1)
+    run = answer(page, services, open_row, decoding_outputs(page), 1)
 
     def clicked(session, kind, layer, head, measure, step, model_view, selected: gr.SelectData):
         return run(session, selected, kind, layer, head, measure, step, model_view)
-    page.n_best.select(clicked, [page.session, *settings(page)], session_outputs(page), api_visibility="private",
+    page.n_best.select(clicked, [page.session, *settings(page)], decoding_outputs(page), api_visibility="private",
                        **services.trace_queue)

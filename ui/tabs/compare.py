@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from ui import operations
-from ui.listeners import on
+from ui.listeners import on, view_outputs
 from ui.page import Page
 from ui.plots import plot
 from ui.services import Services
@@ -28,4 +28,4 @@ def build(page: Page, services: Services) -> None:
 
 def wire(page: Page, services: Services) -> None:
     on(page, services, [page.compare.click], operations.compare, [page.compare_model], ["compare"],
-       **services.trace_queue)
+       outputs=[*view_outputs(page), page.compare_model], **services.trace_queue)

@@ -32,7 +32,8 @@ def build(page: Page, services: Services) -> None:
     with gr.Row():
         with gr.Column(scale=3, min_width=340):
             with gr.Row(equal_height=False, elem_id="step-bar"):
-                page.step_buttons = [gr.Button(text, elem_id=elem_id, size="sm", min_width=50, interactive=False)
+                # Always enabled: with nothing translated, their step has nothing to show, and nothing happens.
+                page.step_buttons = [gr.Button(text, elem_id=elem_id, size="sm", min_width=50)
                                      for text, elem_id in (("«", "first"), ("‹ Prev", "previous"),
                                                            ("Next ›", "next"), ("»", "last"))]
                 page.step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step", scale=4,
@@ -42,7 +43,7 @@ def build(page: Page, services: Services) -> None:
                                         scale=3, min_width=170)
                 # Any number is taken and then fitted to the model (ui/session.py `View.normalize`): a menu of
                 # another model's layers never refuses a request.
-                page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=90,
+                page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=120,
                                          scale=1, allow_custom_value=True)
                 page.head = gr.Dropdown([("Mean of heads", MEAN)], value=MEAN, label="Head", elem_id="head",
                                         min_width=110, scale=2, allow_custom_value=True)
