@@ -44,9 +44,3 @@ def choices(labels: dict[str, str], keys=None) -> list[tuple[str, str]]:
     """A menu's `(label, key)` entries, for `keys` (default: every key of `labels`, in order)."""
     return [(labels[key], key) for key in (labels if keys is None else keys)]
 
-
-def unknown_key(what: str, value: object, keys) -> str:
-    """The message for a value that is none of `keys` (an old display label, say): it lists the keys."""
-    text = repr(value)
-    text = text if len(text) <= 60 else text[:59] + "…"
-    return f"{what} {text} is none of the keys {', '.join(keys)}"

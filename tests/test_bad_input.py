@@ -99,7 +99,7 @@ def test_ui_events_and_every_figure(events, name):
     if isinstance(expected, str):
         assert expected in status and out["session"].current is last.current  # the last translation stays
     else:
-        assert status.startswith("Translated.") and f"Unknown words (read as <unk>)" in status
+        assert status.startswith("Translated.") and "Unknown words (read as <unk>)" in status
         session = out["session"]
         figures = [json.loads(out["candidates"]), json.loads(out["probabilities"])]
         for kind in KINDS:
