@@ -265,3 +265,18 @@ def test_a_model_switch_never_sends_a_menu_value_its_choices_lack(events):
         assert isinstance(update, dict) and update["value"] in [value for _, value in update["choices"]], menu
     again = events.view(out["session"], CROSS, 1, 2, WEIGHTS, 1, False)  # the old numbers, as a stale page sends
     assert again["session"].view.layer == 0 and again["layer"] == 0  # fitted to the model, not refused
+
+
+def test_an_operation_measures_only_the_decoding_it_shows(events, services, monkeypatch):
+    """A branch sent with a measure chosen on the page shows its new decoding's weights: no teacher-forced pass is
+    spent on the decoding it replaces."""
+    session = events.translate("A man plays with a red ball.")["session"]
+    translator = services.translators[MODEL]
+    passes = []
+    original = type(translator).measures
+    monkeypatch.setattr(type(translator), "measures", lambda self, *args: passes.append(args) or original(self, *args))
+    word = next(t for t in session.trace.top_tokens[1][1:] if t != "<eos>")
+    branched = events.run(operations.branch, session, word, view=(CROSS, 1, 0, "alti", 2, False))["session"]
+    assert branched.view.measure == WEIGHTS and passes == []
+    measured = events.view(branched, CROSS, 1, 0, "alti", 2, False)["session"]
+    assert len(passes) == 1 and passes[0][1] == branched.trace.target_tokens and measured.current.measure_maps

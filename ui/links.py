@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, MEASURES, WEIGHTS
 from model.translator import InputError
-from ui.operations import compare_trace, plural, shown, translate, with_view
+from ui.operations import compare_trace, plural, shown, translate, with_measures, with_view
 from ui.services import Services
 from ui.session import Decoding, Session, View, to_arrays
 
@@ -155,7 +155,8 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
         else:
             session = replace(session, compare=compared)
     session = session.with_view(View(kind, layer, head, WEIGHTS, step))
-    session, measure_note = with_view(services, session, replace(session.view, measure=spec.measure))
+    session, measure_note = with_view(session, replace(session.view, measure=spec.measure))
+    session = with_measures(services, session)
     if measure_note:
         notes.append(measure_note)
     said = "Opened the link." + (" Some of it could not be used: " + "; ".join(notes) + "." if notes else "")

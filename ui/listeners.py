@@ -72,10 +72,10 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
         arguments, view = values[:extras], view_of(*values[extras:])
         before, note = session, ""
         if session is not None:
-            session, note = operations.with_view(services, session, view)
+            session, note = operations.with_view(session, view)
         after, message = operation(services, session, *arguments)
         message = message or note  # what the view could not show, where the operation itself says nothing
-        if after is not None and after.view.measure != WEIGHTS:
+        if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
             after = operations.with_measures(services, after)
         updates = render(page, services, before, after, message)
         return {component: value for component, value in updates.items() if component in outputs}

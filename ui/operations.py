@@ -106,9 +106,9 @@ def translate(services: Services, session: Session | None, model: object, text: 
     return new, translate_status(traced, trace.available(), trained)
 
 
-def with_view(services: Services, session: Session | None, view: View) -> tuple[Session | None, str]:
-    """Another kind, layer, head, measure or step of the decoding on screen; a measure other than the weights is
-    computed when first shown (one teacher-forced pass) and kept with the decoding."""
+def with_view(session: Session | None, view: View) -> tuple[Session | None, str]:
+    """Another kind, layer, head, measure or step of the decoding on screen, and what of it cannot be shown. The
+    measure's maps are computed where the view is drawn (`with_measures`), for the decoding that is drawn."""
     if session is None:
         return None, NOTHING_YET
     if view.measure not in MEASURE_LABELS:
@@ -117,16 +117,14 @@ def with_view(services: Services, session: Session | None, view: View) -> tuple[
         view = replace(view, head=session.view.head)
     if view.measure != WEIGHTS and session.trace.encoder is None:
         return session.with_view(replace(view, measure=WEIGHTS)), GRU_MEASURES
-    session = session.with_view(view)
-    if session.view.measure != WEIGHTS:
-        session = with_measures(services, session)
-    return session, ""
+    return session.with_view(view), ""
 
 
 def with_measures(services: Services, session: Session) -> Session:
-    """The session with the decoding on screen's measure maps computed (once per decoding)."""
+    """The session with the maps of the measure it shows computed for the decoding on screen (one teacher-forced
+    pass, once per decoding, kept with it); a session that shows the weights as it is."""
     decoding = session.current
-    if decoding.measure_maps is not None:
+    if session.view.measure == WEIGHTS or decoding.measure_maps is not None:
         return session
     maps = services.translators[session.model].measures(session.source, decoding.trace.target_tokens,
                                                         list(decoding.mask))

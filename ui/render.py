@@ -52,6 +52,13 @@ def view_identity(session: Session | None) -> tuple | None:
             session.compare and session.compare.model, session.current.measure_maps is not None)
 
 
+def offered(trace) -> tuple[list, list]:
+    """The attention kind and measure menus' entries for a decoding: the kinds its model has, and the measures (the
+    GRU models have no residual stream: weights only)."""
+    measures = list(MEASURE_LABELS) if trace.encoder is not None else [WEIGHTS]
+    return choices(KIND_LABELS, trace.available()), choices(MEASURE_LABELS, measures)
+
+
 def view_menus(session: Session) -> dict:
     """The layer and head menus of the view on screen, the trace the view draws (a measure's, if shown) and the
     head it draws."""
@@ -75,17 +82,12 @@ def render(page, services: Services, before: Session | None, after: Session | No
     menus = view_menus(after)
     shown_head = menus["heads"][0][1] if len(menus["heads"]) == 1 else view.head  # what the head menu says
     old_menus = view_menus(before) if before is not None else {"layers": None, "heads": None}
-    kinds = decoding.trace.available()
-    measures = list(MEASURE_LABELS) if decoding.trace.encoder is not None else [WEIGHTS]
-    old_kinds = before.current.trace.available() if before is not None else None
-    old_measures = ((list(MEASURE_LABELS) if before.current.trace.encoder is not None else [WEIGHTS])
-                    if before is not None else None)
+    kinds, measures = offered(decoding.trace)
+    old_kinds, old_measures = offered(before.current.trace) if before is not None else (None, None)
     steps = decoding.trace.steps
     updates.update({
-        page.kind: menu(choices(KIND_LABELS, kinds), choices(KIND_LABELS, old_kinds) if old_kinds else None,
-                        view.kind),
-        page.measure: menu(choices(MEASURE_LABELS, measures),
-                           choices(MEASURE_LABELS, old_measures) if old_measures else None, view.measure),
+        page.kind: menu(kinds, old_kinds, view.kind),
+        page.measure: menu(measures, old_measures, view.measure),
         page.layer: menu(menus["layers"], old_menus["layers"], view.layer),
         page.head: menu(menus["heads"], old_menus["heads"], shown_head),
         page.model_view: view.model_view,
