@@ -145,7 +145,7 @@ def what_if(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
                  lambda: page.run(operations.set_mask, session, ["cross.2.5"]),
              "beam view (checkpoint's beam size)": lambda: page.run(operations.run_beam, session),
              "where each word came from (ALTI+ contributions)":
-                 lambda: {"figures": measure_sources(page.services, session)[0]},
+                 lambda: {"figures": list(measure_sources(page.services, session)[0])},
              "ALTI+ view, first of the decoding (one teacher-forced pass)":
                  lambda: page.view(session, CROSS, 0, MEAN, ALTI),
              "ALTI+ view of another layer (maps kept with the decoding)":
