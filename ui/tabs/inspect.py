@@ -63,7 +63,9 @@ def build(page: Page, services: Services) -> None:
         page.model_view_panel = accordion
         page.model_view = gr.Checkbox(False, label="Show the model view", elem_id="model-view")
         page.overview = plot("overview")
-    with gr.Row():
-        page.source_tokens = gr.HighlightedText(label="Source tokens as the model reads them",
-                                                color_map={"unknown": "red"}, elem_id="source-tokens", scale=2)
-        page.probabilities = plot("probabilities", scale=3)
+    with gr.Row():  # columns of at least 300 px: on a phone, one above the other
+        with gr.Column(scale=2, min_width=300):
+            page.source_tokens = gr.HighlightedText(label="Source tokens as the model reads them",
+                                                    color_map={"unknown": "red"}, elem_id="source-tokens")
+        with gr.Column(scale=3, min_width=300):
+            page.probabilities = plot("probabilities")
