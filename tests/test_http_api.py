@@ -152,11 +152,11 @@ UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it
     "too few values": ("translate", f'["{MODEL}", "A dog."]', "didn't receive enough input values", True),
     "an old display label for the kind": ("translate", f'["{MODEL}", "A dog.", "Cross-attention", 0, "mean", '
                                           '"weights", 1, false]',
-                                          "Cross-attention is not in the list of choices: ['encoder', 'decoder', "
-                                          "'cross']", True),
+                                          "Unknown attention kind 'Cross-attention'; choose one of: encoder, decoder, "
+                                          "cross.", False),
     "an old display label for the measure": ("kind", '["cross", 0, "mean", "contributions (ALTI+)", 1, false]',
-                                             "not in the list of choices: ['weights', 'value_norm', 'rollout', "
-                                             "'alti']", True),
+                                             "Unknown measure 'contributions (ALTI+)'; choose one of: weights, "
+                                             "value_norm, rollout, alti.", False),
     "a layer the model does not have": ("translate", f'["{MODEL}", "A dog.", "cross", 9, "mean", "weights", 1, '
                                         'false]', "Translated.", False),
     "a word for the layer": ("layer", '["cross", "three", "mean", "weights", 1, false]', "Translate a sentence first",
@@ -164,12 +164,15 @@ UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it
     "a lone surrogate to translate": ("translate", f'["{MODEL}", {SURROGATE}, "cross", 0, "mean", "weights", 1, '
                                                    'false]', "lone surrogate", False),
     "an unknown model to translate": ("translate", '["nope", "A dog.", "cross", 0, "mean", "weights", 1, false]',
-                                      "nope is not in the list of choices", True),
+                                      "Choose a model: 'nope' is not loaded.", False),
     "a view before any translation": ("kind", '["cross", 0, "mean", "weights", 1, false]',
                                       "Translate a sentence first", False),
-    "a word for the step": ("head", '["cross", 0, "mean", "weights", "three", false]', "", True),
+    "a word for the step": ("head", '["cross", 0, "mean", "weights", "three", false]',
+                            "The step must be a number, not 'three'.", False),
     "null everywhere": ("translate", "[null, null, null, null, null, null, null, null]",
-                        "Expected a `float`, but the value passed to the event handler was: None", True),
+                        "Unknown attention kind None; choose one of: encoder, decoder, cross.", False),
+    "a list for the sentence": ("translate", f'["{MODEL}", ["A", "dog"], "cross", 0, "mean", "weights", 1, false]',
+                                "The text to translate must be a string, not list.", False),
 }
 
 

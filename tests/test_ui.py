@@ -158,6 +158,9 @@ def test_switching_the_model_translates_the_sentence_again_or_its_first_example(
     out = events.run(translate_or_example, session, "toy-rnn", "  ")  # nothing to translate: its first example
     assert out["session"].source == services.examples("toy-rnn")[0] and "first example" in out["status"]
     assert out["source"] == services.examples("toy-rnn")[0]
+    again = events.run(translate_or_example, out["session"], "toy-rnn", out["session"].source)  # sent twice
+    assert again["session"].current is out["session"].current and "translation" not in again
+    assert "status" not in again  # the status line keeps what it said about the translation
 
 
 def test_a_first_visit_shows_a_translated_example_at_a_view_with_structure(events, services, monkeypatch):
@@ -280,3 +283,79 @@ def test_an_operation_measures_only_the_decoding_it_shows(events, services, monk
     assert branched.view.measure == WEIGHTS and passes == []
     measured = events.view(branched, CROSS, 1, 0, "alti", 2, False)["session"]
     assert len(passes) == 1 and passes[0][1] == branched.trace.target_tokens and measured.current.measure_maps
+
+
+def test_the_heads_off_translation_shows_only_while_there_is_one(events):
+    """Its frame is hidden before heads are switched off, shown with the new translation, hidden again for a new
+    sentence; in between, only its value is sent."""
+    first = events.translate("A man plays with a red ball.")
+    assert first["masked_translation"] is None  # hidden from the start: no property update
+    masked = events.run(operations.set_mask, first["session"], ["cross.1.1", "cross.1.2"])
+    assert masked["masked_translation"]["visible"] is True and masked["masked_translation"]["value"]
+    again = events.run(operations.set_mask, masked["session"], ["cross.1.1"])
+    assert isinstance(again["masked_translation"], list)
+    anew = events.translate("A dog runs.", session=again["session"])
+    assert anew["masked_translation"] == {"__type__": "update", "value": None, "visible": False}
+
+
+def test_the_busiest_events_answer_in_gradios_form_without_its_processing(demo, events):
+    """Translations and view changes skip Gradio's pre- and postprocessing: what Gradio would have done to their
+    values is done by `serialized` and `view_of`."""
+    from ui.listeners import serialized, view_of
+
+    page = demo.page
+    out = events.translate("A man plays with a red ball.")
+    tokens = out["source_tokens"]
+    assert serialized(page.source_tokens, tokens) == page.source_tokens.postprocess(tokens).model_dump()
+    assert serialized(page.source_tokens, tokens)[0] == {"token": tokens[0][0], "class_or_confidence": None}
+    assert serialized(page.head_table, None) == page.head_table.postprocess(None).model_dump()
+    assert serialized(page.translation, "ein Hund") == "ein Hund"  # no data model: as it is
+    update = serialized(page.masked_translation, {"__type__": "update", "value": tokens, "visible": True})
+    assert update["visible"] and update["value"][0]["token"] == tokens[0][0]
+    for settings, message in [(("Cross-attention", 0, MEAN, WEIGHTS, 1, False), "choose one of: encoder, decoder"),
+                              ((CROSS, 0, MEAN, "contributions (ALTI+)", 1, False), "choose one of: weights, value"),
+                              ((CROSS, 0, MEAN, WEIGHTS, "three", False), "The step must be a number"),
+                              ((CROSS, 0, MEAN, WEIGHTS, True, False), "The step must be a number")]:
+        with pytest.raises(operations.InputError, match=message):
+            view_of(*settings)
+    assert view_of(CROSS, 1, 2, None, 3.0, 0) == View(CROSS, 1, 2, WEIGHTS, 3.0, False)
+
+
+def test_a_view_change_runs_in_the_event_loop_only_when_it_needs_no_model_work(events):
+    from ui.listeners import light
+
+    session = events.translate("A man plays with a red ball.")["session"]
+    assert light(session, CROSS, 1, 2, WEIGHTS, 1, False) and light(None, CROSS, 1, 2, "alti", 1, False)
+    assert not light(session, CROSS, 1, 0, "alti", 1, False)  # a teacher-forced pass: in a worker thread
+    measured = events.view(session, CROSS, 1, 0, "alti", 1, False)["session"]
+    assert light(measured, CROSS, 0, 0, "rollout", 1, False)  # its maps are kept with the decoding
+    assert light(session, "Cross-attention", 1, 2, WEIGHTS, 1, False)  # refused at once
+
+
+def test_the_same_request_sent_twice_at_once_is_answered_once(demo, services):
+    """Gradio's menus send one click's `input` event twice at once: the second request shares the first's answer
+    (the same session and values), while any other request is answered on its own."""
+    import asyncio
+    import threading
+
+    from ui.listeners import admitted
+
+    calls, release = [], threading.Event()
+
+    def event(session, *values):
+        calls.append(values)
+        release.wait(10)
+        return {demo.page.status: f"answered {values}"}
+
+    run = admitted(demo.page, services, event)
+
+    async def three_at_once():
+        sent = [asyncio.ensure_future(run(None, MODEL, text)) for text in ("A dog.", "A dog.", "A cat.")]
+        await asyncio.sleep(0.3)
+        release.set()
+        return await asyncio.gather(*sent)
+
+    first, twin, other = asyncio.run(three_at_once())
+    assert sorted(calls) == [(MODEL, "A cat."), (MODEL, "A dog.")]
+    assert first == twin == {demo.page.status: f"answered {(MODEL, 'A dog.')}"} and other != first
+    assert asyncio.run(run(None, MODEL, "A dog.")) == first and len(calls) == 3  # once answered, asked anew

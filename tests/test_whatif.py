@@ -241,6 +241,7 @@ def test_an_example_already_on_screen_is_not_translated_again(events, services):
     session = translated(events, sentence)
     same = events.run(use_example, session, sentence, MODEL)
     assert same["session"].current is session.current and "translation" not in same
+    assert "status" not in same  # the status line keeps what it said about the translation
     assert events.run(use_example, session, None, MODEL)["session"].current is session.current
     picked = events.run(use_example, translated(events, "Two dogs."), sentence, MODEL)
     assert picked["source"] == sentence and picked["session"].source == sentence

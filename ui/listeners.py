@@ -1,20 +1,23 @@
 """How the page's events reach the session: every event that changes what is shown runs one operation of
 ui/operations.py on the user's `Session` (one `gr.State`) and answers with `render`.
 
-The busiest events (translations and view changes) skip Gradio's queue (`queue=False`, a plain request): they
-are admitted up to `Services.admission`'s limit and refused beyond it with a "busy, try again" status, so a
-burst never waits unbounded. The other events go through the queue, which holds at most `QUEUE_SIZE`.
+The busiest events (translations and view changes) skip Gradio's queue (`queue=False`, a plain request) and its
+processing of each value (a thread hop per value; `on`): they are admitted up to `Services.admission`'s limit and
+refused beyond it with a "busy, try again" status, so a burst never waits unbounded. The other events go through
+the queue, which holds at most `QUEUE_SIZE`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import gradio as gr
 
-from model.keys import WEIGHTS
+from model.keys import KINDS, MEASURES, WEIGHTS
+from model.translator import InputError
 from ui import operations
 from ui.links import LinkSpec, PARAMETERS, open_link, query_values
 from ui.page import Page
@@ -32,14 +35,26 @@ MOVES = {"first": "() => 1", "previous": "(s) => Math.max(1, s - 1)",
          "last": "(s, d) => (d ? JSON.parse(d).length : s)"}
 
 
+VIEW_SETTINGS = ("kind", "layer", "head", "measure", "step", "model_view")
+
+
 def settings(page: Page) -> list:
     """The view's controls, in the order `view_of` takes them."""
-    return [page.kind, page.layer, page.head, page.measure, page.step, page.model_view]
+    return [getattr(page, name) for name in VIEW_SETTINGS]
 
 
 def view_of(kind, layer, head, measure, step, model_view) -> View:
-    """The view the page's controls show (normalized against a trace later)."""
-    return View(kind, layer, head, measure if measure is not None else WEIGHTS, step, bool(model_view))
+    """The view a request's settings ask for (normalized against a trace later). The busiest events skip Gradio's
+    checks of their values (`on`), so a kind or a measure that is not a key (an old display label, say), or a step
+    that is no number, is refused here with the keys; a layer or head the model lacks is left to `normalize`."""
+    if kind not in KINDS:
+        raise InputError(f"Unknown attention kind {operations.shown(kind)}; choose one of: {', '.join(KINDS)}.")
+    measure = WEIGHTS if measure is None else measure
+    if measure not in MEASURES:
+        raise InputError(f"Unknown measure {operations.shown(measure)}; choose one of: {', '.join(MEASURES)}.")
+    if isinstance(step, bool) or not isinstance(step, (int, float)):
+        raise InputError(f"The step must be a number, not {operations.shown(step)}.")
+    return View(kind, layer, head, measure, step, bool(model_view))
 
 
 def session_outputs(page: Page) -> list:
@@ -69,12 +84,16 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
     """An event's function: `(session, *extras, *settings) -> updates`. The page's view settings are taken first
     (the step lives in the browser), then `operation(services, session, *extras)` runs, then `render`."""
     def run(session: Session | None, *values) -> dict:
-        arguments, view = values[:extras], view_of(*values[extras:])
+        try:
+            arguments, view = values[:extras], view_of(*values[extras:])
+        except InputError as error:
+            return {page.status: str(error)}
         before, note = session, ""
         if session is not None:
             session, note = operations.with_view(session, view)
         after, message = operation(services, session, *arguments)
-        message = message or note  # what the view could not show, where the operation itself says nothing
+        if not message and note:  # what the view could not show, where the operation itself says nothing
+            message = note
         if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
             after = operations.with_measures(services, after)
         updates = render(page, services, before, after, message)
@@ -83,30 +102,84 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
     return run
 
 
-def admitted(page: Page, services: Services, function: Callable) -> Callable:
-    """`function` run in a worker thread only when the server admits one more request (else a busy status): for
-    events outside Gradio's queue, whose waiting the queue does not bound."""
-    async def run(*values):
+def serialized(component, value):
+    """A value as Gradio sends it to the browser, for the events that skip Gradio's postprocessing (`on`): the
+    components with a data model (highlighted text, tables, files) postprocess their own value here; every other
+    component's value (text, numbers, keys, a plot's JSON) and every property update is sent as it is. (The
+    component's own copy does the postprocessing: no event changes those components' properties.)"""
+    if getattr(component, "data_model", None) is None:
+        return value
+    if isinstance(value, dict):  # a property update: its value, if it has one, postprocessed the same way
+        return {**value, "value": serialized(component, value["value"])} if "value" in value else value
+    value = component.postprocess(value)
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+def light(session: Session | None, *values) -> bool:
+    """Whether a view change can be answered without model work: the view shows weights, or the maps of its
+    measure are already computed for the decoding on screen."""
+    try:
+        view = view_of(*values[-len(VIEW_SETTINGS):])
+    except InputError:
+        return True  # answered with the reason at once
+    return session is None or view.measure == WEIGHTS or session.current.measure_maps is not None
+
+
+def admitted(page: Page, services: Services, function: Callable, inline: Callable | None = None) -> Callable:
+    """`function` run only when the server admits one more request (else a busy status), its answer in the form
+    Gradio sends: for events outside Gradio's queue, whose waiting the queue does not bound. It runs in a worker
+    thread, or in the event loop itself where `inline(*values)` says it needs no model work (a view change: a few
+    ms of drawing, which under load would wait longer for a thread than it takes)."""
+    def answered(*values) -> dict:  # these events skip Gradio's postprocessing (`on`)
+        return {component: serialized(component, value) for component, value in function(*values).items()}
+
+    async def answer_once(*values):
         try:
             with services.admission.admit():
-                return await anyio.to_thread.run_sync(lambda: function(*values))
+                if inline is not None and inline(*values):
+                    return answered(*values)
+                return await anyio.to_thread.run_sync(lambda: answered(*values))
         except Busy as error:
             return {page.status: str(error)}
+
+    # Gradio 6.31's menus send their `input` event twice for one click on an option (once for a key press), at
+    # once: a request that arrives while the same one is being answered (the same session and values) shares its
+    # answer. Sessions are immutable and operations pure, so sharing is exact, even between users.
+    pending: dict[tuple, asyncio.Future] = {}
+
+    async def run(*values):
+        key = (id(values[0]), repr(values[1:]))
+        if key in pending:
+            return await asyncio.shield(pending[key])
+        pending[key] = asyncio.ensure_future(answer_once(*values))
+        try:
+            return await asyncio.shield(pending[key])
+        finally:
+            pending.pop(key, None)
     run.__name__ = function.__name__
     return run
 
 
 def on(page: Page, services: Services, triggers: list, operation: Callable, extras: list, api_names: list[str],
-       outputs: list | None = None, queued: bool = True, **options) -> list:
+       outputs: list | None = None, queued: bool = True, view_change: bool = False, **options) -> list:
     """Wire each trigger to run `operation` with `extras` (components) after the session, then the view's
     settings; each trigger gets its api name. `outputs`: what the operation can change (default: a new decoding's
-    outputs). Returns the events (to chain `.then`)."""
+    outputs). Returns the events (to chain `.then`).
+
+    An event outside the queue (`queued=False`: translations and view changes, the page's busiest requests) also
+    skips Gradio's pre- and postprocessing, which costs a thread hop per value: its values are checked by `view_of`
+    and the operations, and `serialized` puts its answers in Gradio's form. A `view_change` runs in the event loop
+    when it needs no model work (`light`). Their progress shows on the translation or the heatmap only (shown on
+    each of ~35 outputs, it lengthened the page's own work before each request).
+    """
     outputs = outputs or decoding_outputs(page)
     run = answer(page, services, operation, outputs, len(extras))
     if not queued:
-        run = admitted(page, services, run)
+        run = admitted(page, services, run, light if view_change else None)
+    if not queued:  # the progress shows where the answer will appear, not on each of its outputs (the page's work)
+        options.setdefault("show_progress_on", [page.attention] if view_change else [page.translation])
     return [trigger(run, [page.session, *extras, *settings(page)], outputs, api_name=api_name,
-                    queue=queued, **options)
+                    queue=queued, preprocess=queued, postprocess=queued, **options)
             for trigger, api_name in zip(triggers, api_names)]
 
 
@@ -131,7 +204,10 @@ def view_changed(services: Services, session: Session) -> tuple[Session, str]:
 
 def translate_or_example(services: Services, session: Session | None, model: object, text: object
                          ) -> tuple[Session | None, str]:
-    """A new model chosen: the sentence on screen translated with it; where it cannot be, its first example."""
+    """A new model chosen: the sentence on screen translated with it; where it cannot be, its first example. (Nothing
+    to do where it is already what is shown: a menu can send its choice twice.)"""
+    if session is not None and (session.model, session.source) == (model, text):
+        return session, None  # the status line keeps what it said
     translated, message = operations.translate(services, None, model, text)
     if translated is not None:
         return translated, message
@@ -146,7 +222,7 @@ def use_example(services: Services, session: Session | None, sentence: object, m
                 ) -> tuple[Session | None, str]:
     """An example picked: translate it (nothing to do when it is already what is shown)."""
     if not sentence or (session is not None and (session.model, session.source) == (model, sentence)):
-        return session, "" if session is None else "Translated."
+        return session, "" if session is None else None  # shown already: the status line keeps what it said
     return operations.translate(services, session, model, sentence)
 
 
@@ -182,7 +258,7 @@ def wire(page: Page, services: Services) -> None:
     # A view change reads the user's stored trace (a few ms): the view's settings are the change.
     for control in (page.kind, page.layer, page.head, page.measure, page.model_view):
         on(page, services, [control.input], view_changed, [], [control.elem_id.replace("-", "_")],
-           outputs=view_outputs(page), queued=False)
+           outputs=view_outputs(page), queued=False, view_change=True)
 
     # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
     # box) redraws the step in the browser, the slider itself kept within the steps.
@@ -192,7 +268,8 @@ def wire(page: Page, services: Services) -> None:
 
     on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"])
     opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,
-                [page.head_name], ["open_head", "open_head_enter"], outputs=view_outputs(page), queued=False)
+                [page.head_name], ["open_head", "open_head_enter"], outputs=view_outputs(page), queued=False,
+                view_change=True)
     for event in opened:  # the head may be opened from far down the page (the importance heatmap)
         event.then(None, js="() => document.querySelector('#attention')?.scrollIntoView({block: 'nearest'})")
 

@@ -68,9 +68,10 @@ def view_menus(session: Session) -> dict:
             "heads": head_menu(trace, kind, session.view.head), "trace": trace, "head": head}
 
 
-def render(page, services: Services, before: Session | None, after: Session | None, message: str) -> dict:
-    """The updates that take the page from showing `before` to showing `after`, with `message` in the status line."""
-    updates = {page.session: after, page.status: message}
+def render(page, services: Services, before: Session | None, after: Session | None, message: str | None) -> dict:
+    """The updates that take the page from showing `before` to showing `after`, with `message` in the status line
+    (None: the status line keeps what it says)."""
+    updates = {page.session: after} if message is None else {page.session: after, page.status: message}
     if after is None:
         if before is not None:
             updates.update(cleared(page))
@@ -104,6 +105,10 @@ def render(page, services: Services, before: Session | None, after: Session | No
                                                            view.kind, view.layer, view.head, file_stem(after))
     if new_decoding:
         updates.update(decoding_updates(page, after))
+        shown_before = before is not None and before.current.effect is not None
+        if shown_before != (decoding.effect is not None):  # the heads-off translation shows only when there is one
+            updates[page.masked_translation] = gr.update(value=updates[page.masked_translation],
+                                                         visible=decoding.effect is not None)
         names = [(d.name, i) for i, d in enumerate(after.decodings)]
         if before is None or names != [(d.name, i) for i, d in enumerate(before.decodings)]:
             updates[page.breadcrumb] = gr.update(choices=names, value=after.shown, visible=len(names) > 1)
@@ -220,7 +225,8 @@ def cleared(page) -> dict:
     return {page.translation: "", page.attention: None, page.overview: None, page.compare_plot: None,
             page.candidates: None, page.probabilities: None, page.step_text: None, page.source_tokens: None,
             page.breadcrumb: gr.update(choices=[], value=None, visible=False), page.comparison: None,
-            page.comparison_plot: None, page.importance_plot: None, page.masked_translation: None,
+            page.comparison_plot: None, page.importance_plot: None,
+            page.masked_translation: gr.update(value=None, visible=False),
             page.mask_effect_plot: None, page.n_best: None, page.beam_steps: None, page.branch_word: "",
             page.beam_open: gr.update(choices=[], value=None), page.head_table: None, page.alignment_text: "",
             page.source_share_plot: None, page.contribution_plot: None, page.link_box: "", page.export_file: None,

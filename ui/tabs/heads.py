@@ -39,7 +39,7 @@ def build(page: Page, services: Services) -> None:
                 page.importance_plot = plot("importance")
         page.masked_translation = gr.HighlightedText(label="Translated with those heads off (words that differ in "
                                                      "red)", color_map={DIFFERS: "red"}, show_inline_category=False,
-                                                     elem_id="masked-translation")
+                                                     elem_id="masked-translation", visible=False)
         page.mask_effect_plot = plot("mask-effect")
 
 
