@@ -122,7 +122,7 @@ def light(session: Session | None, *values) -> bool:
         view = view_of(*values[-len(VIEW_SETTINGS):])
     except InputError:
         return True  # answered with the reason at once
-    return session is None or view.measure == WEIGHTS or session.current.measure_maps is not None
+    return session is None or operations.measured(session.current, view.measure)
 
 
 def admitted(page: Page, services: Services, function: Callable, inline: Callable | None = None) -> Callable:
@@ -202,11 +202,16 @@ def view_changed(services: Services, session: Session) -> tuple[Session, str]:
     return session, ""
 
 
+def on_screen(session: Session | None, model: object, text: object) -> bool:
+    """Whether `text` translated by `model` is what the page shows already."""
+    return session is not None and (session.model, session.source) == (model, text)
+
+
 def translate_or_example(services: Services, session: Session | None, model: object, text: object
                          ) -> tuple[Session | None, str]:
     """A new model chosen: the sentence on screen translated with it; where it cannot be, its first example. (Nothing
     to do where it is already what is shown: a menu can send its choice twice.)"""
-    if session is not None and (session.model, session.source) == (model, text):
+    if on_screen(session, model, text):
         return session, None  # the status line keeps what it said
     translated, message = operations.translate(services, None, model, text)
     if translated is not None:
@@ -221,7 +226,7 @@ def translate_or_example(services: Services, session: Session | None, model: obj
 def use_example(services: Services, session: Session | None, sentence: object, model: object
                 ) -> tuple[Session | None, str]:
     """An example picked: translate it (nothing to do when it is already what is shown)."""
-    if not sentence or (session is not None and (session.model, session.source) == (model, sentence)):
+    if not sentence or on_screen(session, model, sentence):
         return session, "" if session is None else None  # shown already: the status line keeps what it said
     return operations.translate(services, session, model, sentence)
 

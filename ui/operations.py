@@ -120,11 +120,16 @@ def with_view(session: Session | None, view: View) -> tuple[Session | None, str]
     return session.with_view(view), ""
 
 
+def measured(decoding: Decoding, measure: str) -> bool:
+    """Whether `decoding` can be drawn as `measure` without model work: the weights, or its maps already kept."""
+    return measure == WEIGHTS or decoding.measure_maps is not None
+
+
 def with_measures(services: Services, session: Session) -> Session:
     """The session with the maps of the measure it shows computed for the decoding on screen (one teacher-forced
     pass, once per decoding, kept with it); a session that shows the weights as it is."""
     decoding = session.current
-    if session.view.measure == WEIGHTS or decoding.measure_maps is not None:
+    if measured(decoding, session.view.measure):
         return session
     maps = services.translators[session.model].measures(session.source, decoding.trace.target_tokens,
                                                         list(decoding.mask))
