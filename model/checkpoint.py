@@ -10,6 +10,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from model.hub import HubTokenizer, Languages
 from model.rnn import RNNConfig, RNNSeq2Seq
 from model.seq2seq import Seq2Seq
 from model.transformer import ModelConfig, Transformer
@@ -62,8 +63,10 @@ def tokenizer_json(tokenizer: Tokenizer) -> dict:
     return {"lang": tokenizer.lang, "lowercase": tokenizer.lowercase, **merges}
 
 
-def tokenizer_from_json(side: dict) -> Tokenizer:
-    """The inverse of `tokenizer_json`."""
+def tokenizer_from_json(side: dict, folder: Path) -> Tokenizer | HubTokenizer:
+    """The inverse of `tokenizer_json`; a converted Hub model's tokenizer reads its files in `folder`."""
+    if "sentencepiece" in side or "tokenizer" in side:
+        return HubTokenizer(folder, side)
     return Tokenizer(side["lang"], side["lowercase"], BPE(side["bpe"]) if "bpe" in side else None)
 
 
@@ -136,9 +139,10 @@ def load_checkpoint(folder: str | Path) -> Translator:
     try:
         src, tgt = vocab_data["src"], vocab_data["tgt"]
         src_vocab, tgt_vocab = Vocab(src["itos"]), Vocab(tgt["itos"])
-        src_tokenizer, tgt_tokenizer = tokenizer_from_json(src), tokenizer_from_json(tgt)
+        src_tokenizer, tgt_tokenizer = tokenizer_from_json(src, folder), tokenizer_from_json(tgt, folder)
         truecaser = Truecaser(tgt.get("truecase", {}), tgt.get("capitalize_first", True))
-    except (KeyError, TypeError, ValueError, ImportError) as error:
+        languages = Languages.from_json(vocab_data["languages"]) if "languages" in vocab_data else None
+    except (KeyError, TypeError, ValueError, ImportError, OSError, RuntimeError) as error:
         raise CheckpointError(f"{folder / VOCAB} is not a valid vocabulary file: {error!r}") from error
     for side, vocab, size in (("source", src_vocab, config.src_vocab_size),
                               ("target", tgt_vocab, config.tgt_vocab_size)):
@@ -149,7 +153,8 @@ def load_checkpoint(folder: str | Path) -> Translator:
     load_weights(model, folder / WEIGHTS)
     model.eval()
     metrics, heads = (read_json(folder / name) if (folder / name).is_file() else {} for name in (METRICS, HEADS))
-    return Translator(model, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser, metrics, heads)
+    return Translator(model, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser, metrics, heads,
+                      languages)
 
 
 def load_all(root: str | Path) -> tuple[dict[str, Translator], dict[str, str]]:

@@ -31,10 +31,19 @@ def next_token_logits(logits: Tensor) -> Tensor:
     return logits[:, -1].float().index_fill(1, ruled_out, float("-inf"))
 
 
+def given(log_probs: Tensor, token: int) -> Tensor:
+    """Log-probabilities (N, V) replaced by a given token's: 0 for it, -inf for the rest (a multilingual model's
+    target-language code is given, not chosen: it adds nothing to a hypothesis's score, as in transformers'
+    forced first token)."""
+    return torch.full_like(log_probs, float("-inf")).index_fill(-1, torch.tensor([token], device=log_probs.device),
+                                                                0.0)
+
+
 @torch.no_grad()
 def greedy_decode(model: Seq2Seq, src: Tensor, max_len: int | None = None,
-                  gates: HeadGates | None = None) -> list[list[int]]:
-    """Greedy decoding of a padded batch `src` (B, S); returns each sentence's ids without <sos>/<eos>."""
+                  gates: HeadGates | None = None, prefix: list[int] = ()) -> list[list[int]]:
+    """Greedy decoding of a padded batch `src` (B, S); returns each sentence's ids without <sos>/<eos>, starting
+    with the given `prefix`."""
     memory, src_mask, _ = model.encode(src, gates=gates)
     cache = model.new_cache()
     batch = src.size(0)
@@ -43,7 +52,10 @@ def greedy_decode(model: Seq2Seq, src: Tensor, max_len: int | None = None,
     chosen = []
     for _ in range(output_limit(model, src.size(1), max_len)):
         logits, _ = model.decode(previous, memory, src_mask, cache, gates=gates)
-        next_ids = next_token_logits(logits).argmax(-1).masked_fill(finished, PAD_ID)  # (B,)
+        scores = next_token_logits(logits)
+        if len(chosen) < len(prefix):
+            scores = given(scores, prefix[len(chosen)])
+        next_ids = scores.argmax(-1).masked_fill(finished, PAD_ID)  # (B,)
         chosen.append(next_ids)
         finished |= next_ids == EOS_ID
         if finished.all():
@@ -87,30 +99,32 @@ class BeamTrace:
 
 @torch.no_grad()
 def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | None = None,
-                length_penalty: float = 1.0, gates: HeadGates | None = None) -> list[list[int]]:
+                length_penalty: float = 1.0, gates: HeadGates | None = None, prefix: list[int] = ()
+                ) -> list[list[int]]:
     """Batched beam search; hypotheses are ranked by log-probability / length**length_penalty.
 
     A sentence is done once `beam_size` hypotheses have ended with <eos> (fairseq's rule). `gates` are the
-    same for every sentence: (L, H) per kind.
+    same for every sentence: (L, H) per kind. Every hypothesis starts with the given `prefix`.
     """
     if beam_size == 1:
-        return greedy_decode(model, src, max_len, gates)
-    finished, _ = _beam(model, src, beam_size, max_len, length_penalty, gates)
+        return greedy_decode(model, src, max_len, gates, prefix)
+    finished, _ = _beam(model, src, beam_size, max_len, length_penalty, gates, prefix)
     return [max(f, key=lambda hypothesis: hypothesis.score).token_ids if f else [] for f in finished]
 
 
 @torch.no_grad()
 def beam_trace(model: Seq2Seq, src_ids: list[int], beam_size: int = 5, max_len: int | None = None,
-               length_penalty: float = 1.0, gates: HeadGates | None = None) -> BeamTrace:
+               length_penalty: float = 1.0, gates: HeadGates | None = None, prefix: list[int] = ()) -> BeamTrace:
     """Beam search of one sentence (the same search as `beam_search`), recording the beam at every step."""
     src = torch.tensor([src_ids], dtype=torch.long)
-    finished, steps = _beam(model, src, max(beam_size, 1), max_len, length_penalty, gates, record=True)
+    finished, steps = _beam(model, src, max(beam_size, 1), max_len, length_penalty, gates, prefix, record=True)
     return BeamTrace(n_best=sorted(finished[0], key=lambda hypothesis: -hypothesis.score), steps=steps,
                      beam_size=beam_size, length_penalty=length_penalty)
 
 
 def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penalty: float,
-          gates: HeadGates | None, record: bool = False) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
+          gates: HeadGates | None, prefix: list[int] = (), record: bool = False
+          ) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
     """The beam search behind `beam_search` and `beam_trace`: each sentence's finished hypotheses and, when
     `record` (one sentence), the beam after every step."""
     batch = src.size(0)
@@ -127,6 +141,8 @@ def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penal
     for step in range(limit):
         logits, _ = model.decode(sequences[:, -1:], memory, src_mask, cache, gates=gates)
         log_probs = next_token_logits(logits).log_softmax(-1)  # (B*K, V)
+        if step < len(prefix):
+            log_probs = given(log_probs, prefix[step])
         vocab = log_probs.size(-1)
         candidates = (scores.view(-1, 1) + log_probs).view(batch, k * vocab)
         top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (B, 2K)

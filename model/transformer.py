@@ -25,6 +25,40 @@ from torch import Tensor, nn
 from model.seq2seq import CROSS, DECODER, ENCODER, Attention, HeadGates
 
 
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+
+def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): a (max_len, d_model) table."""
+    position = torch.arange(max_len).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table
+
+
+def sinusoidal_halves(max_len: int, d_model: int) -> Tensor:
+    """The paper's frequencies with every sine first, then every cosine (Marian's layout)."""
+    interleaved = sinusoidal_positions(max_len, d_model)
+    return torch.cat([interleaved[:, 0::2], interleaved[:, 1::2]], dim=1)
+
+
+def fairseq_positions(max_len: int, d_model: int) -> Tensor:
+    """fairseq's sinusoid (M2M100, NLLB): frequencies exp(-i ln(10^4) / (d/2 - 1)), sines then cosines, token t
+    reading row t + 2 (rows 0 and 1 belong to padding); the table here starts at that row."""
+    half = d_model // 2
+    frequency = torch.exp(torch.arange(half) * -(math.log(10000.0) / (half - 1)))
+    angle = torch.arange(2, max_len + 2).unsqueeze(1) * frequency
+    table = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+    return torch.cat([table, torch.zeros(max_len, d_model - 2 * half)], dim=1)
+
+
+# How positions enter the embedding: a fixed table (the paper's, Marian's or fairseq's sinusoid) or learned rows.
+POSITIONALS = {"sinusoidal": sinusoidal_positions, "sinusoidal_halves": sinusoidal_halves,
+               "fairseq": fairseq_positions, "learned": None}
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Hyper-parameters that rebuild a `Transformer`; saved as config.json beside the weights."""
@@ -40,11 +74,16 @@ class ModelConfig:
     attention_dropout: float | None = None  # on attention weights; None: `dropout`, as the tutorials do
     activation_dropout: float | None = None  # inside the feed-forward network; None: `dropout`
     max_len: int = 256
-    positional: str = "sinusoidal"  # or "learned"
+    positional: str = "sinusoidal"  # or one of POSITIONALS' other keys
     norm: str = "post"  # or "pre"
     tie_embeddings: bool = True  # target embedding shared with the output projection
     pad_id: int = 0
     architecture: str = "transformer"
+    # Switches that converted Hub models need (model/convert_hf.py); the defaults are the paper's.
+    activation: str = "relu"  # inside the feed-forward network: one of ACTIVATIONS
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model)
+    embedding_norm: bool = False  # a LayerNorm right after token + position embedding (mBART)
+    share_embeddings: bool = False  # one token table for source and target (one vocabulary)
 
     def __post_init__(self):
         for name in ("attention_dropout", "activation_dropout"):
@@ -52,10 +91,14 @@ class ModelConfig:
                 object.__setattr__(self, name, self.dropout)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+        if self.positional not in POSITIONALS:
+            raise ValueError(f"positional must be one of {', '.join(map(repr, POSITIONALS))}, not {self.positional!r}")
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, not {self.activation!r}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("shared embeddings need one vocabulary: src_vocab_size and tgt_vocab_size differ")
 
     def to_dict(self) -> dict:
         """The config as a JSON-ready dict."""
@@ -144,16 +187,17 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward network: Linear, ReLU, Linear (eq. 2)."""
+    """Position-wise feed-forward network: Linear, ReLU (or the config's activation), Linear (eq. 2)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float):
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
         super().__init__()
         self.linear_in = nn.Linear(d_model, d_ff)
         self.linear_out = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear_out(self.dropout(F.relu(self.linear_in(x))))
+        return self.linear_out(self.dropout(self.activation(self.linear_in(x))))
 
 
 class Residual(nn.Module):
@@ -191,7 +235,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout, config.activation)
         self.attention_block = Residual(config.d_model, config.dropout, config.norm)
         self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
 
@@ -215,7 +259,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
         self.cross_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout, config.activation)
         self.self_attention_block = Residual(config.d_model, config.dropout, config.norm)
         self.cross_attention_block = Residual(config.d_model, config.dropout, config.norm)
         self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
@@ -258,35 +302,32 @@ class DecoderLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Token embedding scaled by sqrt(d_model), plus sinusoidal or learned positions, then dropout."""
+    """Token embedding scaled by sqrt(d_model), plus sinusoidal or learned positions, (a LayerNorm if the config
+    asks,) then dropout."""
 
     def __init__(self, vocab_size: int, config: ModelConfig):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=config.pad_id)
-        self.scale = math.sqrt(config.d_model)
+        self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
         self.dropout = nn.Dropout(config.dropout)
+        self.norm = nn.LayerNorm(config.d_model) if config.embedding_norm else None
         if config.positional == "learned":
             self.positions = nn.Embedding(config.max_len, config.d_model)
         else:
             self.positions = None
-            self.register_buffer("sinusoid", sinusoidal_positions(config.max_len, config.d_model),
+            self.register_buffer("sinusoid", POSITIONALS[config.positional](config.max_len, config.d_model),
                                  persistent=False)
+
+    def position_table(self) -> Tensor:
+        """The vector added at each position, (max_len, d_model)."""
+        return (self.positions.weight if self.positions is not None else self.sinusoid).detach()
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         """Embed ids (B, T) whose first position is `offset` (non-zero in cached decoding)."""
         positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
         position_vectors = self.positions(positions) if self.positions is not None else self.sinusoid[positions]
-        return self.dropout(self.tokens(ids) * self.scale + position_vectors)
-
-
-def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): a (max_len, d_model) table."""
-    position = torch.arange(max_len).unsqueeze(1)
-    frequency = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(max_len, d_model)
-    table[:, 0::2] = torch.sin(position * frequency)
-    table[:, 1::2] = torch.cos(position * frequency)
-    return table
+        x = self.tokens(ids) * self.scale + position_vectors
+        return self.dropout(x if self.norm is None else self.norm(x))
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -312,6 +353,8 @@ class Transformer(nn.Module):
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
+        if config.share_embeddings:
+            self.src_embedding.tokens = self.tgt_embedding.tokens
         if config.tie_embeddings:
             self.generator.weight = self.tgt_embedding.tokens.weight
 
@@ -452,8 +495,9 @@ class StepDecoder:
         embedding = model.tgt_embedding
         self.token_table = embedding.tokens.weight.detach()
         self.scale = embedding.scale
-        self.position_table = (embedding.positions.weight if embedding.positions is not None
-                               else embedding.sinusoid).detach()
+        self.position_table = embedding.position_table()
+        self.embedding_norm = None if embedding.norm is None else LayerNormWeights.of(embedding.norm)
+        self.activation = ACTIVATIONS[config.activation]
         # Queries are scaled by 1/sqrt(d_head) as they are projected, rather than every score after.
         scale = 1 / math.sqrt(self.d_head)
         self.layers = [DecoderLayerWeights(
@@ -511,6 +555,8 @@ class StepDecoder:
         """
         rows = torch.arange(tokens.size(0))
         x = self.token_table[tokens] * self.scale + self.position_table[positions]  # (B, d_model)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             self_norm, cross_norm, feed_forward_norm = layer.norms
@@ -530,7 +576,7 @@ class StepDecoder:
             x = self._residual(x, _linear(out, layer.cross_out), cross_norm)
 
             h = feed_forward_norm(x) if self.pre_norm else x
-            x = self._residual(x, _linear(F.relu(_linear(h, layer.feed_forward_in)), layer.feed_forward_out),
+            x = self._residual(x, _linear(self.activation(_linear(h, layer.feed_forward_in)), layer.feed_forward_out),
                                feed_forward_norm)
         if self.final_norm is not None:
             x = self.final_norm(x)

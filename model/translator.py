@@ -12,6 +12,7 @@ from model.batching import pad, token_batches
 from model.contributions import Contributions, alti_plus, measure_maps
 from model.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
                             greedy_decode, greedy_trace, output_limit, teacher_forced_log_probs)
+from model.hub import Languages
 from model.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
 from model.transformer import StepDecoder, Transformer
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
@@ -115,6 +116,7 @@ class Translator:
     truecaser: Truecaser
     metrics: dict = field(default_factory=dict)
     head_report: dict = field(default_factory=dict)  # heads.json (model/heads.py): what each head is worth
+    languages: Languages | None = None  # a multilingual Hub model's language codes (model/hub.py)
 
     @property
     def max_src_tokens(self) -> int:
@@ -134,13 +136,15 @@ class Translator:
         A generated <unk> is dropped from the output: it stands for a word the vocabulary cannot spell,
         and as text it only hurts readers (and BLEU). Traces keep it, step by step.
         """
-        ids = [self.encode_source(s[:self.max_src_tokens]) for s in sentences]
+        source_prefix = self.source_prefix()
+        prefix = self.tgt_vocab.encode(self.with_target_prefix([]))
+        ids = [self.encode_source((source_prefix + s)[:self.max_src_tokens]) for s in sentences]
         outputs: list[list[str]] = [[] for _ in ids]
         lengths = [len(i) for i in ids]
         for batch in token_batches(lengths, lengths, max_tokens // max(beam_size, 1)):
             src = pad([ids[i] for i in batch]).to(next(self.model.parameters()).device)
             for i, hypothesis in zip(batch, beam_search(self.model, src, beam_size, length_penalty=length_penalty,
-                                                         gates=gates)):
+                                                         gates=gates, prefix=prefix)):
                 outputs[i] = self.tgt_vocab.decode(hypothesis, drop_unknown=True)
         return outputs
 
@@ -158,13 +162,16 @@ class Translator:
         self.step_decoder = StepDecoder(self.model) if isinstance(self.model, Transformer) else None
 
     def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
-              mask: list[str] | None = None) -> TracedTranslation:
+              mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
+              ) -> TracedTranslation:
         """Greedy translation of one sentence, recording every step; raises InputError for an unusable request.
 
         `force`: target tokens (spelled as in `target_tokens`) that fix the first steps; decoding continues
         greedily after them. `mask`: heads to switch off, named `kind.layer.head` (e.g. "cross.2.5").
+        `src_lang`, `tgt_lang`: a multilingual model's direction (None: its default); the target language's code
+        is then the first target token, given (counted in `Trace.forced`).
         """
-        tokens, request = self.trace_request(text, top_k, force, mask)
+        tokens, request = self.trace_request(text, top_k, force, mask, src_lang, tgt_lang)
         if self.step_decoder is None:
             trace = greedy_trace(self.model, request.src_ids, top_k=top_k, force=request.force, gates=request.gates)
         else:
@@ -174,13 +181,14 @@ class Translator:
         return self.traced(tokens, trace)
 
     def trace_request(self, text: str, top_k: int = 5, force: list[str] | None = None,
-                      mask: list[str] | None = None) -> tuple[list[str], TraceRequest]:
+                      mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
+                      ) -> tuple[list[str], TraceRequest]:
         """The source tokens of `text` and what tracing it takes (`trace`'s arguments checked and turned into ids),
         or an InputError saying why it cannot be traced."""
-        tokens = self.source_tokens(text)
+        tokens = self.source_tokens(text, src_lang, tgt_lang)
         src_ids = self.encode_source(tokens)
-        force_ids = self.target_ids(checked_strings(force, "force"), output_limit(self.model, len(src_ids)),
-                                    "Forced token")
+        force_ids = self.target_ids(self.with_target_prefix(checked_strings(force, "force"), tgt_lang),
+                                    output_limit(self.model, len(src_ids)), "Forced token")
         return tokens, TraceRequest(src_ids, top_k, force_ids, self.gates(checked_strings(mask, "mask")))
 
     def trace_batch(self) -> TraceBatch:
@@ -199,24 +207,27 @@ class Translator:
             trace=trace,
         )
 
-    def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None) -> TracedScore:
+    def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
+              src_lang: str | None = None, tgt_lang: str | None = None) -> TracedScore:
         """The teacher-forced log-probability of each of `target_tokens` (spelled as in a trace's
         `target_tokens`) as a translation of `text`, with the heads of `mask` switched off."""
-        tokens = self.source_tokens(text)
+        tokens = self.source_tokens(text, src_lang, tgt_lang)
         src_ids = self.encode_source(tokens)
         target = checked_strings(target_tokens, "target_tokens")
         if not target:
             raise InputError("Give the target tokens to score: the list is empty.")
+        target = self.with_target_prefix(target, tgt_lang)
         tgt_ids = self.target_ids(target, self.model.config.max_len - 1, "Target token")
         log_probs = teacher_forced_log_probs(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
         return TracedScore(source_tokens=tokens + ["<eos>"], target_tokens=target, log_probabilities=log_probs)
 
-    def given_translation(self, text: str, target_tokens: list[str]) -> tuple[list[int], list[int]]:
+    def given_translation(self, text: str, target_tokens: list[str], src_lang: str | None = None,
+                          tgt_lang: str | None = None) -> tuple[list[int], list[int]]:
         """Source ids of `text` and target ids of `target_tokens` (spelled as in a trace), or an InputError naming
         what cannot be read or emitted."""
-        src_ids = self.encode_source(self.source_tokens(text))
-        tgt_ids = self.target_ids(checked_strings(target_tokens, "target_tokens"), self.model.config.max_len - 1,
-                                  "Target token")
+        src_ids = self.encode_source(self.source_tokens(text, src_lang, tgt_lang))
+        tgt_ids = self.target_ids(self.with_target_prefix(checked_strings(target_tokens, "target_tokens"), tgt_lang),
+                                  self.model.config.max_len - 1, "Target token")
         return src_ids, tgt_ids
 
     @torch.inference_mode()
@@ -229,7 +240,8 @@ class Translator:
         return attention
 
     def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None,
-             greedy_tokens: list[str] | None = None) -> TracedBeam:
+             greedy_tokens: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
+             ) -> TracedBeam:
         """Beam search of one sentence as evaluation runs it (the checkpoint's beam size and length penalty unless
         `beam_size` is given), recording the beam at every step, with the heads of `mask` switched off.
 
@@ -239,46 +251,71 @@ class Translator:
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or not 1 <= beam_size <= MAX_BEAM_SIZE:
             raise InputError(f"The beam size must be a whole number from 1 to {MAX_BEAM_SIZE}, "
                              f"not {reprlib.repr(beam_size)}.")
-        tokens = self.source_tokens(text)
+        tokens = self.source_tokens(text, src_lang, tgt_lang)
         src_ids = self.encode_source(tokens)
         gates = self.gates(checked_strings(mask, "mask"))
+        prefix = self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
         beam = beam_trace(self.model, src_ids, beam_size, length_penalty=decoding.get("length_penalty", 1.0),
-                          gates=gates)
+                          gates=gates, prefix=prefix)
         if greedy_tokens is None:
-            greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates)[0]
+            greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates, prefix=prefix)[0]
             ended = len(greedy) < output_limit(self.model, len(src_ids))
             greedy_tokens = [self.tgt_vocab.itos[i] for i in greedy] + ["<eos>"] * ended
         return TracedBeam(source_tokens=tokens + ["<eos>"], greedy_tokens=greedy_tokens, beam=beam,
                           itos=self.tgt_vocab.itos)
 
-    def contributions(self, text: str, target_tokens: list[str], mask: list[str] | None = None
-                      ) -> Contributions | None:
+    def contributions(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
+                      src_lang: str | None = None, tgt_lang: str | None = None) -> Contributions | None:
         """ALTI+ of `target_tokens` (spelled as in a trace) as the translation of `text` (model/contributions.py),
         with the heads of `mask` switched off; None for a model without a residual stream to decompose (the GRU
         models)."""
         if not isinstance(self.model, Transformer):
             return None
-        return alti_plus(self.model, *self.given_translation(text, target_tokens),
+        return alti_plus(self.model, *self.given_translation(text, target_tokens, src_lang, tgt_lang),
                          self.gates(checked_strings(mask, "mask")))
 
-    def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None
-                 ) -> dict[str, dict[str, np.ndarray]] | None:
+    def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
+                 src_lang: str | None = None, tgt_lang: str | None = None) -> dict[str, dict[str, np.ndarray]] | None:
         """Value-weighted attention, rollout and ALTI(+) of `target_tokens` as the translation of `text`, shaped
         like the trace's attention maps (model/contributions.py `measure_maps`); None for the GRU models."""
         if not isinstance(self.model, Transformer):
             return None
-        return measure_maps(self.model, *self.given_translation(text, target_tokens),
+        return measure_maps(self.model, *self.given_translation(text, target_tokens, src_lang, tgt_lang),
                             self.gates(checked_strings(mask, "mask")))
 
-    def source_tokens(self, text: str) -> list[str]:
-        """The tokens the encoder will read (before <eos>), or an InputError saying why `text` cannot be read."""
+    def source_tokens(self, text: str, src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]:
+        """The tokens the encoder will read (before <eos>: a multilingual model's language code first), or an
+        InputError saying why `text` cannot be read."""
         tokens = self.src_tokenizer(checked_text(text))
         if not tokens:
             raise InputError("Type a sentence to translate: the input is empty.")
+        tokens = self.source_prefix(src_lang, tgt_lang) + tokens
         if len(tokens) > self.max_src_tokens:
             raise InputError(f"The input has {len(tokens)} tokens; this model reads at most "
                              f"{self.max_src_tokens}. Please shorten it.")
         return tokens
+
+    def source_prefix(self, src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]:
+        """The language code a multilingual model reads before the text (none for a model of one direction)."""
+        if self.languages is None:
+            if src_lang or tgt_lang:
+                raise InputError("This model translates in one direction only: it takes no source or target "
+                                 "language.")
+            return []
+        try:
+            return self.languages.source_prefix(src_lang or None, tgt_lang or None)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+
+    def with_target_prefix(self, tokens: list[str], tgt_lang: str | None = None) -> list[str]:
+        """Target `tokens` (a forced prefix, a translation to score) led by the target language's code where the
+        model is given one first, unless they start with a language code already."""
+        if self.languages is None or (tokens and self.languages.is_code(tokens[0])):
+            return tokens
+        try:
+            return self.languages.target_prefix(tgt_lang or None) + tokens
+        except ValueError as error:
+            raise InputError(str(error)) from None
 
     def spelling_hint(self, token: str) -> str:
         """How the model could write a token it has not: lower-cased, or as the byte-pair pieces it writes."""

@@ -28,11 +28,13 @@ def endpoints(services: Services) -> list:
     """The API's functions, bound to `services`, each named as its endpoint."""
 
     def trace(model: str, text: str, force: list[str] | None = None, mask: list[str] | None = None,
-              contributions: bool | None = None) -> dict:
+              contributions: bool | None = None, src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
         """Translate `text` with checkpoint `model`; returns tokens, probabilities and every attention map as lists.
 
         `force`: target tokens that fix the first steps (spelled as in `target_tokens`); `mask`: heads to switch
         off, named kind.layer.head (kind encoder, decoder or cross; 1-based), e.g. "cross.2.5".
+        `src_lang`, `tgt_lang`: a multilingual model's languages (e.g. "eng_Latn", "deu_Latn"; None: its default).
+        The target language's code is then the first target token, given rather than predicted (`forced` counts it).
         `source_contribution`: per generated token, the share of its prediction that came from the source (ALTI+;
         None for a GRU model); `contributions` true adds the full ALTI+ maps.
         """
@@ -40,8 +42,8 @@ def endpoints(services: Services) -> list:
         if contributions is not None and not isinstance(contributions, bool):
             raise gr.Error(f"contributions must be true or false, not {shown(contributions)}")
         try:
-            traced = services.trace(model, text, force, mask)
-            measured = services.translators[model].contributions(text, traced.target_tokens, mask)
+            traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
+            measured = services.translators[model].contributions(text, traced.target_tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise gr.Error(str(error)) from None
         result = traced.trace
@@ -58,27 +60,30 @@ def endpoints(services: Services) -> list:
                                                                     "decoder": rounded(measured.decoder)}}
                    if contributions else {})}
 
-    def score(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None) -> dict:
+    def score(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None,
+              src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
         """The teacher-forced log-probability of each of `target_tokens` (spelled as `/trace` returns them) as the
-        translation of `text` by checkpoint `model`, with the heads of `mask` switched off (kind.layer.head)."""
+        translation of `text` by checkpoint `model`, with the heads of `mask` switched off (kind.layer.head); a
+        multilingual model's languages as in `/trace`."""
         check_model(services, model)
         try:
-            scored = services.translators[model].score(text, target_tokens, mask)
+            scored = services.translators[model].score(text, target_tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise gr.Error(str(error)) from None
         return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
                 "log_probabilities": rounded(scored.log_probabilities, 6),
                 "total_log_probability": round(scored.total, 6), "mask": sorted(set(mask or []))}
 
-    def beam(model: str, text: str, beam_size: int | None = None, mask: list[str] | None = None) -> dict:
+    def beam(model: str, text: str, beam_size: int | None = None, mask: list[str] | None = None,
+             src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
         """Beam search of `text` with checkpoint `model` (its evaluation beam size unless `beam_size` is given; heads
         of `mask` switched off): the n-best list, best first, with length-normalised scores as evaluation ranks
         them, and the beam after every step; `on_greedy_path` marks the hypotheses that are a prefix of the greedy
-        output."""
+        output. A multilingual model's languages as in `/trace`."""
         check_model(services, model)
         translator = services.translators[model]
         try:
-            traced = translator.beam(text, beam_size, mask)
+            traced = translator.beam(text, beam_size, mask, src_lang=src_lang, tgt_lang=tgt_lang)
         except InputError as error:
             raise gr.Error(str(error)) from None
         search = traced.beam

@@ -1,5 +1,6 @@
 """Links that open a view: `?model=en-de&text=…&force=…&mask=…&step=3&kind=cross&layer=2&head=5&measure=rollout
-&compare=de-en`. Parsing is pure (`LinkSpec.parse`); `open_link` translates and applies what was parsed.
+&compare=de-en` (and `src_lang=…&tgt_lang=…` for a multilingual model). Parsing is pure (`LinkSpec.parse`);
+`open_link` translates and applies what was parsed.
 
 Whatever a link gets wrong falls back to the default, with a note in the status line.
 """
@@ -15,7 +16,8 @@ from ui.operations import compare_trace, plural, shown, translate, with_measures
 from ui.services import Services
 from ui.session import Decoding, Session, View, to_arrays
 
-PARAMETERS = ("model", "text", "force", "mask", "step", "kind", "layer", "head", "measure", "compare")
+PARAMETERS = ("model", "text", "force", "mask", "step", "kind", "layer", "head", "measure", "compare", "src_lang",
+              "tgt_lang")
 HEADS = {"mean": MEAN, "all": ALL_HEADS}
 
 
@@ -39,6 +41,8 @@ class LinkSpec:
     head: int | str = MEAN  # 1-based head number, or MEAN / ALL_HEADS
     measure: str = WEIGHTS
     compare: str | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
     given: frozenset[str] = field(default=frozenset())  # the parameters the link had
 
     @classmethod
@@ -77,8 +81,8 @@ class LinkSpec:
             measure = WEIGHTS
         spec = cls(model=one("model"), text=one("text"), force=tuple(query_values(query, "force")),
                    mask=tuple(query_values(query, "mask")), step=number("step"), kind=kind, layer=number("layer"),
-                   head=head, measure=measure, compare=one("compare"),
-                   given=frozenset(name for name in PARAMETERS if query_values(query, name)))
+                   head=head, measure=measure, compare=one("compare"), src_lang=one("src_lang"),
+                   tgt_lang=one("tgt_lang"), given=frozenset(name for name in PARAMETERS if query_values(query, name)))
         return spec, notes
 
     def url_query(self) -> str:
@@ -90,6 +94,7 @@ class LinkSpec:
                   ("head", head), ("measure", self.measure)]
         if self.compare:
             pairs.append(("compare", self.compare))
+        pairs += [(name, value) for name, value in (("src_lang", self.src_lang), ("tgt_lang", self.tgt_lang)) if value]
         return urlencode(pairs)
 
 
@@ -99,7 +104,8 @@ def link_of(session: Session) -> LinkSpec:
     return LinkSpec(model=session.model, text=session.source, force=decoding.force, mask=decoding.mask,
                     step=view.step, kind=view.kind, layer=view.layer + 1,
                     head=view.head + 1 if isinstance(view.head, int) else view.head, measure=view.measure,
-                    compare=session.compare.model if session.compare else None)
+                    compare=session.compare.model if session.compare else None, src_lang=session.src_lang,
+                    tgt_lang=session.tgt_lang)
 
 
 def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Session | None, str]:
@@ -110,7 +116,8 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
         notes.append(f"there is no model {shown(model)}, so {services.default_model} is used")
         model = services.default_model
     examples = services.examples(model)
-    session, message = translate(services, None, model, spec.text) if spec.text else (None, "")
+    session, message = translate(services, None, model, spec.text, src_lang=spec.src_lang,
+                                 tgt_lang=spec.tgt_lang) if spec.text else (None, "")
     if session is None:
         if spec.text:
             notes.append(f"its text could not be translated ({message})")
@@ -119,7 +126,7 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
         session, message = translate(services, None, model, examples[0])
     if spec.force or spec.mask:
         try:
-            traced = services.trace(model, session.source, list(spec.force), list(spec.mask))
+            traced = services.trace(model, session.source, list(spec.force), list(spec.mask), **session.direction)
             name = "from the link" + (f": {plural(len(spec.force), 'forced token')}" if spec.force else "") + (
                 f", {plural(len(spec.mask), 'head')} off" if spec.mask else "")
             session = session.followed_by(Decoding(name, to_arrays(traced, list(spec.mask)), traced.text, spec.force,

@@ -59,8 +59,8 @@ def view_of(kind, layer, head, measure, step, model_view) -> View:
 
 def session_outputs(page: Page) -> list:
     """Every component `render` may update: what a new decoding changes, and what belongs to the model."""
-    return [*decoding_outputs(page), page.model, page.example, page.compare_model, page.mask_note,
-            page.importance_measure, page.importance_plot]
+    return [*decoding_outputs(page), page.model, page.src_lang, page.tgt_lang, page.example, page.compare_model,
+            page.mask_note, page.importance_measure, page.importance_plot]
 
 
 def decoding_outputs(page: Page) -> list:
@@ -223,6 +223,16 @@ def translate_or_example(services: Services, session: Session | None, model: obj
     return translated, f"Model {model} chosen: {message} So its first example is shown instead. {said}"
 
 
+def change_languages(services: Services, session: Session | None, model: object, text: object, src_lang: object,
+                     tgt_lang: object) -> tuple[Session | None, str]:
+    """Another source or target language chosen for a multilingual model: the sentence translated that way."""
+    if session is not None and on_screen(session, model, text) and \
+            (session.src_lang, session.tgt_lang) == (src_lang or None, tgt_lang or None):
+        return session, None  # a menu can send its choice twice
+    return operations.translate(services, session, model, session.source if session else text,
+                                src_lang=src_lang, tgt_lang=tgt_lang)
+
+
 def use_example(services: Services, session: Session | None, sentence: object, model: object
                 ) -> tuple[Session | None, str]:
     """An example picked: translate it (nothing to do when it is already what is shown)."""
@@ -253,6 +263,9 @@ def wire(page: Page, services: Services) -> None:
        outputs=session_outputs(page), queued=False)
     on(page, services, [page.example.input], use_example, [page.example, page.model], ["use_example"],
        queued=False)
+    on(page, services, [page.src_lang.input, page.tgt_lang.input], change_languages,
+       [page.model, page.source, page.src_lang, page.tgt_lang], ["source_language", "target_language"],
+       outputs=session_outputs(page), queued=False)
     # Typing a sentence of one's own leaves the examples (so closing their list never brings one back).
     page.source.input(None, None, page.example, js="() => null")
 

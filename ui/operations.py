@@ -85,13 +85,15 @@ def first_view(services: Services, model: str, trace: TraceArrays) -> View:
 
 
 def translate(services: Services, session: Session | None, model: object, text: object,
-              view: View | None = None) -> tuple[Session | None, str]:
-    """Trace a translation once: a new session (the view kept where the model is the same); a failure keeps the
-    session as it was."""
+              view: View | None = None, src_lang: object = None, tgt_lang: object = None) -> tuple[Session | None, str]:
+    """Trace a translation once: a new session (the view and a multilingual model's languages kept where the model
+    is the same); a failure keeps the session as it was."""
     if not isinstance(model, str) or model not in services.translators:
         return session, f"Choose a model: {shown(model)} is not loaded. " + services.load_status()
+    if session is not None and session.model == model:
+        src_lang, tgt_lang = src_lang or session.src_lang, tgt_lang or session.tgt_lang
     try:
-        traced = services.trace(model, text)
+        traced = services.trace(model, text, src_lang=src_lang, tgt_lang=tgt_lang)
     except InputError as error:
         kept = f" The translation on screen is still that of {shown(session.source)}." if session else ""
         return session, str(error) + kept
@@ -101,7 +103,7 @@ def translate(services: Services, session: Session | None, model: object, text: 
     else:
         view = replace(view or session.view, measure=WEIGHTS, step=FIRST_STEP)
     new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
-                  unknown=tuple(traced.unknown))
+                  unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
     trained = services.translators[model].metrics.get("training", {}).get("source_tokens")
     return new, translate_status(traced, trace.available(), trained)
 
@@ -132,7 +134,7 @@ def with_measures(services: Services, session: Session) -> Session:
     if measured(decoding, session.view.measure):
         return session
     maps = services.translators[session.model].measures(session.source, decoding.trace.target_tokens,
-                                                        list(decoding.mask))
+                                                        list(decoding.mask), **session.direction)
     decodings = list(session.decodings)
     decodings[session.shown] = replace(decoding, measure_maps=maps)
     return replace(session, decodings=tuple(decodings))
@@ -185,7 +187,7 @@ def branch(services: Services, session: Session, word: object) -> tuple[Session,
     if word == was:
         return session, f"Step {t + 1} already chooses \"{word}\": click another candidate or type another word."
     force = tuple(decoding.trace.target_tokens[:t]) + (word,)
-    traced = services.trace(session.model, session.source, list(force), list(decoding.mask))
+    traced = services.trace(session.model, session.source, list(force), list(decoding.mask), **session.direction)
     new = Decoding(f"{word} at step {t + 1}", to_arrays(traced, list(decoding.mask)), traced.text, force,
                    decoding.mask, chosen=t)
     replaced = len(session.decodings) - session.shown - 1
@@ -209,8 +211,9 @@ def set_mask(services: Services, session: Session, mask: object) -> tuple[Sessio
     if mask == base.mask:  # every head the base ran with is on again: back to it
         session = replace(session, decodings=session.decodings[:base_index + 1], shown=base_index)
         return session.with_view(session.view), f"All heads of {base.name} on again."
-    traced = services.trace(session.model, session.source, list(base.force), list(mask))
-    scored = services.translators[session.model].score(session.source, base.trace.target_tokens, list(mask))
+    traced = services.trace(session.model, session.source, list(base.force), list(mask), **session.direction)
+    scored = services.translators[session.model].score(session.source, base.trace.target_tokens, list(mask),
+                                                       **session.direction)
     change = scored.log_probabilities - np.log(base.trace.probabilities)
     off = len(set(mask) - set(base.mask))
     effect = MaskEffect(base.name, base.trace.target_tokens, traced.target_tokens, change, off)
@@ -264,7 +267,7 @@ def run_beam(services: Services, session: Session) -> tuple[Session, str]:
     translator = services.translators[session.model]
     mask = session.current.mask
     greedy_tokens = next((d.trace.target_tokens for d in session.decodings if not d.force and d.mask == mask), None)
-    traced = translator.beam(session.source, mask=list(mask), greedy_tokens=greedy_tokens)
+    traced = translator.beam(session.source, mask=list(mask), greedy_tokens=greedy_tokens, **session.direction)
     beam = traced.beam
     greedy = translator.to_text([token for token in traced.greedy_tokens if token != "<eos>"])
     texts = [translator.to_text(traced.tokens(h)[:len(h.token_ids)]) for h in beam.n_best]
@@ -290,7 +293,7 @@ def open_hypothesis(services: Services, session: Session, index: object) -> tupl
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
         return session, "Run the beam search first, then choose one of its hypotheses."
     tokens = beam.hypotheses[index]
-    traced = services.trace(session.model, session.source, tokens, list(beam.mask))
+    traced = services.trace(session.model, session.source, tokens, list(beam.mask), **session.direction)
     ran_from = next((i for i, d in enumerate(session.decodings) if (d.force, d.mask) == (beam.force, beam.mask)),
                     session.shown)
     new = Decoding(f"beam #{index + 1}", to_arrays(traced, list(beam.mask)), traced.text, tuple(tokens), beam.mask)
@@ -308,7 +311,8 @@ def compare_trace(services: Services, session: Session, other: object) -> Compar
     if mine != theirs:
         return f"{other} reads {theirs}, not {mine}: only a model of the same source language can be compared"
     try:
-        traced = services.trace(other, session.source)
+        same_codes = services.translators[other].languages is not None  # a multilingual model reads the same codes
+        traced = services.trace(other, session.source, **(session.direction if same_codes else {}))
         return Comparison(other, to_arrays(traced), traced.text)
     except InputError as error:
         return f"{other} cannot translate this sentence: {error}"

@@ -126,7 +126,22 @@ def render(page, services: Services, before: Session | None, after: Session | No
         updates.update({page.n_best: None, page.beam_steps: None, page.beam_open: None})
     if not new_model and before.compare is not after.compare:
         updates[page.compare_model] = after.compare.model if after.compare else None
+    if not new_model:  # values alone, always: a language the session refused never stays on screen
+        updates.update(language_updates(page, services, after))
     return updates
+
+
+def language_updates(page, services: Services, session: Session, props: bool = False) -> dict:
+    """The language menus of a multilingual model: the languages chosen (or its defaults); with `props`, their
+    choices too, and hidden for a model of one direction."""
+    sources, targets = services.languages(session.model)
+    languages = services.translators[session.model].languages
+    values = {page.src_lang: session.src_lang or (languages.source if languages else None),
+              page.tgt_lang: session.tgt_lang or (languages.target if languages else None)}
+    if not props:
+        return values
+    return {page.src_lang: gr.update(choices=sources, value=values[page.src_lang], visible=bool(sources)),
+            page.tgt_lang: gr.update(choices=targets, value=values[page.tgt_lang], visible=bool(targets))}
 
 
 def decoding_updates(page, session: Session) -> dict:
@@ -192,7 +207,8 @@ def model_updates(page, services: Services, session: Session) -> dict:
             "heads can be switched off.")
     first_measure = next(iter(IMPORTANCE_KEYS))
     examples = services.examples(session.model)
-    return {**grids, page.mask_note: note, page.importance_measure: first_measure,
+    return {**grids, **language_updates(page, services, session, props=True), page.mask_note: note,
+            page.importance_measure: first_measure,
             page.importance_plot: figure_json(importance_plot(services, session, first_measure)),
             page.model: session.model,
             page.example: gr.update(choices=examples, value=session.source if session.source in examples else None),

@@ -68,10 +68,11 @@ class Services:
     def default_model(self) -> str | None:
         return "en-de" if "en-de" in self.translators else next(iter(self.translators), None)
 
-    def trace(self, model: str, text: object, force: list[str] | None = None,
-              mask: list[str] | None = None) -> TracedTranslation:
-        """Greedy trace of `text` with a loaded checkpoint, in a worker process when there are workers."""
-        options = dict(top_k=TOP_K, force=force, mask=mask)
+    def trace(self, model: str, text: object, force: list[str] | None = None, mask: list[str] | None = None,
+              src_lang: str | None = None, tgt_lang: str | None = None) -> TracedTranslation:
+        """Greedy trace of `text` with a loaded checkpoint, in a worker process when there are workers (`src_lang`,
+        `tgt_lang`: a multilingual model's direction; None: its default)."""
+        options = dict(top_k=TOP_K, force=force, mask=mask, src_lang=src_lang, tgt_lang=tgt_lang)
         if self.pool is not None:
             return self.pool.trace(model, text, **options)
         return self.translators[model].trace(text, **options)
@@ -80,6 +81,15 @@ class Services:
         """The example sentences a checkpoint ships in its metrics.json (real Multi30k test sentences)."""
         translator = self.translators.get(model) if isinstance(model, str) else None
         return list(translator.metrics.get("examples", [])) if translator else []
+
+    def languages(self, model: str | None) -> tuple[list[str], list[str]]:
+        """The source and target languages a user may choose for `model` (empty where there is no choice)."""
+        translator = self.translators.get(model) if isinstance(model, str) else None
+        languages = translator.languages if translator else None
+        if languages is None:
+            return [], []
+        codes = sorted(languages.codes)
+        return (codes if languages.source is not None else []), codes
 
     def model_choices(self) -> list[tuple[str, str]]:
         """Menu entries: every loaded checkpoint with its languages and test score."""

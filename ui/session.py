@@ -128,6 +128,13 @@ class Session:
     compare: Comparison | None = None
     beam: Beam | None = None
     unknown: tuple[bool, ...] = ()  # per source token: unknown to the model (read as <unk>)
+    src_lang: str | None = None  # a multilingual model's source and target languages (None: its default)
+    tgt_lang: str | None = None
+
+    @property
+    def direction(self) -> dict:
+        """The languages a translator is handed with the sentence: `src_lang` and `tgt_lang`."""
+        return {"src_lang": self.src_lang, "tgt_lang": self.tgt_lang}
 
     @property
     def current(self) -> Decoding:

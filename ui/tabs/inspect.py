@@ -19,6 +19,12 @@ def build(page: Page, services: Services) -> None:
     model = services.default_model
     with gr.Row(equal_height=True):
         page.model = gr.Dropdown(services.model_choices(), value=model, label="Model", elem_id="model", scale=2)
+        # A multilingual model's languages (NLLB, mBART-50, a multi-target opus-mt): shown only for such a model.
+        sources, targets = services.languages(model)
+        page.src_lang = gr.Dropdown(sources, value=None, label="From", elem_id="src-lang", visible=bool(sources),
+                                    scale=1, min_width=120)
+        page.tgt_lang = gr.Dropdown(targets, value=None, label="To", elem_id="tgt-lang", visible=bool(targets),
+                                    scale=1, min_width=120)
         page.example = gr.Dropdown(services.examples(model), value=None, label="Examples (from the test set)",
                                    elem_id="example", scale=3)
     with gr.Row(equal_height=True):

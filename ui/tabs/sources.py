@@ -31,7 +31,7 @@ def measure_sources(services: Services, session: Session) -> tuple[tuple, str]:
     decoding = session.current
     trace = decoding.trace
     measured = services.translators[session.model].contributions(session.source, trace.target_tokens,
-                                                                 list(decoding.mask))
+                                                                 list(decoding.mask), **session.direction)
     if measured is None:
         return (None, None), ("This GRU model has no residual stream for ALTI+ to decompose: its cross-attention "
                               "(the Cross-attention view) is what shows where its words look in the source.")

@@ -1,0 +1,363 @@
+"""Convert a Hugging Face translation model into this project's Transformer, so that every view, measure and
+intervention works on it.
+
+    python -m model.convert_hf Helsinki-NLP/opus-mt-en-de --out checkpoints/opus-mt-en-de
+    python -m model.convert_hf ./nllb-folder --out checkpoints/nllb --src-lang eng_Latn --tgt-lang deu_Latn
+
+SOURCE is a Hub id (downloaded where the Hub can be reached) or a folder as `save_pretrained` writes it. The
+converter reads `config.json` and the weights directly (`model.safetensors`, or `pytorch_model.bin` through
+torch's restricted unpickler only), never runs code from the repository, and needs no transformers.
+
+Families (../shared/HF-NOTES.md has each one's recipe):
+- Marian (Helsinki-NLP opus-mt-*): post-LN, SiLU, sinusoids laid out as all sines then all cosines;
+- M2M100 and NLLB-200 (model_type m2m_100): pre-LN, fairseq's sinusoid, language codes;
+- mBART-50 (model_type mbart): pre-LN, learned positions, a LayerNorm after the embeddings, language codes.
+
+Ids are renumbered so that <pad> <unk> <sos> <eos> are 0-3 as in every checkpoint here: the Hub model's decoder
+start token (its <pad> for Marian, its </s> for the others) gets a row of its own as <sos>, so the vocabulary has
+one token more than the Hub model's, and every other token keeps its order after those four.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from model.checkpoint import METRICS, WEIGHTS, CheckpointError, load_checkpoint, save_weights, write_json
+from model.hub import Languages
+from model.transformer import ModelConfig, Transformer
+from model.vocab import SPECIALS
+
+HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "README.md",
+             "tokenizer.json", "tokenizer_config.json", "source.spm", "target.spm", "vocab.json",
+             "sentencepiece.bpe.model", "special_tokens_map.json"]
+DEFAULT_MAX_BYTES = 2 * 1024 ** 3  # NLLB-200-distilled-600M's weights are 2.5 GB in float32: refused by default
+ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
+FAMILIES = ("marian", "m2m_100", "mbart")
+
+
+class ConversionError(RuntimeError):
+    """A model that cannot be converted; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class HubTokens:
+    """The Hub model's tokens by Hub id, which of them are special, and how its text is split."""
+
+    tokens: list[str]  # Hub id -> token
+    pad: int
+    unk: int
+    eos: int
+    decoder_start: int
+    spec: dict  # vocab.json's description of the tokenizer (model/hub.py HubTokenizer)
+    files: list[str]  # tokenizer files to copy beside the weights
+    languages: Languages | None
+
+
+def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[Path, dict]:
+    """A local folder holding the model `source` names (a folder, or a Hub id to download), and where it came from.
+
+    A Hub id is checked before anything is downloaded: it exists, can be read, and its weights fit `max_bytes`.
+    """
+    folder = Path(source)
+    if folder.is_dir():
+        for weights in (folder / "model.safetensors", folder / "pytorch_model.bin"):
+            if weights.is_file() and weights.stat().st_size > max_bytes:
+                raise ConversionError(f"{weights} is {weights.stat().st_size / 1024 ** 3:.1f} GiB; the limit here is "
+                                      f"{max_bytes / 1024 ** 3:.1f} GiB.")
+        return folder, {"folder": str(folder.resolve())}
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", source):
+        raise ConversionError(f"{source!r} is neither a folder nor a Hub model id (like Helsinki-NLP/opus-mt-en-de).")
+    try:
+        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    except ImportError as error:  # huggingface_hub comes with gradio
+        raise ConversionError(f"Downloading from the Hub needs huggingface_hub: {error}") from None
+    try:
+        info = HfApi().model_info(source, files_metadata=True)
+    except GatedRepoError:
+        raise ConversionError(f"{source} is a gated repository: accept its terms on huggingface.co and log in "
+                              "(huggingface-cli login), then try again.") from None
+    except RepositoryNotFoundError:
+        raise ConversionError(f"There is no model {source} on the Hub (or it is private).") from None
+    except Exception as error:  # no network, offline mode, a proxy refusing: all mean the Hub cannot be reached
+        raise ConversionError(f"The Hugging Face Hub cannot be reached from here ({type(error).__name__}), so "
+                              f"{source} cannot be downloaded. Convert a local folder instead.") from None
+    sizes = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or []}
+    weights = "model.safetensors" if "model.safetensors" in sizes else "pytorch_model.bin"
+    if sizes.get(weights, 0) > max_bytes:
+        raise ConversionError(f"{source}'s {weights} is {sizes[weights] / 1024 ** 3:.1f} GiB; the limit here is "
+                              f"{max_bytes / 1024 ** 3:.1f} GiB.")
+    wanted = [name for name in HUB_FILES if name in sizes and not (name == "pytorch_model.bin"
+                                                                     and weights == "model.safetensors")]
+    path = Path(snapshot_download(source, allow_patterns=wanted, revision=info.sha))
+    card = info.card_data.to_dict() if getattr(info, "card_data", None) else {}
+    return path, {"hub_id": source, "revision": info.sha, "license": card.get("license")}
+
+
+def read_config(folder: Path) -> dict:
+    """config.json, checked: a family converted here, and nothing that needs code from the repository."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ConversionError(f"{folder} has no config.json: it is not a model folder as save_pretrained writes it.")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConversionError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise ConversionError(f"{path} must hold a JSON object.")
+    if config.get("auto_map") or config.get("trust_remote_code"):
+        raise ConversionError("This model needs code from its repository (trust_remote_code), which is never run "
+                              "here.")
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        raise ConversionError(f"model_type {model_type!r} is not a translation family converted here; supported: "
+                              "marian (opus-mt), m2m_100 (M2M100, NLLB-200), mbart (mBART-50).")
+    return config
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The weights of `folder`: model.safetensors, or pytorch_model.bin through the restricted unpickler only."""
+    safetensors, pickled = folder / "model.safetensors", folder / "pytorch_model.bin"
+    if safetensors.is_file():
+        try:
+            return load_file(str(safetensors))
+        except (SafetensorError, OSError, ValueError) as error:
+            raise ConversionError(f"{safetensors} is not a readable safetensors file: {error}") from None
+    if pickled.is_file():
+        try:
+            state = torch.load(pickled, map_location="cpu", weights_only=True)
+        except Exception as error:  # the restricted unpickler's refusals come as several exception types
+            raise ConversionError(f"{pickled} was refused by the restricted unpickler (weights_only=True), which "
+                                  f"admits only tensors and plain containers: {str(error).splitlines()[0]}") from None
+        if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+            raise ConversionError(f"{pickled} does not hold a state dict of tensors.")
+        return state
+    raise ConversionError(f"{folder} has neither model.safetensors nor pytorch_model.bin.")
+
+
+def hub_tokens(folder: Path, config: dict, src_lang: str | None, tgt_lang: str | None) -> HubTokens:
+    """The Hub model's vocabulary and tokenizer, from Marian's source.spm/target.spm/vocab.json or a tokenizer.json."""
+    vocab_size = config["vocab_size"]
+    if (folder / "source.spm").is_file():  # Marian
+        vocab = _json(folder / "vocab.json")
+        if (folder / "target_vocab.json").is_file() or config.get("separate_vocabs"):
+            raise ConversionError("This opus-mt model has separate source and target vocabularies, which the converter "
+                                  "does not handle yet.")
+        tokens = _by_id(vocab, vocab_size)
+        pad, unk, eos = (_id(vocab, name) for name in ("<pad>", "<unk>", "</s>"))
+        codes = {token[2:-2]: token for token in vocab if token.startswith(">>") and token.endswith("<<")}
+        languages = None
+        if codes:
+            target = tgt_lang or sorted(codes)[0]
+            languages = Languages(codes, None, target, target_first=False)
+        side = {"specials": ["</s>", "<unk>", "<pad>"]}
+        spec = {"src": {**side, "sentencepiece": "source.spm"}, "tgt": {**side, "sentencepiece": "target.spm"}}
+        return HubTokens(tokens, pad, unk, eos, config.get("decoder_start_token_id", pad), spec,
+                         ["source.spm", "target.spm"], languages)
+    if (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer as FastTokenizer
+
+        tokenizer = FastTokenizer.from_file(str(folder / "tokenizer.json"))
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        tokens = _by_id(vocab, vocab_size)
+        pad, unk, eos = (_id(vocab, name) for name in ("<pad>", "<unk>", "</s>"))
+        added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+        pattern = r"[a-z]{3}_[A-Z][a-z]{3}" if config["model_type"] == "m2m_100" else r"[a-z]{2}_[A-Z]{2}"
+        codes = {token: token for token in added if re.fullmatch(pattern, token)}
+        languages = None
+        if codes:
+            settings = _json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+            source, target = src_lang or settings.get("src_lang"), tgt_lang or settings.get("tgt_lang")
+            source, target = source if source in codes else sorted(codes)[0], target if target in codes else None
+            languages = Languages(codes, source, target or next(c for c in sorted(codes) if c != source))
+        side = {"tokenizer": "tokenizer.json", "specials": sorted(set(added))}
+        return HubTokens(tokens, pad, unk, eos, config.get("decoder_start_token_id", eos), {"src": side, "tgt": side},
+                         ["tokenizer.json"], languages)
+    raise ConversionError(f"{folder} has no tokenizer this converter reads (Marian's source.spm, or tokenizer.json).")
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConversionError(f"{path} cannot be read: {error}") from None
+
+
+def _id(vocab: dict[str, int], token: str) -> int:
+    if token not in vocab:
+        raise ConversionError(f"The tokenizer has no {token} token.")
+    return vocab[token]
+
+
+def _by_id(vocab: dict[str, int], size: int) -> list[str]:
+    """Hub id -> token for the model's `size` rows (rows no token names get a placeholder name)."""
+    tokens = [f"<unused {i}>" for i in range(size)]
+    for token, index in vocab.items():
+        if index < size:
+            tokens[index] = token
+    return tokens
+
+
+def renumbering(hub: HubTokens) -> tuple[list[int], list[str], dict[str, str]]:
+    """Our ids -> Hub ids (<pad> <unk> <sos> <eos> first, <sos> a copy of the decoder start row), our tokens, and
+    the Hub's special tokens renamed to ours."""
+    specials = [hub.pad, hub.unk, hub.decoder_start, hub.eos]
+    order = specials + [i for i in range(len(hub.tokens)) if i not in (hub.pad, hub.unk, hub.eos)]
+    renamed = {hub.tokens[hub.pad]: "<pad>", hub.tokens[hub.unk]: "<unk>", hub.tokens[hub.eos]: "<eos>"}
+    itos = list(SPECIALS) + [hub.tokens[i] for i in order[len(SPECIALS):]]
+    clash = sorted(set(itos[len(SPECIALS):]) & set(SPECIALS))
+    if clash:
+        raise ConversionError(f"The vocabulary has a token spelled like one of ours: {clash}.")
+    return order, itos, renamed
+
+
+def model_config(config: dict, vocab_size: int) -> ModelConfig:
+    """Our config of a Hub config (`vocab_size`: ours, one more than the Hub model's)."""
+    family = config["model_type"]
+    activation = config.get("activation_function", "relu")
+    if activation not in ACTIVATIONS:
+        raise ConversionError(f"activation {activation!r} is not one the Transformer here has.")
+    if config["encoder_attention_heads"] != config["decoder_attention_heads"] or \
+            config["encoder_ffn_dim"] != config["decoder_ffn_dim"]:
+        raise ConversionError("Encoder and decoder with different head counts or widths are not handled.")
+    positional = {"marian": "sinusoidal_halves", "m2m_100": "fairseq", "mbart": "learned"}[family]
+    return ModelConfig(
+        src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=config["d_model"],
+        n_heads=config["encoder_attention_heads"], n_encoder_layers=config["encoder_layers"],
+        n_decoder_layers=config["decoder_layers"], d_ff=config["encoder_ffn_dim"], dropout=0.0,
+        max_len=config["max_position_embeddings"], positional=positional,
+        norm="post" if family == "marian" else "pre", tie_embeddings=config.get("tie_word_embeddings", True),
+        activation=ACTIVATIONS[activation], scale_embeddings=bool(config.get("scale_embedding", family != "mbart")),
+        embedding_norm=family == "mbart", share_embeddings=config.get("share_encoder_decoder_embeddings", True))
+
+
+def state_dict(hub_state: dict[str, torch.Tensor], config: ModelConfig, family: str, order: list[int]
+               ) -> dict[str, torch.Tensor]:
+    """Our weights, named as `Transformer` names them, from the Hub model's."""
+    state = {name.removeprefix("model."): tensor for name, tensor in hub_state.items()}
+    rows = torch.tensor(order)
+    shared = state.get("shared.weight", state.get("encoder.embed_tokens.weight"))
+    if shared is None:
+        raise ConversionError("The weights have no token embedding (model.shared.weight).")
+    ours = {"src_embedding.tokens.weight": shared[rows]}
+    if not config.share_embeddings:
+        ours["tgt_embedding.tokens.weight"] = state["decoder.embed_tokens.weight"][rows]
+    if not config.tie_embeddings:
+        ours["generator.weight"] = hub_state["lm_head.weight"][rows]
+    bias = hub_state.get("final_logits_bias")
+    ours["generator.bias"] = bias.reshape(-1)[rows] if bias is not None else torch.zeros(len(order))
+    for side, ours_side in (("encoder", "src"), ("decoder", "tgt")):
+        if family == "mbart":
+            ours[f"{ours_side}_embedding.positions.weight"] = state[f"{side}.embed_positions.weight"][2:]
+            ours[f"{ours_side}_embedding.norm.weight"] = state[f"{side}.layernorm_embedding.weight"]
+            ours[f"{ours_side}_embedding.norm.bias"] = state[f"{side}.layernorm_embedding.bias"]
+        if config.norm == "pre":
+            for part in ("weight", "bias"):
+                ours[f"{side}_norm.{part}"] = state[f"{side}.layer_norm.{part}"]
+    sublayers = {"encoder": [("self_attn", "self_attention", "attention_block")],
+                 "decoder": [("self_attn", "self_attention", "self_attention_block"),
+                             ("encoder_attn", "cross_attention", "cross_attention_block")]}
+    for side, layers in (("encoder", config.n_encoder_layers), ("decoder", config.n_decoder_layers)):
+        for i in range(layers):
+            hub, our = f"{side}.layers.{i}", f"{side}_layers.{i}"
+            for part in ("weight", "bias"):
+                for hub_attention, our_attention, block in sublayers[side]:
+                    for hub_projection, our_projection in (("q_proj", "w_q"), ("k_proj", "w_k"), ("v_proj", "w_v"),
+                                                           ("out_proj", "w_o")):
+                        ours[f"{our}.{our_attention}.{our_projection}.{part}"] = \
+                            state[f"{hub}.{hub_attention}.{hub_projection}.{part}"]
+                    ours[f"{our}.{block}.norm.{part}"] = state[f"{hub}.{hub_attention}_layer_norm.{part}"]
+                ours[f"{our}.feed_forward.linear_in.{part}"] = state[f"{hub}.fc1.{part}"]
+                ours[f"{our}.feed_forward.linear_out.{part}"] = state[f"{hub}.fc2.{part}"]
+                ours[f"{our}.feed_forward_block.norm.{part}"] = state[f"{hub}.final_layer_norm.{part}"]
+    return ours
+
+
+def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang: str | None = None,
+            max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
+    """Convert `source` (a folder or a Hub id) into a checkpoint folder `out`, which `load_checkpoint` loads."""
+    folder, origin = fetch(source, max_bytes)
+    config = read_config(folder)
+    hub = hub_tokens(folder, config, src_lang, tgt_lang)
+    for language, side in ((src_lang, "source"), (tgt_lang, "target")):
+        if language is not None and (hub.languages is None or language not in hub.languages.codes):
+            known = ", ".join(sorted(hub.languages.codes)) if hub.languages else "none: it translates one way"
+            raise ConversionError(f"This model has no {side} language {language!r}; it has {known}.")
+    order, itos, renamed = renumbering(hub)
+    ours = model_config(config, len(itos))
+    hub_state = read_weights(folder)
+    model = Transformer(ours)
+    try:
+        weights = state_dict(hub_state, ours, config["model_type"], order)
+        missing = set(model.state_dict()) - set(weights) - {"tgt_embedding.tokens.weight", "generator.weight"}
+        if missing:
+            raise KeyError(sorted(missing)[0])
+        model.load_state_dict(weights, strict=False)
+    except KeyError as error:
+        raise ConversionError(f"The weights lack {error} for a {config['model_type']} model of this config.") from None
+    except RuntimeError as error:  # a tensor of the wrong shape
+        raise ConversionError(f"The weights do not fit config.json: {str(error).splitlines()[-1].strip()}") from None
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_weights(model, out / WEIGHTS)
+    write_json(out / "config.json", ours.to_dict())
+    for name in hub.files:
+        shutil.copyfile(folder / name, out / name)
+    languages = {"languages": hub.languages.to_json()} if hub.languages else {}
+    write_json(out / "vocab.json", {
+        "src": {**hub.spec["src"], "lang": side_languages(folder, hub)[0], "renamed": renamed, "itos": itos},
+        "tgt": {**hub.spec["tgt"], "lang": side_languages(folder, hub)[1], "renamed": renamed, "itos": itos,
+                "capitalize_first": False},  # the Hub tokenizer's text is cased already
+    } | languages)
+    generation = _json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
+    write_json(out / METRICS, {
+        "source": {**origin, "model_type": config["model_type"], "converted_with": "python -m model.convert_hf"},
+        "parameters": sum(p.numel() for p in {p.data_ptr(): p for p in model.parameters()}.values()),
+        "decoding": {"beam_size": generation.get("num_beams", config.get("num_beams", 5)) or 5,
+                     "length_penalty": generation.get("length_penalty", 1.0)},
+    })
+    return out
+
+
+def side_languages(folder: Path, hub: HubTokens) -> tuple[str, str]:
+    """The languages the source and target sides are named by: a multilingual model's defaults, or what a
+    bilingual model's tokenizer_config.json says (Marian's source_lang and target_lang)."""
+    if hub.languages is not None:
+        return hub.languages.source or "multilingual", hub.languages.target
+    settings = _json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    return settings.get("source_lang") or "unknown", settings.get("target_lang") or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("source", help="a Hub model id (e.g. Helsinki-NLP/opus-mt-en-de) or a save_pretrained folder")
+    p.add_argument("--out", required=True, help="the checkpoint folder to write (e.g. checkpoints/opus-mt-en-de)")
+    p.add_argument("--src-lang", help="default source language of a multilingual model (e.g. eng_Latn)")
+    p.add_argument("--tgt-lang", help="default target language of a multilingual model (e.g. deu_Latn)")
+    p.add_argument("--max-gb", type=float, default=DEFAULT_MAX_BYTES / 1024 ** 3,
+                   help="refuse a Hub model whose weights are larger (default %(default).0f)")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        out = convert(args.source, args.out, args.src_lang, args.tgt_lang, int(args.max_gb * 1024 ** 3))
+        translator = load_checkpoint(out)
+    except (ConversionError, CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({translator.metrics['parameters']:,} parameters) in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

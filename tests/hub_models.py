@@ -1,0 +1,111 @@
+"""Tiny random Hugging Face translation models, built offline as `save_pretrained` writes them, with the real HF
+tokenizer classes (../shared/HF-NOTES.md): the converter's tests read these folders as they would a Hub download.
+
+Weights are drawn wide (std 0.4) with a non-zero `final_logits_bias`: with the small weights of a fresh model, a
+wrong switch (interleaved sinusoids, another activation) moves the logits too little to be seen.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+WORDS = ("a man woman child dog reads runs plays with the ball in park newspaper water green red über Straße "
+         "ein Mann Frau Kind Hund liest läuft spielt mit dem Ball im Zeitung Wasser grün rot façade naïve café "
+         "deux chiens courent sur l'herbe").split()
+LINES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(3 + i % 9)).capitalize() + "."
+         for i in range(300)]
+TINY = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64)
+
+
+def _sentencepiece(path: Path, **ids) -> Path:
+    import sentencepiece
+
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(LINES), model_prefix=str(path), vocab_size=90,
+                                             hard_vocab_limit=False, minloglevel=2, **ids)
+    return path.with_suffix(".model")
+
+
+def _widen(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "embed_positions" in name and "mbart" not in type(model).__name__.lower():
+                continue
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.4
+                            + (1.0 if name.endswith("norm.weight") else 0.0))
+        if hasattr(model, "final_logits_bias"):
+            model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=generator) * 0.1)
+    return model.eval()
+
+
+def marian(folder: Path, targets: tuple[str, ...] = (), seed: int = 0) -> Path:
+    """An opus-mt-like model: one sentencepiece model per side (the same one here), one vocabulary; `targets`
+    adds >>xxx<< codes as a multi-target model has them."""
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    work = folder / "build"
+    work.mkdir(exist_ok=True)
+    spm = _sentencepiece(work / "spm", bos_id=-1, eos_id=0, unk_id=1, pad_id=-1)
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm))
+    vocab = {"</s>": 0, "<unk>": 1}
+    for code in targets:
+        vocab[f">>{code}<<"] = len(vocab)
+    for index in range(processor.get_piece_size()):
+        vocab.setdefault(processor.id_to_piece(index), len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (work / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tokenizer = MarianTokenizer(source_spm=str(spm), target_spm=str(spm), vocab=str(work / "vocab.json"),
+                                source_lang="en", target_lang="de")
+    tokenizer.save_pretrained(folder)
+    config = MarianConfig(vocab_size=len(vocab), pad_token_id=vocab["<pad>"], eos_token_id=0,
+                          decoder_start_token_id=vocab["<pad>"], activation_function="swish", scale_embedding=True,
+                          **TINY)
+    _widen(MarianMTModel(config), seed).save_pretrained(folder)
+    shutil.rmtree(work)
+    return folder
+
+
+def nllb(folder: Path, seed: int = 1) -> Path:
+    """An NLLB-200-like model (M2M100 architecture) with NLLB's tokenizer and language codes."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_sentencepiece(folder / "spm", bos_id=0, pad_id=1, eos_id=2, unk_id=3),
+                    folder / "sentencepiece.bpe.model")
+    for leftover in folder.glob("spm.*"):
+        leftover.unlink()
+    tokenizer = NllbTokenizer.from_pretrained(folder)
+    tokenizer.add_tokens(FAIRSEQ_LANGUAGE_CODES, special_tokens=True)
+    tokenizer.src_lang, tokenizer.tgt_lang = "eng_Latn", "deu_Latn"
+    tokenizer.save_pretrained(folder)
+    config = M2M100Config(vocab_size=len(tokenizer), pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                          decoder_start_token_id=2, activation_function="relu", scale_embedding=True, **TINY)
+    _widen(M2M100ForConditionalGeneration(config), seed).save_pretrained(folder)
+    return folder
+
+
+def mbart50(folder: Path, seed: int = 2) -> Path:
+    """An mBART-50-like model: learned positions, a LayerNorm after the embeddings, GELU, language codes."""
+    from transformers import MBart50Tokenizer, MBartConfig, MBartForConditionalGeneration
+
+    folder.mkdir(parents=True, exist_ok=True)
+    # XLM-R's sentencepiece layout, which mBART-50's tokenizer shifts into fairseq's ids
+    shutil.copyfile(_sentencepiece(folder / "spm", unk_id=0, bos_id=1, eos_id=2, pad_id=-1),
+                    folder / "sentencepiece.bpe.model")
+    for leftover in folder.glob("spm.*"):
+        leftover.unlink()
+    tokenizer = MBart50Tokenizer.from_pretrained(folder, src_lang="en_XX", tgt_lang="de_DE")
+    tokenizer.save_pretrained(folder)
+    config = MBartConfig(vocab_size=len(tokenizer), pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                         decoder_start_token_id=2, activation_function="gelu", scale_embedding=True, **TINY)
+    _widen(MBartForConditionalGeneration(config), seed).save_pretrained(folder)
+    return folder

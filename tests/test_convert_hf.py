@@ -1,0 +1,274 @@
+"""Hub models converted into the Transformer (model/convert_hf.py) compute what transformers computes: tiny random
+models of each family, built offline with the real HF tokenizer classes (tests/hub_models.py), checked against
+transformers' eager attention."""
+
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.convert_hf import ConversionError, convert, main
+from model.decoding import output_limit
+from model.translator import InputError
+
+sys.path.insert(0, str(Path(__file__).parent))
+import hub_models  # noqa: E402
+
+transformers = pytest.importorskip("transformers")
+
+BUILDERS = {"marian": hub_models.marian, "nllb": hub_models.nllb, "mbart50": hub_models.mbart50}
+TEXT = "A man reads the newspaper in the park."
+HOSTILE = ["Ein Mann liest 😀🦜 im Park.", "ein Mann naïve café über",  # emoji, precomposed, combining marks
+           "control\u0000chars\u0007and\u200b\ufeffzero width", "<script>alert('x')</script> &amp; <b>bold</b>",
+           "  spaces   and\ttabs\n newlines  ", "名古屋 Ελληνικά עברית العربية", "the </s> end <unk> <pad>",
+           ("A man reads a newspaper. " * 80)[:2000]]
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """Each family's Hub folder, its conversion, and transformers' model and tokenizer of it."""
+    root = tmp_path_factory.mktemp("hub")
+    made = {}
+    for name, build in BUILDERS.items():
+        folder = build(root / name)
+        made[name] = (folder, load_checkpoint(convert(str(folder), root / f"{name}-converted")),
+                      transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval(),
+                      transformers.AutoTokenizer.from_pretrained(folder))
+    return made
+
+
+def hub_to_ours(translator, tokenizer) -> torch.Tensor:
+    """Our id of every Hub id (the Hub's specials under our names)."""
+    renamed = {tokenizer.pad_token: "<pad>", tokenizer.unk_token: "<unk>", tokenizer.eos_token: "<eos>"}
+    tokens = {index: token for token, index in tokenizer.get_vocab().items()}
+    return torch.tensor([translator.tgt_vocab.stoi[renamed.get(tokens.get(i), tokens.get(i, f"<unused {i}>"))]
+                         for i in range(len(translator.tgt_vocab) - 1)])
+
+
+def hub_ids(translator, tokenizer, our_ids: list[int]) -> list[int]:
+    """The Hub ids of our ids."""
+    index = hub_to_ours(translator, tokenizer)
+    ours_to_hub = {int(o): h for h, o in enumerate(index.tolist())}
+    return [ours_to_hub[i] for i in our_ids]
+
+
+def first_target(translator, tokenizer) -> list[int]:
+    """What transformers' generate is told to start with: the target language's code, if the model has one."""
+    prefix = translator.with_target_prefix([])
+    return [tokenizer.convert_tokens_to_ids(prefix[0])] if prefix else []
+
+
+@pytest.mark.parametrize("family", BUILDERS)
+def test_logits_and_every_attention_map_match_transformers(hub, family):
+    _, translator, model, tokenizer = hub[family]
+    src_ids = translator.encode_source(translator.source_tokens(TEXT))
+    traced = translator.trace(TEXT)
+    tgt_in = [2] + traced.trace.token_ids[:-1]  # <sos>, then the greedy choices
+    hub_src = torch.tensor([hub_ids(translator, tokenizer, src_ids)])
+    hub_tgt = torch.tensor([[model.config.decoder_start_token_id] + hub_ids(translator, tokenizer, tgt_in[1:])])
+    with torch.no_grad():
+        theirs = model(input_ids=hub_src, decoder_input_ids=hub_tgt, output_attentions=True)
+        logits, attention = translator.model(torch.tensor([src_ids]), torch.tensor([tgt_in]), need_weights=True)
+    ours = logits[0][:, hub_to_ours(translator, tokenizer)]
+    assert (ours - theirs.logits[0]).abs().max() < 1e-4
+    for mine, their in ((attention.encoder, theirs.encoder_attentions), (attention.decoder, theirs.decoder_attentions),
+                        (attention.cross, theirs.cross_attentions)):
+        assert len(their) == mine.size(0) and all(t.abs().sum() > 0 for t in their)
+        assert (mine[:, 0] - torch.stack(their)[:, 0]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("family", BUILDERS)
+def test_greedy_and_beam_tokens_match_generate(hub, family):
+    _, translator, model, tokenizer = hub[family]
+    for text in (TEXT, "Zwei Hunde laufen.", "deux chiens courent sur l'herbe"):
+        traced = translator.trace(text)
+        src = torch.tensor([hub_ids(translator, tokenizer, translator.encode_source(translator.source_tokens(text)))])
+        forced = first_target(translator, tokenizer)
+        # The limit ends a hypothesis as if with <eos>, as transformers' forced_eos_token_id does; greedy traces
+        # simply stop there.
+        options = dict(max_new_tokens=output_limit(translator.model, src.size(1)), do_sample=False,
+                       bad_words_ids=[[tokenizer.pad_token_id]], forced_bos_token_id=forced[0] if forced else None)
+        with torch.no_grad():
+            greedy = model.generate(src, num_beams=1, forced_eos_token_id=None, **options)[0, 1:].tolist()
+        assert greedy == hub_ids(translator, tokenizer, traced.trace.token_ids)
+        beam = translator.beam(text, beam_size=5)
+        options["max_new_tokens"] += 1  # the limit's own <eos>
+        with torch.no_grad():
+            best = model.generate(src, num_beams=5, early_stopping=True, length_penalty=beam.beam.length_penalty,
+                                  forced_eos_token_id=tokenizer.eos_token_id, **options)[0, 1:].tolist()
+        assert [t for t in best if t != tokenizer.pad_token_id] == \
+            hub_ids(translator, tokenizer, translator.tgt_vocab.encode(beam.tokens(beam.beam.n_best[0])))
+
+
+@pytest.mark.parametrize("family", BUILDERS)
+def test_token_ids_match_the_hub_tokenizer_on_hostile_text(hub, family):
+    _, translator, _, tokenizer = hub[family]
+    for text in HOSTILE:
+        ours = translator.encode_source(translator.source_prefix() + translator.src_tokenizer(text))
+        assert hub_ids(translator, tokenizer, ours) == tokenizer(text).input_ids, text
+
+
+@pytest.mark.parametrize("family", BUILDERS)
+def test_a_head_switched_off_matches_zeroing_its_slice_in_transformers(hub, family):
+    _, translator, model, tokenizer = hub[family]
+    src_ids = translator.encode_source(translator.source_tokens(TEXT))
+    target = translator.trace(TEXT).target_tokens
+    for kind, hub_module in (("encoder", model.model.encoder.layers[1].self_attn),
+                             ("cross", model.model.decoder.layers[0].encoder_attn)):
+        head, d_head = 2, model.config.d_model // model.config.encoder_attention_heads
+
+        def zero_head(_, inputs):
+            x = inputs[0].clone()
+            x[..., head * d_head:(head + 1) * d_head] = 0
+            return (x,)
+
+        handle = hub_module.out_proj.register_forward_pre_hook(zero_head)
+        try:
+            tgt_in = [2] + translator.tgt_vocab.encode(target[:-1])
+            with torch.no_grad():
+                theirs = model(input_ids=torch.tensor([hub_ids(translator, tokenizer, src_ids)]),
+                               decoder_input_ids=torch.tensor([[model.config.decoder_start_token_id]
+                                                               + hub_ids(translator, tokenizer, tgt_in[1:])])).logits
+        finally:
+            handle.remove()
+        layer = 2 if kind == "encoder" else 1
+        with torch.no_grad():
+            logits, _ = translator.model(torch.tensor([src_ids]), torch.tensor([tgt_in]),
+                                         gates=translator.gates([f"{kind}.{layer}.{head + 1}"]))
+            intact, _ = translator.model(torch.tensor([src_ids]), torch.tensor([tgt_in]))
+        index = hub_to_ours(translator, tokenizer)
+        assert (logits[0][:, index] - theirs[0]).abs().max() < 1e-4
+        assert (intact[0][:, index] - theirs[0]).abs().max() > 1e-2  # the head mattered
+
+
+def test_a_wrong_switch_fails_the_parity_check(hub, tmp_path):
+    """The control: Marian with the paper's interleaved sinusoids instead of its halves is far off."""
+    folder, translator, model, tokenizer = hub["marian"]
+    out = convert(str(folder), tmp_path / "wrong")
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "positional": "sinusoidal"}))
+    wrong = load_checkpoint(out)
+    src_ids = wrong.encode_source(wrong.source_tokens(TEXT))
+    tgt_in = [2] + wrong.tgt_vocab.encode(translator.trace(TEXT).target_tokens[:-1])
+    with torch.no_grad():
+        theirs = model(input_ids=torch.tensor([hub_ids(wrong, tokenizer, src_ids)]),
+                       decoder_input_ids=torch.tensor([[model.config.decoder_start_token_id]
+                                                       + hub_ids(wrong, tokenizer, tgt_in[1:])])).logits
+        logits, _ = wrong.model(torch.tensor([src_ids]), torch.tensor([tgt_in]))
+    assert (logits[0][:, hub_to_ours(wrong, tokenizer)] - theirs[0]).abs().max() > 1e-2
+
+
+def test_a_multilingual_model_translates_between_the_languages_asked(hub):
+    _, translator, model, tokenizer = hub["nllb"]
+    traced = translator.trace(TEXT, src_lang="fra_Latn", tgt_lang="spa_Latn")
+    assert traced.source_tokens[0] == "fra_Latn" and traced.target_tokens[0] == "spa_Latn"
+    assert traced.trace.forced == 1  # the target code is given, not predicted
+    default = translator.trace(TEXT)
+    assert default.source_tokens[0] == "eng_Latn" and default.target_tokens[0] == "deu_Latn"
+    with pytest.raises(InputError, match=r"no target language 'xx_Yyyy'; it has: ace_Arab, .*\(\d+ in all\)"):
+        translator.trace(TEXT, tgt_lang="xx_Yyyy")
+    branched = translator.trace(TEXT, force=default.target_tokens[:2])
+    assert branched.target_tokens[:2] == default.target_tokens[:2]
+    scored = translator.score(TEXT, default.target_tokens[1:])  # the code is added when it is missing
+    assert scored.target_tokens == default.target_tokens
+
+
+def test_a_multi_target_marian_model_reads_the_target_code_in_the_source(tmp_path):
+    folder = hub_models.marian(tmp_path / "multi", targets=("fra", "spa"))
+    translator = load_checkpoint(convert(str(folder), tmp_path / "converted", tgt_lang="spa"))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    assert translator.source_tokens(TEXT)[0] == ">>spa<<"
+    ours = translator.encode_source(translator.source_tokens(TEXT, tgt_lang="fra"))
+    assert hub_ids(translator, tokenizer, ours) == tokenizer(">>fra<< " + TEXT).input_ids
+    with pytest.raises(InputError, match="choose only the target language"):
+        translator.trace(TEXT, src_lang="eng")
+
+
+def test_a_one_way_model_refuses_a_language_choice(hub):
+    with pytest.raises(InputError, match="one direction only"):
+        hub["marian"][1].trace(TEXT, tgt_lang="de")
+
+
+def test_the_checkpoint_records_where_it_came_from_and_shares_one_embedding(hub, tmp_path):
+    folder, translator, model, _ = hub["nllb"]
+    metrics = translator.metrics
+    assert metrics["source"]["folder"] == str(folder.resolve()) and metrics["source"]["model_type"] == "m2m_100"
+    ours = translator.model
+    assert ours.src_embedding.tokens.weight.data_ptr() == ours.tgt_embedding.tokens.weight.data_ptr() \
+        == ours.generator.weight.data_ptr()
+    hub_parameters = sum(p.numel() for p in model.parameters())
+    # the <sos> row, and the output bias NLLB has not (zeros)
+    assert metrics["parameters"] == hub_parameters + model.config.d_model + len(translator.tgt_vocab)
+
+
+@pytest.fixture
+def marian_folder(hub, tmp_path):
+    """A copy of the Marian folder to break."""
+    import shutil
+
+    return Path(shutil.copytree(hub["marian"][0], tmp_path / "marian"))
+
+
+def test_unsupported_and_untrusted_models_are_refused(marian_folder, tmp_path):
+    config = json.loads((marian_folder / "config.json").read_text())
+    (marian_folder / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    with pytest.raises(ConversionError, match="'gpt2' is not a translation family"):
+        convert(str(marian_folder), tmp_path / "out")
+    (marian_folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "x.Model"}}))
+    with pytest.raises(ConversionError, match="trust_remote_code"):
+        convert(str(marian_folder), tmp_path / "out")
+
+
+class Payload:
+    def __reduce__(self):
+        return (print, ("this ran",))
+
+
+def test_a_pickle_that_runs_code_is_refused_and_a_plain_one_is_read(marian_folder, tmp_path, capsys):
+    weights = marian_folder / "model.safetensors"
+    state = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(weights))
+    weights.unlink()
+    torch.save(state, marian_folder / "pytorch_model.bin")
+    plain = load_checkpoint(convert(str(marian_folder), tmp_path / "from-bin"))
+    assert plain.trace(TEXT).target_tokens
+    (marian_folder / "pytorch_model.bin").write_bytes(pickle.dumps({"x": Payload()}))
+    with pytest.raises(ConversionError, match="refused by the restricted unpickler"):
+        convert(str(marian_folder), tmp_path / "out")
+    assert "this ran" not in capsys.readouterr().out
+
+
+def test_corrupt_weights_a_size_limit_and_missing_models_are_refused(marian_folder, tmp_path, monkeypatch):
+    weights = marian_folder / "model.safetensors"
+    with pytest.raises(ConversionError, match="the limit here is"):
+        convert(str(marian_folder), tmp_path / "out", max_bytes=weights.stat().st_size - 1)
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(ConversionError, match="not a readable safetensors file"):
+        convert(str(marian_folder), tmp_path / "out")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConversionError, match="cannot be reached"):
+        convert("Helsinki-NLP/opus-mt-en-de", tmp_path / "out")
+    with pytest.raises(ConversionError, match="neither a folder nor a Hub model id"):
+        convert("../no such/thing", tmp_path / "out")
+
+
+def test_the_hub_answers_for_unknown_gated_and_language_errors(hub, tmp_path, monkeypatch):
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    response = type("Response", (), {"headers": {}, "status_code": 403, "request": None})()
+    for error, message in ((GatedRepoError("gated", response=response), "gated repository"),
+                           (RepositoryNotFoundError("missing", response=response), "There is no model")):
+        monkeypatch.setattr(HfApi, "model_info", lambda self, *a, error=error, **k: (_ for _ in ()).throw(error))
+        with pytest.raises(ConversionError, match=message):
+            convert("someone/some-model", tmp_path / "out")
+    with pytest.raises(ConversionError, match="no target language 'xx_Yyyy'"):
+        convert(str(hub["nllb"][0]), tmp_path / "out", tgt_lang="xx_Yyyy")
+
+
+def test_the_command_line_reports_an_error_without_a_traceback(tmp_path, capsys):
+    assert main(["gpt2-does-not-exist/x y", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

@@ -1,0 +1,110 @@
+"""Converted Hub models in the app: every view, measure and intervention, the language menus of a multilingual
+model, links and the JSON API (tiny random models of tests/hub_models.py, no server)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from model.checkpoint import load_checkpoint
+from model.convert_hf import convert
+from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, MEASURES
+
+sys.path.insert(0, str(Path(__file__).parent))
+import hub_models  # noqa: E402
+
+pytest.importorskip("transformers")
+TEXT = "A man reads the newspaper in the park."
+
+
+@pytest.fixture(scope="module")
+def hub_events(tmp_path_factory):
+    """The page for two converted Marian models (one English source, to compare) and a converted NLLB model."""
+    from conftest import Events
+    from ui import build_demo
+    from ui.services import Services
+
+    root = tmp_path_factory.mktemp("hub-app")
+    translators = {}
+    for name, build in (("opus-a", hub_models.marian), ("nllb", hub_models.nllb)):
+        translators[name] = load_checkpoint(convert(str(build(root / name)), root / "checkpoints" / name))
+    other = hub_models.marian(root / "opus-b", seed=5)
+    translators["opus-b"] = load_checkpoint(convert(str(other), root / "checkpoints" / "opus-b"))
+    services = Services(translators, root=root / "checkpoints")
+    return Events(build_demo(services), services)
+
+
+def test_every_view_and_measure_draws_a_converted_model(hub_events):
+    from ui import operations
+
+    answer = hub_events.translate(TEXT, model="nllb")
+    session = answer["session"]
+    assert session.trace.source_tokens[0] == "eng_Latn" and session.trace.target_tokens[0] == "deu_Latn"
+    assert answer["src_lang"]["value"] == "eng_Latn" and answer["tgt_lang"]["value"] == "deu_Latn"
+    assert answer["src_lang"]["visible"] and "fra_Latn" in answer["tgt_lang"]["choices"]
+    for kind in (ENCODER, DECODER, CROSS):
+        for head in (0, MEAN, ALL_HEADS):
+            for measure in MEASURES:
+                shown = hub_events.view(session, kind, 1, head, measure, 2, False)
+                assert "Unknown" not in (shown.get("status") or ""), (kind, head, measure)
+                assert shown["session"].view.kind == kind
+    model_view = hub_events.view(session, CROSS, 0, MEAN, "weights", 2, True)
+    assert model_view["attention"] is not None
+    second = session.trace.top_tokens[1][1]  # the runner-up at step 2
+    branched = hub_events.run(operations.branch, session, second, view=(CROSS, 0, MEAN, "weights", 2, False))
+    assert branched["session"].current.trace.target_tokens[:2] == ["deu_Latn", second]
+    masked = hub_events.run(operations.set_mask, session, ["cross.1.2", "encoder.2.1"])
+    assert masked["session"].current.mask == ("cross.1.2", "encoder.2.1")
+    beam = hub_events.run(operations.run_beam, session)
+    assert all(tokens[0] == "deu_Latn" for tokens in beam["session"].beam.hypotheses)
+
+
+def test_choosing_languages_translates_that_way_and_a_link_keeps_them(hub_events):
+    from ui import listeners
+    from ui.links import LinkSpec, link_of, open_link
+
+    session = hub_events.translate(TEXT, model="nllb")["session"]
+    answer = hub_events.run(listeners.change_languages, session, "nllb", TEXT, "fra_Latn", "spa_Latn")
+    changed = answer["session"]
+    assert (changed.src_lang, changed.tgt_lang) == ("fra_Latn", "spa_Latn")
+    assert changed.trace.source_tokens[0] == "fra_Latn" and changed.trace.target_tokens[0] == "spa_Latn"
+    assert answer["src_lang"] == "fra_Latn" and answer["tgt_lang"] == "spa_Latn"
+    again = hub_events.translate("Zwei Hunde laufen.", model="nllb", session=changed)["session"]
+    assert again.trace.target_tokens[0] == "spa_Latn"  # a new sentence keeps the languages chosen
+    link = link_of(again).url_query()
+    assert "src_lang=fra_Latn" in link and "tgt_lang=spa_Latn" in link
+    reopened, message = open_link(hub_events.services, *LinkSpec.parse({k: [v] for k, v in
+                                                                        [p.split("=") for p in link.split("&")]}))
+    assert reopened.trace.target_tokens[0] == "spa_Latn", message
+    refused = hub_events.run(listeners.change_languages, again, "nllb", TEXT, "fra_Latn", "xx_Yyyy")
+    assert "no target language 'xx_Yyyy'" in refused["status"]
+    assert refused["session"].tgt_lang == "spa_Latn" and refused["tgt_lang"] == "spa_Latn"  # the menu says so too
+
+
+def test_a_one_way_model_hides_the_language_menus_and_compares_with_another(hub_events):
+    from ui import listeners, operations
+
+    session = hub_events.translate(TEXT, model="nllb")["session"]
+    answer = hub_events.run(listeners.translate_or_example, session, "opus-a", TEXT)
+    assert not answer["src_lang"]["visible"] and not answer["tgt_lang"]["visible"]
+    compared = hub_events.run(operations.compare, answer["session"], "opus-b")["session"]
+    assert compared.compare.model == "opus-b"
+    assert compared.compare.trace.target_tokens != compared.trace.target_tokens  # two different models
+
+
+def test_the_api_takes_languages(hub_events):
+    import gradio as gr
+
+    from ui.api import endpoints
+
+    trace, score, beam = endpoints(hub_events.services)
+    traced = trace("nllb", TEXT, src_lang="fra_Latn", tgt_lang="spa_Latn")
+    assert traced["source_tokens"][0] == "fra_Latn" and traced["target_tokens"][0] == "spa_Latn"
+    assert traced["forced"] == 1 and traced["source_contribution"] is not None
+    scored = score("nllb", TEXT, traced["target_tokens"][1:], src_lang="fra_Latn", tgt_lang="spa_Latn")
+    assert scored["target_tokens"] == traced["target_tokens"]
+    assert beam("nllb", TEXT, 2, tgt_lang="spa_Latn")["n_best"][0]["tokens"][0] == "spa_Latn"
+    with pytest.raises(gr.Error, match="one direction only"):
+        trace("opus-a", TEXT, tgt_lang="de")
+    with pytest.raises(gr.Error, match="no source language"):
+        trace("nllb", TEXT, src_lang=["eng_Latn"])
