@@ -43,9 +43,18 @@ def _widen(model: torch.nn.Module, seed: int) -> torch.nn.Module:
     return model.eval()
 
 
-def marian(folder: Path, targets: tuple[str, ...] = (), seed: int = 0) -> Path:
+# Helsinki-NLP/opus-mt-en-de's config.json, for the benchmark (74 M parameters).
+OPUS_MT_EN_DE = dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                     decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+                     max_position_embeddings=512, vocab_size=58101)
+
+
+def marian(folder: Path, targets: tuple[str, ...] = (), seed: int = 0, config: dict | None = None) -> Path:
     """An opus-mt-like model: one sentencepiece model per side (the same one here), one vocabulary; `targets`
-    adds >>xxx<< codes as a multi-target model has them."""
+    adds >>xxx<< codes as a multi-target model has them. `config`: sizes other than the tiny ones (a `vocab_size`
+    larger than the pieces is filled with placeholder tokens)."""
+    sizes = {**TINY, **(config or {})}
+    vocab_size = sizes.pop("vocab_size", None)
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -60,6 +69,8 @@ def marian(folder: Path, targets: tuple[str, ...] = (), seed: int = 0) -> Path:
         vocab[f">>{code}<<"] = len(vocab)
     for index in range(processor.get_piece_size()):
         vocab.setdefault(processor.id_to_piece(index), len(vocab))
+    while vocab_size is not None and len(vocab) < vocab_size - 1:
+        vocab[f"<filler {len(vocab)}>"] = len(vocab)
     vocab["<pad>"] = len(vocab)
     (work / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     tokenizer = MarianTokenizer(source_spm=str(spm), target_spm=str(spm), vocab=str(work / "vocab.json"),
@@ -67,7 +78,7 @@ def marian(folder: Path, targets: tuple[str, ...] = (), seed: int = 0) -> Path:
     tokenizer.save_pretrained(folder)
     config = MarianConfig(vocab_size=len(vocab), pad_token_id=vocab["<pad>"], eos_token_id=0,
                           decoder_start_token_id=vocab["<pad>"], activation_function="swish", scale_embedding=True,
-                          **TINY)
+                          **sizes)
     _widen(MarianMTModel(config), seed).save_pretrained(folder)
     shutil.rmtree(work)
     return folder

@@ -1,0 +1,139 @@
+"""A Hub-size model converted and traced: a random model with Helsinki-NLP/opus-mt-en-de's exact config (74 M
+parameters), built here with transformers (no download), then
+
+1. converted by `python -m model.convert_hf` in a process of its own: its time and peak memory;
+2. a greedy trace of about 20 tokens with every attention map, through the app's path (`Translator.trace`: the step
+   decoder, batched), against transformers' own `generate(output_attentions=True)` with eager attention, alternately
+   in the same run (goal: the trace no slower);
+3. the server's memory with two such models loaded and one translation made with each, trace worker included.
+
+    python benchmarks/hub_model.py [--runs 7] [--work /tmp/hub-benchmark]
+
+Needs the dev requirements (transformers). The weights are random, so the translation is nonsense of a fixed
+length: what is timed is the arithmetic, which is the same as a real opus-mt-en-de's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import torch  # noqa: E402
+
+import hub_models  # noqa: E402  (tests/hub_models.py: Hub-style folders built offline)
+from model.checkpoint import load_checkpoint  # noqa: E402
+from model.train import cpu_model  # noqa: E402
+
+TEXT = "A man reads."  # 6 source tokens with <eos>: the random model runs to the length limit, 2 * 6 + 10 = 22
+
+
+def megabytes(kilobytes: int) -> str:
+    return f"{kilobytes / 1024:,.0f} MiB"
+
+
+def convert(folder: Path, out: Path) -> tuple[float, int]:
+    """Convert in a fresh process: wall seconds and that process's peak resident memory (KiB)."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "model.convert_hf", str(folder), "--out", str(out)], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+
+
+def trace_against_generate(folder: Path, out: Path, runs: int) -> None:
+    from transformers import AutoModelForSeq2SeqLM
+
+    translator = load_checkpoint(out)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    tokens = translator.source_tokens(TEXT)
+    src_ids = translator.encode_source(tokens)
+    ours_to_hub = {o: h for h, o in enumerate(hub_to_ours(translator, folder))}
+    input_ids = torch.tensor([[ours_to_hub[i] for i in src_ids]])
+    steps = len(translator.trace(TEXT).target_tokens)
+    ours, theirs = [], []
+    for _ in range(runs):
+        started = time.perf_counter()
+        traced = translator.trace(TEXT)
+        ours.append(time.perf_counter() - started)
+        with torch.inference_mode():
+            started = time.perf_counter()
+            generated = model.generate(input_ids, num_beams=1, do_sample=False, max_new_tokens=steps,
+                                       min_new_tokens=steps, output_attentions=True, return_dict_in_generate=True)
+            theirs.append(time.perf_counter() - started)
+    assert len(traced.target_tokens) == steps and generated.sequences.size(1) - 1 == steps
+    ours_ms, theirs_ms = statistics.median(ours) * 1000, statistics.median(theirs) * 1000
+    print(f"{len(src_ids)} source tokens, {steps} target tokens, every attention map, {runs} runs, alternating:")
+    print(f"  app trace (Translator.trace)                          median {ours_ms:7.0f} ms")
+    print(f"  transformers generate(output_attentions=True), eager  median {theirs_ms:7.0f} ms")
+    print(f"  ratio {ours_ms / theirs_ms:.2f} (goal: at most 1.00)")
+
+
+def hub_to_ours(translator, folder: Path) -> list[int]:
+    """Our id of each Hub id, from the Hub folder's vocab.json."""
+    import json
+
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    renamed = {"</s>": "<eos>"}
+    by_id = {index: token for token, index in vocab.items()}
+    return [translator.src_vocab.stoi[renamed.get(by_id[i], by_id[i])] for i in range(len(by_id))]
+
+
+def server_memory(root: Path) -> None:
+    """Load every checkpoint under `root` as the app does (one trace worker), translate with each, print memory."""
+    script = f"""
+import sys; sys.path.insert(0, {str(ROOT)!r})
+from pathlib import Path
+import torch
+torch.set_num_threads(1)  # as app.py does before loading: workers forked after multi-threaded torch can hang
+from ui import load_services
+services = load_services(Path({str(root)!r}), workers=1)
+for name in services.translators:
+    services.trace(name, {TEXT!r})
+def kib(pid, field, name):
+    for line in open(f"/proc/{{pid}}/{{name}}"):
+        if line.startswith(field):
+            return int(line.split()[1])
+for role, pid in [("server", "self")] + [("trace worker", p) for p in services.pool.worker_pids()]:
+    print(f"  {{role}}: RSS {{kib(pid, 'VmRSS', 'status') / 1024:,.0f}} MiB, "
+          f"PSS {{kib(pid, 'Pss:', 'smaps_rollup') / 1024:,.0f}} MiB (shared pages counted once across processes)")
+services.close()
+"""
+    print(f"Server with {len(list(root.iterdir()))} Hub-size models loaded, one translation with each:", flush=True)
+    subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--work", type=Path, default=Path("/tmp/hub-benchmark"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(2)
+    print(f"{cpu_model()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    shutil.rmtree(args.work, ignore_errors=True)
+    folder = hub_models.marian(args.work / "hub", config=hub_models.OPUS_MT_EN_DE)
+    size = (folder / "model.safetensors").stat().st_size
+    print(f"random opus-mt-en-de: {size / 1024 ** 2:,.0f} MiB of safetensors")
+    seconds, peak = convert(folder, args.work / "checkpoints" / "opus-mt-en-de")
+    print(f"conversion (python -m model.convert_hf): {seconds:.1f} s, peak memory {megabytes(peak)}")
+    translator = load_checkpoint(args.work / "checkpoints" / "opus-mt-en-de")
+    model = translator.model
+    tables = {model.src_embedding.tokens.weight.data_ptr(), model.tgt_embedding.tokens.weight.data_ptr(),
+              model.generator.weight.data_ptr()}
+    print(f"{translator.metrics['parameters']:,} parameters; token tables in memory: {len(tables)} "
+          "(source, target and output share one)")
+    trace_against_generate(folder, args.work / "checkpoints" / "opus-mt-en-de", args.runs)
+    shutil.copytree(args.work / "checkpoints" / "opus-mt-en-de", args.work / "checkpoints" / "opus-mt-en-de-copy")
+    server_memory(args.work / "checkpoints")
+
+
+if __name__ == "__main__":
+    main()
