@@ -9,6 +9,8 @@ in `viz/`. Settings come from the environment:
 - TRACE_BATCH: queued translations run at once per worker (default 16);
 - TORCH_THREADS: torch threads per request (default 1: two cores serve every user);
 - SESSION_CAPACITY: user sessions kept at most (default 1000, the least recently used dropped first);
+- MODEL_MEMORY_GB: memory for Hub-size models, loaded on first use (default 8; the least recently used unloaded
+  first);
 - GRADIO_SERVER_NAME / GRADIO_SERVER_PORT: the address (a Space sets them).
 """
 
@@ -30,7 +32,8 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
     root = Path(os.environ.get("CHECKPOINTS", Path(__file__).parent / "checkpoints"))
     workers = os.environ.get("TRACE_WORKERS")
-    services = load_services(root, None if workers is None else int(workers), int(os.environ.get("TRACE_BATCH", "16")))
+    services = load_services(root, None if workers is None else int(workers), int(os.environ.get("TRACE_BATCH", "16")),
+                             int(float(os.environ.get("MODEL_MEMORY_GB", "8")) * 1024 ** 3))
     demo = build_demo(services)
     demo.launch(state_session_capacity=int(os.environ.get("SESSION_CAPACITY", "1000")), **launch_options())
 

@@ -26,6 +26,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,27 +65,31 @@ class HubTokens:
     languages: Languages | None
 
 
-def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[Path, dict]:
+def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[str], None] = lambda _: None,
+          hub_only: bool = False) -> tuple[Path, dict]:
     """A local folder holding the model `source` names (a folder, or a Hub id to download), and where it came from.
 
-    A Hub id is checked before anything is downloaded: it exists, can be read, and its weights fit `max_bytes`.
+    A Hub id is checked before its weights are downloaded: it exists, can be read, its weights fit `max_bytes`,
+    and its config.json names a family converted here. `progress` is told each stage. `hub_only`: never a local
+    folder (what a web page asks for).
     """
     folder = Path(source)
-    if folder.is_dir():
+    if folder.is_dir() and not hub_only:
         for weights in (folder / "model.safetensors", folder / "pytorch_model.bin"):
             if weights.is_file() and weights.stat().st_size > max_bytes:
                 raise ConversionError(f"{weights} is {weights.stat().st_size / 1024 ** 3:.1f} GiB; the limit here is "
                                       f"{max_bytes / 1024 ** 3:.1f} GiB.")
         return folder, {"folder": str(folder.resolve())}
-    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", source):
+    if not re.fullmatch(r"[\w-][\w.-]*(/[\w-][\w.-]*)?", source):
         raise ConversionError(f"{source!r} is neither a folder nor a Hub model id (like Helsinki-NLP/opus-mt-en-de).")
     try:
         from huggingface_hub import HfApi, snapshot_download
         from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
     except ImportError as error:  # huggingface_hub comes with gradio
         raise ConversionError(f"Downloading from the Hub needs huggingface_hub: {error}") from None
+    progress(f"Asking the Hub about {source}")
     try:
-        info = HfApi().model_info(source, files_metadata=True)
+        info = HfApi().model_info(source, files_metadata=True, timeout=20)
     except GatedRepoError:
         raise ConversionError(f"{source} is a gated repository: accept its terms on huggingface.co and log in "
                               "(huggingface-cli login), then try again.") from None
@@ -100,6 +105,9 @@ def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[Path, dict]:
                               f"{max_bytes / 1024 ** 3:.1f} GiB.")
     wanted = [name for name in HUB_FILES if name in sizes and not (name == "pytorch_model.bin"
                                                                      and weights == "model.safetensors")]
+    path = Path(snapshot_download(source, allow_patterns=["config.json"], revision=info.sha))
+    read_config(path)  # the family, before the weights are fetched
+    progress(f"Downloading {source} ({sum(sizes.get(name, 0) for name in wanted) / 1024 ** 2:,.0f} MiB)")
     path = Path(snapshot_download(source, allow_patterns=wanted, revision=info.sha))
     card = info.card_data.to_dict() if getattr(info, "card_data", None) else {}
     return path, {"hub_id": source, "revision": info.sha, "license": card.get("license")}
@@ -285,9 +293,12 @@ def state_dict(hub_state: dict[str, torch.Tensor], config: ModelConfig, family: 
 
 
 def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang: str | None = None,
-            max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
-    """Convert `source` (a folder or a Hub id) into a checkpoint folder `out`, which `load_checkpoint` loads."""
-    folder, origin = fetch(source, max_bytes)
+            max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[str], None] = lambda _: None,
+            hub_only: bool = False) -> Path:
+    """Convert `source` (a folder or a Hub id; only a Hub id with `hub_only`) into a checkpoint folder `out`, which
+    `load_checkpoint` loads; `progress` is told each stage."""
+    folder, origin = fetch(source, max_bytes, progress, hub_only)
+    progress("Converting")
     config = read_config(folder)
     hub = hub_tokens(folder, config, src_lang, tgt_lang)
     for language, side in ((src_lang, "source"), (tgt_lang, "target")):

@@ -7,7 +7,8 @@ decodes every request it holds together (continuous batching): a request that ar
 next step, and a finished one leaves it and is answered at once, so a short sentence never waits for a long
 one. The GRU models are traced one request at a time between steps. An `InputError` raised in a worker
 reaches the caller unchanged. If a worker dies, its requests are traced in this process and a new worker
-takes its place.
+takes its place. When the parent loads or unloads a model (model/catalog.py), `refresh` forks new workers that
+hold what it holds, and the old ones end once they have answered what they hold.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -29,7 +31,16 @@ from model.translator import TracedTranslation, Translator
 log = logging.getLogger(__name__)
 
 # What a forked worker traces with: set in the parent just before the fork, read-only afterwards.
-_translators: dict[str, Translator] = {}
+_translators: Mapping[str, Translator] = {}
+
+
+class NotInWorker(LookupError):
+    """A model the worker was forked without (loaded in the parent since): the parent traces it itself."""
+
+
+def _held() -> Mapping[str, Translator]:
+    """The models this process holds in memory (a catalog's loaded ones: a worker never loads one itself)."""
+    return _translators.loaded() if hasattr(_translators, "loaded") else _translators
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -46,7 +57,8 @@ def _serve(connection: Connection, parent: int) -> None:
     """A worker's loop: take every request that has arrived (waiting for one only when nothing is being decoded),
     then advance each checkpoint's batch by one step and answer the requests that finished."""
     _exit_with_parent(parent)
-    batches = {name: translator.trace_batch() for name, translator in _translators.items()
+    held = _held()
+    batches = {name: translator.trace_batch() for name, translator in held.items()
                if translator.step_decoder is not None}
     in_batch: dict[tuple[str, int], tuple[int, list[str]]] = {}  # (checkpoint, ticket) -> (request id, tokens)
     while True:
@@ -56,8 +68,10 @@ def _serve(connection: Connection, parent: int) -> None:
             if message is None:
                 return
             request_id, name, text, options = message
-            translator = _translators[name]
+            translator = held.get(name)
             try:
+                if translator is None:
+                    raise NotInWorker(name)
                 if name in batches:
                     tokens, request = translator.trace_request(text, **options)
                     in_batch[name, batches[name].add(request)] = request_id, tokens
@@ -70,7 +84,7 @@ def _serve(connection: Connection, parent: int) -> None:
             if len(batch):
                 for ticket, trace in batch.step():
                     request_id, tokens = in_batch.pop((name, ticket))
-                    connection.send((request_id, _translators[name].traced(tokens, trace), None))
+                    connection.send((request_id, held[name].traced(tokens, trace), None))
 
 
 def available_cores(cgroup_cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
@@ -138,6 +152,14 @@ class _Worker:
         while self.pending:
             self.pending.popitem()[1].set_exception(WorkerDied(f"trace worker {self.process.pid} ended"))
 
+    def retire(self) -> None:
+        """Stop once every request this worker holds is answered (in a thread of its own)."""
+        def wait_then_stop():
+            while self.pending:
+                time.sleep(0.05)
+            self.stop()
+        threading.Thread(target=wait_then_stop, daemon=True).start()
+
     def stop(self) -> None:
         try:
             with self.send_lock:
@@ -183,6 +205,20 @@ class TracePool:
         except WorkerDied:
             log.error("a trace worker died; tracing this request in-process")
             return self.translators[name].trace(text, **options)
+        except NotInWorker:  # loaded after the workers were forked, and `refresh` has not run yet
+            return self.translators[name].trace(text, **options)
+
+    def refresh(self) -> None:
+        """New workers forked from this process as it is now (holding the models it holds now); the old ones end
+        once they have answered their requests."""
+        with self._lock:
+            if self._closed:
+                return
+            global _translators
+            _translators = self.translators
+            old, self._workers = self._workers, [_Worker(self) for _ in self._workers]
+        for worker in old:
+            worker.retire()
 
     def _replace(self, worker: _Worker) -> None:
         """A new worker in place of one that ended (unless the pool is closing)."""

@@ -261,7 +261,8 @@ def test_a_decodings_measures_are_computed_once_and_kept_with_it(events, service
     translator = services.translators["toy-en-de"]
     passes = []
     original = type(translator).measures
-    monkeypatch.setattr(type(translator), "measures", lambda self, *args: passes.append(args) or original(self, *args))
+    monkeypatch.setattr(type(translator), "measures",
+                        lambda self, *args, **languages: passes.append(args) or original(self, *args, **languages))
     first = events.view(session, CROSS, 1, 0, ROLLOUT, 1, False)
     session = first["session"]
     for kind, measure in ((ENCODER, ALTI), (DECODER, VALUE_NORM), (CROSS, ROLLOUT)):

@@ -50,9 +50,10 @@ def still_serving(server):
 
 
 def full(*values) -> str:
-    """A /trace request's data with every one of its 5 values (model, text, force, mask, contributions): the ones
-    given, then nulls. A raw client sends them all, as gradio_client does, or names them (/call/v2/trace)."""
-    return json.dumps(list(values) + [None] * (5 - len(values)))
+    """A /trace request's data with every one of its 7 values (model, text, force, mask, contributions, src_lang,
+    tgt_lang): the ones given, then nulls. A raw client sends them all, as gradio_client does, or names them
+    (/call/v2/trace)."""
+    return json.dumps(list(values) + [None] * (7 - len(values)))
 
 
 SURROGATE_TEXT = "a dog \ud800 runs"  # a string holding a lone UTF-16 surrogate
@@ -64,8 +65,8 @@ TRACE_CASES = {  # name: (the JSON "data" list, a phrase of the expected error m
     "a wrong model name": (full("no-such-model", "A dog."), "unknown model 'no-such-model'; loaded: toy-en-de"),
     "a number for the model": (full(7, "A dog."), "unknown model 7"),
     "null for the model": (full(None, "A dog."), "unknown model None"),
-    "no arguments at all": ("[]", "didn't receive enough input values (needed: 5, got: 0)"),
-    "too few arguments": (f'["{MODEL}", "A dog."]', "didn't receive enough input values (needed: 5, got: 2)"),
+    "no arguments at all": ("[]", "didn't receive enough input values (needed: 7, got: 0)"),
+    "too few arguments": (f'["{MODEL}", "A dog."]', "didn't receive enough input values (needed: 7, got: 2)"),
     "force as one string": (full(MODEL, "A dog.", "hund"), "force must be a list of strings, not str"),
     "force holding null": (full(MODEL, "A dog.", ["hund", None]), "it holds None"),
     "an unknown forced token": (full(MODEL, "A dog.", ["zebrafisch"]), "'zebrafisch' is not in the target"),
@@ -87,7 +88,8 @@ def test_trace_answers_bad_requests_clearly(server, still_serving, name):
 
 def test_trace_takes_its_optional_arguments_as_nulls_or_by_name(server, services):
     expected = services.translators[MODEL].trace("A dog runs.").text
-    for data in ([MODEL, "A dog runs.", None, None, None], [MODEL, "A dog runs.", [], [], False, "extra"]):
+    for data in ([MODEL, "A dog runs.", None, None, None, None, None],
+                 [MODEL, "A dog runs.", [], [], False, None, None, "extra"]):
         event, answer = call(server, "trace", json.dumps({"data": data}))
         assert event == "complete" and answer[0]["translation"] == expected
     # Gradio's named form fills in what is left out.
@@ -102,11 +104,12 @@ def test_trace_gives_each_words_source_contribution_and_the_maps_on_request(serv
     event, answer = call(server, "trace", f'{{"data": {full(MODEL, "A dog runs.")}}}')
     assert event == "complete" and "contributions" not in answer[0]
     np.testing.assert_allclose(answer[0]["source_contribution"], measured.source_contribution, atol=1e-4)
-    event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", None, None, True]}))
+    event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", None, None, True, None, None]}))
     maps = answer[0]["contributions"]
     np.testing.assert_allclose(maps["decoder"], measured.decoder, atol=1e-4)
     assert np.array(maps["encoder"]).shape == (len(traced.source_tokens),) * 2
-    event, answer = call(server, "trace", json.dumps({"data": ["toy-rnn", "A dog runs.", None, None, True]}))
+    event, answer = call(server, "trace", json.dumps({"data": ["toy-rnn", "A dog runs.", None, None, True, None,
+                                                               None]}))
     assert answer[0]["source_contribution"] is None and answer[0]["contributions"] is None
 
 
@@ -114,7 +117,7 @@ def test_trace_forces_and_masks(server, services):
     translator = services.translators[MODEL]
     expected = translator.trace("A dog runs.", force=["ein", "kind"], mask=["cross.1.1", "encoder.2.3"])
     event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", ["ein", "kind"],
-                                                               ["encoder.2.3", "cross.1.1"], None]}))
+                                                               ["encoder.2.3", "cross.1.1"], None, None, None]}))
     assert event == "complete"
     result = answer[0]
     assert result["target_tokens"][:2] == ["ein", "kind"] and result["forced"] == 2
@@ -123,7 +126,8 @@ def test_trace_forces_and_masks(server, services):
 
 def test_score_returns_teacher_forced_log_probabilities(server, services):
     traced = services.translators[MODEL].trace("A dog runs.")
-    event, answer = call(server, "score", json.dumps({"data": [MODEL, "A dog runs.", traced.target_tokens, None]}))
+    event, answer = call(server, "score", json.dumps({"data": [MODEL, "A dog runs.", traced.target_tokens, None, None,
+                                                               None]}))
     assert event == "complete"
     result = answer[0]
     assert result["target_tokens"] == traced.target_tokens and result["mask"] == []
@@ -133,7 +137,7 @@ def test_score_returns_teacher_forced_log_probabilities(server, services):
                           ([MODEL, "A dog.", ["zebrafisch"]], "Target token 'zebrafisch' is not in"),
                           ([MODEL, "A dog.", ["hund"], ["cross.9.9"]], "does not exist"),
                           (["nope", "A dog.", ["hund"]], "unknown model 'nope'")]:
-        event, answer = call(server, "score", json.dumps({"data": data + [None] * (4 - len(data))}))
+        event, answer = call(server, "score", json.dumps({"data": data + [None] * (6 - len(data))}))
         assert event == "error" and message in answer, (data, answer)
 
 

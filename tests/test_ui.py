@@ -277,7 +277,8 @@ def test_an_operation_measures_only_the_decoding_it_shows(events, services, monk
     translator = services.translators[MODEL]
     passes = []
     original = type(translator).measures
-    monkeypatch.setattr(type(translator), "measures", lambda self, *args: passes.append(args) or original(self, *args))
+    monkeypatch.setattr(type(translator), "measures",
+                        lambda self, *args, **languages: passes.append(args) or original(self, *args, **languages))
     word = next(t for t in session.trace.top_tokens[1][1:] if t != "<eos>")
     branched = events.run(operations.branch, session, word, view=(CROSS, 1, 0, "alti", 2, False))["session"]
     assert branched.view.measure == WEIGHTS and passes == []

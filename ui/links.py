@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
+from model.convert_hf import ConversionError
 from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, MEASURES, WEIGHTS
 from model.translator import InputError
 from ui.operations import compare_trace, plural, shown, translate, with_measures, with_view
@@ -112,6 +113,12 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
     """Translate and open the view `spec` describes; what cannot be used falls back, with a note."""
     notes = list(notes)
     model = spec.model or services.default_model
+    if isinstance(model, str) and model.startswith("hf:"):  # a Hub model, converted on first use
+        try:
+            model = services.load_from_hub(model)
+        except ConversionError as error:
+            notes.append(f"{model} could not be loaded ({error})")
+            model = services.default_model
     if model not in services.translators:
         notes.append(f"there is no model {shown(model)}, so {services.default_model} is used")
         model = services.default_model

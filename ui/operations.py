@@ -104,7 +104,7 @@ def translate(services: Services, session: Session | None, model: object, text: 
         view = replace(view or session.view, measure=WEIGHTS, step=FIRST_STEP)
     new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
-    trained = services.translators[model].metrics.get("training", {}).get("source_tokens")
+    trained = services.card(model).metrics.get("training", {}).get("source_tokens")
     return new, translate_status(traced, trace.available(), trained)
 
 
@@ -306,12 +306,12 @@ def compare_trace(services: Services, session: Session, other: object) -> Compar
     """Another model's greedy decoding of the session's sentence, or why there is none."""
     if not isinstance(other, str) or other not in services.translators:
         return f"there is no model {shown(other)} to compare with"
-    mine = services.translators[session.model].src_tokenizer.lang
-    theirs = services.translators[other].src_tokenizer.lang
+    mine = services.card(session.model).source_language
+    theirs = services.card(other).source_language
     if mine != theirs:
         return f"{other} reads {theirs}, not {mine}: only a model of the same source language can be compared"
     try:
-        same_codes = services.translators[other].languages is not None  # a multilingual model reads the same codes
+        same_codes = services.card(other).languages is not None  # a multilingual model reads the same codes
         traced = services.trace(other, session.source, **(session.direction if same_codes else {}))
         return Comparison(other, to_arrays(traced), traced.text)
     except InputError as error:

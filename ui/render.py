@@ -135,7 +135,7 @@ def language_updates(page, services: Services, session: Session, props: bool = F
     """The language menus of a multilingual model: the languages chosen (or its defaults); with `props`, their
     choices too, and hidden for a model of one direction."""
     sources, targets = services.languages(session.model)
-    languages = services.translators[session.model].languages
+    languages = services.card(session.model).languages
     values = {page.src_lang: session.src_lang or (languages.source if languages else None),
               page.tgt_lang: session.tgt_lang or (languages.target if languages else None)}
     if not props:
@@ -218,7 +218,7 @@ def model_updates(page, services: Services, session: Session) -> dict:
 
 def importance_plot(services: Services, session: Session, key: str):
     """The heatmap of one measure from the checkpoint's heads.json, or None when it has none."""
-    report = services.translators[session.model].head_report
+    report = services.card(session.model).head_report
     if not report.get("heads") or key not in IMPORTANCE_KEYS:
         return None
     trace = session.trace

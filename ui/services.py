@@ -1,4 +1,5 @@
-"""What the page uses besides its layout: the loaded translators, the trace workers and a bound on requests.
+"""What the page uses besides its layout: the checkpoints (model/catalog.py: Hub-size ones loaded on first use), the
+trace workers and a bound on requests.
 
 Nothing here runs at import: `load_services` loads the checkpoints and forks the workers, and `app.py` calls it.
 Every user shares these read-only objects; each user's own data lives in a `Session` (ui/session.py).
@@ -7,12 +8,13 @@ Every user shares these read-only objects; each user's own data lives in a `Sess
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model.checkpoint import load_all
+from model.catalog import DEFAULT_BUDGET, Card, Catalog
+from model.convert_hf import ConversionError, convert
 from model.keys import CROSS
 from model.translator import InputError, TracedTranslation, Translator
 from model.vocab import CHARS
@@ -50,14 +52,15 @@ class Admission:
 
 @dataclass
 class Services:
-    """The loaded checkpoints (read-only), the trace worker pool and the request bound, shared by every user."""
+    """The checkpoints (read-only), the trace worker pool and the request bound, shared by every user."""
 
-    translators: dict[str, Translator]
+    translators: Mapping[str, Translator]  # a Catalog (loads on first use), or a plain dict
     load_errors: dict[str, str] = field(default_factory=dict)
     root: Path = Path("checkpoints")
     pool: TracePool | None = None
     admission: Admission = field(default_factory=lambda: Admission(64))
     trace_concurrency: int = 2  # queued model work run at once (the workers decode it together)
+    _converting: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def trace_queue(self) -> dict:
@@ -70,22 +73,47 @@ class Services:
 
     def trace(self, model: str, text: object, force: list[str] | None = None, mask: list[str] | None = None,
               src_lang: str | None = None, tgt_lang: str | None = None) -> TracedTranslation:
-        """Greedy trace of `text` with a loaded checkpoint, in a worker process when there are workers (`src_lang`,
-        `tgt_lang`: a multilingual model's direction; None: its default)."""
+        """Greedy trace of `text` with a checkpoint (loaded first, if it is not yet), in a worker process when there
+        are workers (`src_lang`, `tgt_lang`: a multilingual model's direction; None: its default)."""
         options = dict(top_k=TOP_K, force=force, mask=mask, src_lang=src_lang, tgt_lang=tgt_lang)
+        translator = self.translators[model]  # a first use loads it here, and the workers are forked anew
         if self.pool is not None:
             return self.pool.trace(model, text, **options)
-        return self.translators[model].trace(text, **options)
+        return translator.trace(text, **options)
+
+    def load_from_hub(self, hub_id: object, progress: Callable[[str], None] = lambda _: None) -> str:
+        """A Hub model converted into this server's checkpoint folder and added to the models (loaded on first use):
+        its name there. A ConversionError says why it cannot be (the Hub cannot be reached, an unknown or gated
+        repository, another family, too large...)."""
+        if not isinstance(hub_id, str) or not hub_id.strip().removeprefix("hf:"):
+            raise ConversionError("Type the id of a model on the Hub, such as Helsinki-NLP/opus-mt-en-de.")
+        hub_id = hub_id.strip().removeprefix("hf:")
+        name = hub_id.replace("/", "--")
+        if name in self.translators:
+            return name
+        if not hasattr(self.translators, "add"):
+            raise ConversionError("This server's models are fixed: it cannot add one from the Hub.")
+        with self._converting:  # one conversion at a time: each needs about three times its model's size
+            folder = convert(hub_id, self.root / name, progress=progress, hub_only=True)
+            self.translators.add(name, folder)
+        if name not in self.translators:
+            raise ConversionError(f"{hub_id} was converted, but cannot be loaded: {self.translators.errors[name]}")
+        return name
+
+    def card(self, model: str) -> Card:
+        """What the menus need of a checkpoint, without loading it."""
+        if hasattr(self.translators, "card"):
+            return self.translators.card(model)
+        return Card.of(self.translators[model])
 
     def examples(self, model: str | None) -> list[str]:
         """The example sentences a checkpoint ships in its metrics.json (real Multi30k test sentences)."""
-        translator = self.translators.get(model) if isinstance(model, str) else None
-        return list(translator.metrics.get("examples", [])) if translator else []
+        card = self.card(model) if isinstance(model, str) and model in self.translators else None
+        return list(card.metrics.get("examples", [])) if card else []
 
     def languages(self, model: str | None) -> tuple[list[str], list[str]]:
         """The source and target languages a user may choose for `model` (empty where there is no choice)."""
-        translator = self.translators.get(model) if isinstance(model, str) else None
-        languages = translator.languages if translator else None
+        languages = self.card(model).languages if isinstance(model, str) and model in self.translators else None
         if languages is None:
             return [], []
         codes = sorted(languages.codes)
@@ -94,11 +122,12 @@ class Services:
     def model_choices(self) -> list[tuple[str, str]]:
         """Menu entries: every loaded checkpoint with its languages and test score."""
         choices = []
-        for name, translator in self.translators.items():
-            test = translator.metrics.get("scores", {}).get("test", {})
-            score = (f", test exact match {test['exact_match']}%" if translator.tgt_tokenizer.lang == CHARS
+        for name in self.translators:
+            card = self.card(name)
+            test = card.metrics.get("scores", {}).get("test", {})
+            score = (f", test exact match {test['exact_match']}%" if card.target_language == CHARS
                      else f", test BLEU {test['bleu']}") if test else ""
-            languages = f"{translator.src_tokenizer.lang}→{translator.tgt_tokenizer.lang}"
+            languages = f"{card.source_language}→{card.target_language}"
             choices.append((f"{name} ({languages}{score})", name))
         return choices
 
@@ -106,9 +135,9 @@ class Services:
         """The models that can be compared with `model`: the others that read the same source language."""
         if model not in self.translators:
             return []
-        language = self.translators[model].src_tokenizer.lang
+        language = self.card(model).source_language
         return [(label, name) for label, name in self.model_choices()
-                if name != model and self.translators[name].src_tokenizer.lang == language]
+                if name != model and self.card(name).source_language == language]
 
     def load_status(self) -> str:
         """What went wrong while loading checkpoints (empty when all loaded)."""
@@ -119,7 +148,7 @@ class Services:
 
     def best_head(self, model: str) -> tuple[int, int] | None:
         """The cross-attention head (layer, head; 0-based) that aligns best on the val split (heads.json), if known."""
-        heads = self.translators[model].head_report.get("heads", {}) if model in self.translators else {}
+        heads = self.card(model).head_report.get("heads", {}) if model in self.translators else {}
         scored = [(values["alignment_aer"], name) for name, values in heads.items()
                   if name.startswith(CROSS + ".") and isinstance(values.get("alignment_aer"), (int, float))]
         if not scored:
@@ -133,15 +162,19 @@ class Services:
             self.pool.close()
 
 
-def load_services(root: Path, workers: int | None = None, batch: int = 16) -> Services:
-    """Load every checkpoint under `root` and fork the trace workers (default: one per two cores this process may
-    use, as the web server needs the other; none where the platform cannot fork).
+def load_services(root: Path, workers: int | None = None, batch: int = 16, budget: int = DEFAULT_BUDGET
+                  ) -> Services:
+    """Load the checkpoints under `root` (Hub-size ones on first use, within `budget` bytes: model/catalog.py) and
+    fork the trace workers (default: one per two cores this process may use, as the web server needs the other;
+    none where the platform cannot fork).
 
     Queued model work runs `batch` requests per worker at once, so each worker's batch can fill; requests outside
     the queue are admitted up to twice that, and never fewer than 64 (the queue holds 64 too)."""
-    translators, errors = load_all(root)
+    catalog = Catalog(root, budget)
     if workers is None:
         workers = max(1, available_cores() // 2) if can_fork() else 0
-    pool = TracePool(translators, workers) if translators and workers > 0 else None
-    return Services(translators, errors, root, pool, Admission(max(64, workers * batch * 2)),
+    pool = TracePool(catalog, workers) if catalog and workers > 0 else None
+    if pool is not None:
+        catalog.on_change = pool.refresh  # workers forked anew hold what this process holds
+    return Services(catalog, catalog.errors, root, pool, Admission(max(64, workers * batch * 2)),
                     trace_concurrency=max(workers * batch, 2))

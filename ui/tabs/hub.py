@@ -1,0 +1,41 @@
+"""Models from the Hub: a Hugging Face translation model (opus-mt, NLLB-200, M2M100, mBART-50) converted into the
+inspector's Transformer (model/convert_hf.py), kept on disk and added to the model menu. A link does the same with
+`?model=hf:Helsinki-NLP/opus-mt-en-de` (ui/links.py)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from model.convert_hf import ConversionError
+from ui.listeners import on, session_outputs, translate_or_example
+from ui.page import Page
+from ui.services import Services
+
+
+def build(page: Page, services: Services) -> None:
+    with gr.Tab("Models from the Hub", elem_id="hub-tab"):
+        gr.Markdown("Inspect a translation model from the Hugging Face Hub: Marian (Helsinki-NLP opus-mt-*), NLLB-200, "
+                    "M2M100 or mBART-50. It is checked (its family, its size), downloaded, converted into this "
+                    "inspector's Transformer so that every view and intervention works on it, kept on this server's "
+                    "disk and opened. Only where the server can reach the Hub.")
+        with gr.Row(equal_height=True):
+            page.hub_id = gr.Textbox(label="Hub model id", placeholder="Helsinki-NLP/opus-mt-en-de", elem_id="hub-id",
+                                     scale=3)
+            page.hub_load = gr.Button("Load from the Hub", variant="primary", elem_id="hub-load", scale=1,
+                                      min_width=140)
+
+
+def wire(page: Page, services: Services) -> None:
+    def load(hub_id: str, progress=gr.Progress()) -> dict:
+        try:
+            name = services.load_from_hub(hub_id, lambda stage: progress(None, desc=stage))
+        except ConversionError as error:
+            return {page.status: str(error)}
+        return {page.status: f"{hub_id} is ready as {name}: translating with it.",
+                page.model: gr.update(choices=services.model_choices(), value=name)}
+
+    loaded = page.hub_load.click(load, [page.hub_id], [page.status, page.model], api_name="load_from_hub",
+                                 concurrency_id="hub", concurrency_limit=1)
+    # Then the sentence on screen with the new model (nothing happens where the menu did not change).
+    on(page, services, [loaded.then], translate_or_example, [page.model, page.source], ["load_from_hub_translate"],
+       outputs=session_outputs(page), queued=False)
