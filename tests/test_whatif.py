@@ -297,17 +297,18 @@ def test_the_beam_view_lists_hypotheses_and_opens_one_as_a_trace(events, service
 @pytest.mark.slow
 def test_beam_and_branch_through_raw_http(server, services):
     translator = services.translators[MODEL]
-    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, 3, None]}))
+    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, 3, None, None, None]}))
     assert event == "complete"
     beam = answer[0]
     best = translator.translate_tokens([translator.source_tokens(SENTENCE)], beam_size=3)[0]
     assert beam["beam_size"] == 3 and beam["n_best"][0]["tokens"] == best + ["<eos>"]
     assert all(any(h["on_greedy_path"] for h in step) for step in beam["steps"][:len(beam["greedy_tokens"]) - 1])
-    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, "five", None]}))
+    event, answer = call(server, "beam", json.dumps({"data": [MODEL, SENTENCE, "five", None, None, None]}))
     assert event == "error" and "beam size" in answer
     # A branch through /trace: force a prefix, the rest is greedy.
     greedy = translator.trace(SENTENCE)
-    event, answer = call(server, "trace", json.dumps({"data": [MODEL, SENTENCE, greedy.target_tokens[:2], None, None]}))
+    data = [MODEL, SENTENCE, greedy.target_tokens[:2], None, None, None, None]
+    event, answer = call(server, "trace", json.dumps({"data": data}))
     assert event == "complete" and answer[0]["target_tokens"] == greedy.target_tokens and answer[0]["forced"] == 2
     assert httpx.get(f"{server.rstrip('/')}/gradio_api/info", timeout=30).json()["named_endpoints"]["/beam"]
 
