@@ -97,7 +97,7 @@ def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[s
         raise ConversionError(f"There is no model {source} on the Hub (or it is private).") from None
     except Exception as error:  # no network, offline mode, a proxy refusing: all mean the Hub cannot be reached
         raise ConversionError(f"The Hugging Face Hub cannot be reached from here ({type(error).__name__}), so "
-                              f"{source} cannot be downloaded. Convert a local folder instead.") from None
+                              f"{source} cannot be downloaded.") from None
     sizes = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or []}
     weights = "model.safetensors" if "model.safetensors" in sizes else "pytorch_model.bin"
     if sizes.get(weights, 0) > max_bytes:

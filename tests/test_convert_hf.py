@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 
 BUILDERS = {"marian": hub_models.marian, "nllb": hub_models.nllb, "mbart50": hub_models.mbart50}
 TEXT = "A man reads the newspaper in the park."
-HOSTILE = ["Ein Mann liest 😀🦜 im Park.", "ein Mann naïve café über",  # emoji, precomposed, combining marks
+HOSTILE = ["Ein Mann liest 😀🦜 im Park.", "naïve café über, nai\u0308ve cafe\u0301",  # emoji; precomposed, combining
            "control\u0000chars\u0007and\u200b\ufeffzero width", "<script>alert('x')</script> &amp; <b>bold</b>",
            "  spaces   and\ttabs\n newlines  ", "名古屋 Ελληνικά עברית العربية", "the </s> end <unk> <pad>",
            ("A man reads a newspaper. " * 80)[:2000]]
