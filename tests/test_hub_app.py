@@ -108,3 +108,40 @@ def test_the_api_takes_languages(hub_events):
         trace("opus-a", TEXT, tgt_lang="de")
     with pytest.raises(gr.Error, match="no source language"):
         trace("nllb", TEXT, src_lang=["eng_Latn"])
+
+
+@pytest.mark.slow
+def test_the_language_menus_in_the_browser(hub_events):
+    """In Chromium: a link opens NLLB in the languages it names, the first step says the target code is given,
+    and a model of one direction hides the menus."""
+    import os
+    import shutil
+
+    from conftest import CHROMIUM, CHROMIUM_ARGS
+    from ui import launch_options
+
+    if not shutil.which(CHROMIUM) and not os.environ.get("CI"):
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    demo = hub_events.page.demo
+    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True, **launch_options())
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{demo.local_url}?model=nllb&text=A%20man%20reads.&src_lang=fra_Latn&tgt_lang=spa_Latn")
+            status = "document.querySelector('#status textarea')?.value"
+            page.wait_for_function(f"{status}?.includes('Opened the link')", timeout=60000)
+            assert page.locator("#src-lang input").input_value() == "fra_Latn"
+            assert page.locator("#tgt-lang input").input_value() == "spa_Latn"
+            page.click("#first")
+            page.wait_for_function("document.querySelector('#step-text')?.innerText.includes('step 1 of')")
+            assert 'is given "spa_Latn"' in page.locator("#step-text").inner_text()
+            page.locator("#model input").click()
+            page.get_by_role("option", name="opus-a").click()
+            page.wait_for_function("!document.querySelector('#tgt-lang')?.checkVisibility()", timeout=60000)
+            assert not page.locator("#src-lang").is_visible()
+            browser.close()
+    finally:
+        demo.close()
