@@ -35,7 +35,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from model.checkpoint import METRICS, WEIGHTS, CheckpointError, load_checkpoint, save_weights, write_json
-from model.hub import Languages
+from model.hub import M2M100_LANGUAGES, Languages
 from model.transformer import ModelConfig, Transformer
 from model.vocab import SPECIALS
 
@@ -192,7 +192,27 @@ def hub_tokens(folder: Path, config: dict, src_lang: str | None, tgt_lang: str |
         side = {"tokenizer": "tokenizer.json", "specials": sorted(set(added))}
         return HubTokens(tokens, pad, unk, eos, config.get("decoder_start_token_id", eos), {"src": side, "tgt": side},
                          ["tokenizer.json"], languages)
-    raise ConversionError(f"{folder} has no tokenizer this converter reads (Marian's source.spm, or tokenizer.json).")
+    if (folder / "sentencepiece.bpe.model").is_file() and (folder / "vocab.json").is_file():  # M2M100
+        settings = _json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        names = M2M100_LANGUAGES.get(settings.get("language_codes", "m2m100"))
+        if names is None:
+            raise ConversionError(f"M2M100 language codes {settings.get('language_codes')!r} are not known here.")
+        vocab = dict(_json(folder / "vocab.json"))
+        codes = {name: f"__{name}__" for name in names}
+        size = len(vocab)  # the language codes' ids follow vocab.json's, in the list's order
+        vocab.update({code: size + i for i, code in enumerate(codes.values())})
+        tokens = _by_id(vocab, vocab_size)
+        pad, unk, eos = (_id(vocab, name) for name in ("<pad>", "<unk>", "</s>"))
+        source = src_lang or settings.get("src_lang")
+        source = source if source in codes else "en"
+        target = tgt_lang or settings.get("tgt_lang")
+        target = target if target in codes else next(name for name in names if name != source)
+        side = {"sentencepiece": "sentencepiece.bpe.model",
+                "specials": ["<s>", "<pad>", "</s>", "<unk>", *codes.values()]}
+        return HubTokens(tokens, pad, unk, eos, config.get("decoder_start_token_id", eos), {"src": side, "tgt": side},
+                         ["sentencepiece.bpe.model"], Languages(codes, source, target))
+    raise ConversionError(f"{folder} has no tokenizer this converter reads (Marian's source.spm, M2M100's "
+                          "sentencepiece.bpe.model and vocab.json, or tokenizer.json).")
 
 
 def _json(path: Path) -> dict:

@@ -79,6 +79,17 @@ class HubTokenizer:
         return self.sentencepiece.decode_pieces(pieces).replace("▁", " ").strip()
 
 
+# M2M100's language codes, in the order its tokenizer gives them ids (after vocab.json's tokens), per its
+# tokenizer_config.json's "language_codes" (fairseq's lists, as transformers' M2M100Tokenizer holds them).
+M2M100_LANGUAGES = {
+    "m2m100": ("af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi "
+               "hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl no ns "
+               "oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo zh "
+               "zu").split(),
+    "wmt21": "en ha is ja cs ru zh de".split(),
+}
+
+
 @dataclass(frozen=True)
 class Languages:
     """A multilingual model's language codes and how they reach it.

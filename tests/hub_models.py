@@ -104,6 +104,29 @@ def nllb(folder: Path, seed: int = 1) -> Path:
     return folder
 
 
+def m2m100(folder: Path, seed: int = 3) -> Path:
+    """An M2M100-like model with M2M100's own tokenizer: vocab.json over a sentencepiece model, __en__ codes."""
+    import sentencepiece
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    work = folder / "build"
+    work.mkdir(exist_ok=True)
+    spm = _sentencepiece(work / "spm", unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for index in range(processor.get_piece_size()):
+        vocab.setdefault(processor.id_to_piece(index), len(vocab))
+    (work / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tokenizer = M2M100Tokenizer(vocab_file=str(work / "vocab.json"), spm_file=str(spm), src_lang="en", tgt_lang="de")
+    tokenizer.save_pretrained(folder)
+    config = M2M100Config(vocab_size=len(vocab) + 100 + 8, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                          decoder_start_token_id=2, activation_function="relu", scale_embedding=True, **TINY)
+    _widen(M2M100ForConditionalGeneration(config), seed).save_pretrained(folder)
+    shutil.rmtree(work)
+    return folder
+
+
 def mbart50(folder: Path, seed: int = 2) -> Path:
     """An mBART-50-like model: learned positions, a LayerNorm after the embeddings, GELU, language codes."""
     from transformers import MBart50Tokenizer, MBartConfig, MBartForConditionalGeneration

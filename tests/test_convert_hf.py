@@ -20,7 +20,8 @@ import hub_models  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 
-BUILDERS = {"marian": hub_models.marian, "nllb": hub_models.nllb, "mbart50": hub_models.mbart50}
+BUILDERS = {"marian": hub_models.marian, "nllb": hub_models.nllb, "m2m100": hub_models.m2m100,
+            "mbart50": hub_models.mbart50}
 TEXT = "A man reads the newspaper in the park."
 HOSTILE = ["Ein Mann liest 😀🦜 im Park.", "naïve café über, nai\u0308ve cafe\u0301",  # emoji; precomposed, combining
            "control\u0000chars\u0007and\u200b\ufeffzero width", "<script>alert('x')</script> &amp; <b>bold</b>",
@@ -44,7 +45,8 @@ def hub(tmp_path_factory):
 def hub_to_ours(translator, tokenizer) -> torch.Tensor:
     """Our id of every Hub id (the Hub's specials under our names)."""
     renamed = {tokenizer.pad_token: "<pad>", tokenizer.unk_token: "<unk>", tokenizer.eos_token: "<eos>"}
-    tokens = {index: token for token, index in tokenizer.get_vocab().items()}
+    vocab = {**tokenizer.get_vocab(), **getattr(tokenizer, "lang_token_to_id", {})}  # M2M100's codes are apart
+    tokens = {index: token for token, index in vocab.items()}
     return torch.tensor([translator.tgt_vocab.stoi[renamed.get(tokens.get(i), tokens.get(i, f"<unused {i}>"))]
                          for i in range(len(translator.tgt_vocab) - 1)])
 
