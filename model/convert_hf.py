@@ -105,10 +105,13 @@ def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[s
                               f"{max_bytes / 1024 ** 3:.1f} GiB.")
     wanted = [name for name in HUB_FILES if name in sizes and not (name == "pytorch_model.bin"
                                                                      and weights == "model.safetensors")]
-    path = Path(snapshot_download(source, allow_patterns=["config.json"], revision=info.sha))
-    read_config(path)  # the family, before the weights are fetched
-    progress(f"Downloading {source} ({sum(sizes.get(name, 0) for name in wanted) / 1024 ** 2:,.0f} MiB)")
-    path = Path(snapshot_download(source, allow_patterns=wanted, revision=info.sha))
+    try:
+        path = Path(snapshot_download(source, allow_patterns=["config.json"], revision=info.sha))
+        read_config(path)  # the family, before the weights are fetched
+        progress(f"Downloading {source} ({sum(sizes.get(name, 0) for name in wanted) / 1024 ** 2:,.0f} MiB)")
+        path = Path(snapshot_download(source, allow_patterns=wanted, revision=info.sha))
+    except (OSError, ValueError) as error:  # the network or the disk failing mid-way (huggingface_hub's are OSErrors)
+        raise ConversionError(f"Downloading {source} failed ({type(error).__name__}: {error}).") from None
     card = info.card_data.to_dict() if getattr(info, "card_data", None) else {}
     return path, {"hub_id": source, "revision": info.sha, "license": card.get("license")}
 
@@ -320,13 +323,19 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     folder, origin = fetch(source, max_bytes, progress, hub_only)
     progress("Converting")
     config = read_config(folder)
-    hub = hub_tokens(folder, config, src_lang, tgt_lang)
+    try:
+        hub = hub_tokens(folder, config, src_lang, tgt_lang)
+    except KeyError as error:
+        raise ConversionError(f"config.json or the tokenizer's files lack {error}.") from None
     for language, side in ((src_lang, "source"), (tgt_lang, "target")):
         if language is not None and (hub.languages is None or language not in hub.languages.codes):
             known = ", ".join(sorted(hub.languages.codes)) if hub.languages else "none: it translates one way"
             raise ConversionError(f"This model has no {side} language {language!r}; it has {known}.")
     order, itos, renamed = renumbering(hub)
-    ours = model_config(config, len(itos))
+    try:
+        ours = model_config(config, len(itos))
+    except (KeyError, ValueError) as error:
+        raise ConversionError(f"config.json does not describe a model converted here: {error}") from None
     hub_state = read_weights(folder)
     model = Transformer(ours)
     try:

@@ -274,3 +274,11 @@ def test_the_hub_answers_for_unknown_gated_and_language_errors(hub, tmp_path, mo
 def test_the_command_line_reports_an_error_without_a_traceback(tmp_path, capsys):
     assert main(["gpt2-does-not-exist/x y", "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_a_config_that_lacks_a_size_is_refused(marian_folder, tmp_path):
+    config = json.loads((marian_folder / "config.json").read_text())
+    del config["d_model"]
+    (marian_folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConversionError, match="does not describe a model converted here: 'd_model'"):
+        convert(str(marian_folder), tmp_path / "out")
