@@ -21,7 +21,6 @@ one token more than the Hub model's, and every other token keeps its order after
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import sys
@@ -34,7 +33,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from model.checkpoint import METRICS, WEIGHTS, CheckpointError, load_checkpoint, save_weights, write_json
+from model.checkpoint import (METRICS, WEIGHTS, CheckpointError, load_checkpoint, read_json, save_weights,
+                              write_json)
 from model.hub import M2M100_LANGUAGES, Languages
 from model.transformer import ModelConfig, Transformer
 from model.vocab import SPECIALS
@@ -121,12 +121,7 @@ def read_config(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
         raise ConversionError(f"{folder} has no config.json: it is not a model folder as save_pretrained writes it.")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConversionError(f"{path} is not valid JSON: {error}") from None
-    if not isinstance(config, dict):
-        raise ConversionError(f"{path} must hold a JSON object.")
+    config = _json(path)
     if config.get("auto_map") or config.get("trust_remote_code"):
         raise ConversionError("This model needs code from its repository (trust_remote_code), which is never run "
                               "here.")
@@ -158,15 +153,13 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def hub_tokens(folder: Path, config: dict, src_lang: str | None, tgt_lang: str | None) -> HubTokens:
-    """The Hub model's vocabulary and tokenizer, from Marian's source.spm/target.spm/vocab.json or a tokenizer.json."""
-    vocab_size = config["vocab_size"]
+    """The Hub model's vocabulary and tokenizer, from Marian's source.spm/target.spm/vocab.json, a tokenizer.json
+    (NLLB, mBART-50) or M2M100's sentencepiece.bpe.model/vocab.json."""
     if (folder / "source.spm").is_file():  # Marian
         vocab = _json(folder / "vocab.json")
         if (folder / "target_vocab.json").is_file() or config.get("separate_vocabs"):
             raise ConversionError("This opus-mt model has separate source and target vocabularies, which the converter "
                                   "does not handle yet.")
-        tokens = _by_id(vocab, vocab_size)
-        pad, unk, eos = (_id(vocab, name) for name in ("<pad>", "<unk>", "</s>"))
         codes = {token[2:-2]: token for token in vocab if token.startswith(">>") and token.endswith("<<")}
         languages = None
         if codes:
@@ -174,29 +167,25 @@ def hub_tokens(folder: Path, config: dict, src_lang: str | None, tgt_lang: str |
             languages = Languages(codes, None, target, target_first=False)
         side = {"specials": ["</s>", "<unk>", "<pad>"]}
         spec = {"src": {**side, "sentencepiece": "source.spm"}, "tgt": {**side, "sentencepiece": "target.spm"}}
-        return HubTokens(tokens, pad, unk, eos, config.get("decoder_start_token_id", pad), spec,
-                         ["source.spm", "target.spm"], languages)
+        return _hub_tokens(vocab, config, "<pad>", spec, ["source.spm", "target.spm"], languages)
     if (folder / "tokenizer.json").is_file():
         from tokenizers import Tokenizer as FastTokenizer
 
         tokenizer = FastTokenizer.from_file(str(folder / "tokenizer.json"))
         vocab = tokenizer.get_vocab(with_added_tokens=True)
-        tokens = _by_id(vocab, vocab_size)
-        pad, unk, eos = (_id(vocab, name) for name in ("<pad>", "<unk>", "</s>"))
         added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
         pattern = r"[a-z]{3}_[A-Z][a-z]{3}" if config["model_type"] == "m2m_100" else r"[a-z]{2}_[A-Z]{2}"
         codes = {token: token for token in added if re.fullmatch(pattern, token)}
         languages = None
         if codes:
-            settings = _json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+            settings = _json(folder / "tokenizer_config.json", optional=True)
             source, target = src_lang or settings.get("src_lang"), tgt_lang or settings.get("tgt_lang")
             source, target = source if source in codes else sorted(codes)[0], target if target in codes else None
             languages = Languages(codes, source, target or next(c for c in sorted(codes) if c != source))
         side = {"tokenizer": "tokenizer.json", "specials": sorted(set(added))}
-        return HubTokens(tokens, pad, unk, eos, config.get("decoder_start_token_id", eos), {"src": side, "tgt": side},
-                         ["tokenizer.json"], languages)
+        return _hub_tokens(vocab, config, "</s>", {"src": side, "tgt": side}, ["tokenizer.json"], languages)
     if (folder / "sentencepiece.bpe.model").is_file() and (folder / "vocab.json").is_file():  # M2M100
-        settings = _json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        settings = _json(folder / "tokenizer_config.json", optional=True)
         names = M2M100_LANGUAGES.get(settings.get("language_codes", "m2m100"))
         if names is None:
             raise ConversionError(f"M2M100 language codes {settings.get('language_codes')!r} are not known here.")
@@ -204,25 +193,35 @@ def hub_tokens(folder: Path, config: dict, src_lang: str | None, tgt_lang: str |
         codes = {name: f"__{name}__" for name in names}
         size = len(vocab)  # the language codes' ids follow vocab.json's, in the list's order
         vocab.update({code: size + i for i, code in enumerate(codes.values())})
-        tokens = _by_id(vocab, vocab_size)
-        pad, unk, eos = (_id(vocab, name) for name in ("<pad>", "<unk>", "</s>"))
         source = src_lang or settings.get("src_lang")
         source = source if source in codes else "en"
         target = tgt_lang or settings.get("tgt_lang")
         target = target if target in codes else next(name for name in names if name != source)
         side = {"sentencepiece": "sentencepiece.bpe.model",
                 "specials": ["<s>", "<pad>", "</s>", "<unk>", *codes.values()]}
-        return HubTokens(tokens, pad, unk, eos, config.get("decoder_start_token_id", eos), {"src": side, "tgt": side},
-                         ["sentencepiece.bpe.model"], Languages(codes, source, target))
+        return _hub_tokens(vocab, config, "</s>", {"src": side, "tgt": side}, ["sentencepiece.bpe.model"],
+                           Languages(codes, source, target))
     raise ConversionError(f"{folder} has no tokenizer this converter reads (Marian's source.spm, M2M100's "
                           "sentencepiece.bpe.model and vocab.json, or tokenizer.json).")
 
 
-def _json(path: Path) -> dict:
+def _json(path: Path, optional: bool = False) -> dict:
+    """A JSON object from `path` (an empty one for a missing `optional` file), or a ConversionError naming it."""
+    if optional and not path.is_file():
+        return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConversionError(f"{path} cannot be read: {error}") from None
+        return read_json(path)
+    except CheckpointError as error:
+        raise ConversionError(str(error)) from None
+
+
+def _hub_tokens(vocab: dict[str, int], config: dict, start: str, spec: dict, files: list[str],
+                languages: Languages | None) -> HubTokens:
+    """The `HubTokens` of a vocabulary (token -> Hub id) for the model `config` describes; `start`: the token that
+    starts decoding unless the config names another id."""
+    pad, unk, eos = (_id(vocab, name) for name in ("<pad>", "<unk>", "</s>"))
+    return HubTokens(_by_id(vocab, config["vocab_size"]), pad, unk, eos,
+                     config.get("decoder_start_token_id", _id(vocab, start)), spec, files, languages)
 
 
 def _id(vocab: dict[str, int], token: str) -> int:
@@ -355,12 +354,13 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     for name in hub.files:
         shutil.copyfile(folder / name, out / name)
     languages = {"languages": hub.languages.to_json()} if hub.languages else {}
+    source_language, target_language = side_languages(folder, hub)
     write_json(out / "vocab.json", {
-        "src": {**hub.spec["src"], "lang": side_languages(folder, hub)[0], "renamed": renamed, "itos": itos},
-        "tgt": {**hub.spec["tgt"], "lang": side_languages(folder, hub)[1], "renamed": renamed, "itos": itos,
+        "src": {**hub.spec["src"], "lang": source_language, "renamed": renamed, "itos": itos},
+        "tgt": {**hub.spec["tgt"], "lang": target_language, "renamed": renamed, "itos": itos,
                 "capitalize_first": False},  # the Hub tokenizer's text is cased already
     } | languages)
-    generation = _json(folder / "generation_config.json") if (folder / "generation_config.json").is_file() else {}
+    generation = _json(folder / "generation_config.json", optional=True)
     write_json(out / METRICS, {
         "source": {**origin, "model_type": config["model_type"], "converted_with": "python -m model.convert_hf"},
         "parameters": sum(p.numel() for p in {p.data_ptr(): p for p in model.parameters()}.values()),
@@ -375,7 +375,7 @@ def side_languages(folder: Path, hub: HubTokens) -> tuple[str, str]:
     bilingual model's tokenizer_config.json says (Marian's source_lang and target_lang)."""
     if hub.languages is not None:
         return hub.languages.source or "multilingual", hub.languages.target
-    settings = _json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    settings = _json(folder / "tokenizer_config.json", optional=True)
     return settings.get("source_lang") or "unknown", settings.get("target_lang") or "unknown"
 
 
