@@ -25,11 +25,9 @@ def hub_events(tmp_path_factory):
     from ui.services import Services
 
     root = tmp_path_factory.mktemp("hub-app")
-    translators = {}
-    for name, build in (("opus-a", hub_models.marian), ("nllb", hub_models.nllb)):
-        translators[name] = load_checkpoint(convert(str(build(root / name)), root / "checkpoints" / name))
-    other = hub_models.marian(root / "opus-b", seed=5)
-    translators["opus-b"] = load_checkpoint(convert(str(other), root / "checkpoints" / "opus-b"))
+    models = (("opus-a", hub_models.marian, 0), ("nllb", hub_models.nllb, 1), ("opus-b", hub_models.marian, 5))
+    translators = {name: load_checkpoint(convert(str(build(root / name, seed=seed)), root / "checkpoints" / name))
+                   for name, build, seed in models}
     services = Services(translators, root=root / "checkpoints")
     return Events(build_demo(services), services)
 
