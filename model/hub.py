@@ -28,6 +28,7 @@ class HubTokenizer:
         self.renamed = dict(spec.get("renamed", {}))
         self.specials = sorted(set(spec.get("specials", ())), key=len, reverse=True)
         self._special_split = re.compile("(" + "|".join(map(re.escape, self.specials)) + ")") if self.specials else None
+        self._not_text = frozenset(self.specials) | frozenset(self.renamed.values())  # left out of decoded text
         if "sentencepiece" in spec:
             import sentencepiece
 
@@ -71,8 +72,7 @@ class HubTokenizer:
 
     def detokenize(self, tokens: list[str]) -> str:
         """Text of pieces, special tokens left out, as the Hub tokenizer decodes them."""
-        ours = set(self.renamed.values())
-        pieces = [token for token in tokens if token not in self.specials and token not in ours]
+        pieces = [token for token in tokens if token not in self._not_text]
         if self.tokenizer is not None:
             ids = [self.tokenizer.token_to_id(piece) for piece in pieces]
             return self.tokenizer.decode([i for i in ids if i is not None], skip_special_tokens=True)
