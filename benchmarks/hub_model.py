@@ -1,5 +1,5 @@
 """A Hub-size model converted and traced: a random model with Helsinki-NLP/opus-mt-en-de's exact config (74 M
-parameters), built here with transformers (no download), then
+parameters; `--family t5`: google-t5/t5-small's, 60 M), built here with transformers (no download), then
 
 1. converted by `python -m model.convert_hf` in a process of its own: its time and peak memory;
 2. a greedy trace of about 20 tokens with every attention map, through the app's path (`Translator.trace`: the step
@@ -7,7 +7,7 @@ parameters), built here with transformers (no download), then
    in the same run (goal: the trace no slower);
 3. the server's memory with two such models loaded and one translation made with each, trace worker included.
 
-    python benchmarks/hub_model.py [--runs 7] [--work /tmp/hub-benchmark]
+    python benchmarks/hub_model.py [--runs 7] [--work /tmp/hub-benchmark] [--family marian|t5]
 
 Needs the dev requirements (transformers). The weights are random, so the translation is nonsense of a fixed
 length: what is timed is the arithmetic, which is the same as a real opus-mt-en-de's.
@@ -78,13 +78,20 @@ def trace_against_generate(folder: Path, out: Path, runs: int) -> None:
 
 
 def hub_to_ours(translator, folder: Path) -> list[int]:
-    """Our id of each Hub id, from the Hub folder's vocab.json."""
+    """Our id of each Hub id, from the Hub folder's vocab.json (Marian) or tokenizer.json (T5); rows no token names
+    are the converter's placeholders."""
     import json
 
-    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    if (folder / "vocab.json").is_file():
+        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    else:
+        from tokenizers import Tokenizer
+
+        vocab = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab(with_added_tokens=True)
     renamed = {"</s>": "<eos>"}
     by_id = {index: token for token, index in vocab.items()}
-    return [translator.src_vocab.stoi[renamed.get(by_id[i], by_id[i])] for i in range(len(by_id))]
+    size = json.loads((folder / "config.json").read_text())["vocab_size"]
+    return [translator.src_vocab.stoi[renamed.get(by_id.get(i), by_id.get(i, f"<unused {i}>"))] for i in range(size)]
 
 
 def server_memory(root: Path) -> None:
@@ -115,23 +122,29 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--work", type=Path, default=Path("/tmp/hub-benchmark"))
+    p.add_argument("--family", choices=["marian", "t5"], default="marian",
+                   help="opus-mt-en-de's config (marian) or t5-small's (t5)")
     args = p.parse_args(argv)
     torch.set_num_threads(2)
     print(f"{cpu_model()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
     shutil.rmtree(args.work, ignore_errors=True)
-    folder = hub_models.marian(args.work / "hub", config=hub_models.OPUS_MT_EN_DE)
+    name = {"marian": "opus-mt-en-de", "t5": "t5-small"}[args.family]
+    if args.family == "t5":
+        folder = hub_models.t5(args.work / "hub", config=hub_models.T5_SMALL)
+    else:
+        folder = hub_models.marian(args.work / "hub", config=hub_models.OPUS_MT_EN_DE)
     size = (folder / "model.safetensors").stat().st_size
-    print(f"random opus-mt-en-de: {size / 1024 ** 2:,.0f} MiB of safetensors")
-    seconds, peak = convert(folder, args.work / "checkpoints" / "opus-mt-en-de")
+    print(f"random {name}: {size / 1024 ** 2:,.0f} MiB of safetensors")
+    seconds, peak = convert(folder, args.work / "checkpoints" / name)
     print(f"conversion (python -m model.convert_hf): {seconds:.1f} s, peak memory {megabytes(peak)}")
-    translator = load_checkpoint(args.work / "checkpoints" / "opus-mt-en-de")
+    translator = load_checkpoint(args.work / "checkpoints" / name)
     model = translator.model
     tables = {model.src_embedding.tokens.weight.data_ptr(), model.tgt_embedding.tokens.weight.data_ptr(),
               model.generator.weight.data_ptr()}
     print(f"{translator.metrics['parameters']:,} parameters; token tables in memory: {len(tables)} "
           "(source, target and output share one)")
-    trace_against_generate(folder, args.work / "checkpoints" / "opus-mt-en-de", args.runs)
-    shutil.copytree(args.work / "checkpoints" / "opus-mt-en-de", args.work / "checkpoints" / "opus-mt-en-de-copy")
+    trace_against_generate(folder, args.work / "checkpoints" / name, args.runs)
+    shutil.copytree(args.work / "checkpoints" / name, args.work / "checkpoints" / f"{name}-copy")
     server_memory(args.work / "checkpoints")
 
 

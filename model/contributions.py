@@ -70,7 +70,8 @@ def rollout(weights: Tensor) -> Tensor:
     return flow
 
 
-def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias: Tensor, norm: torch.nn.LayerNorm,
+def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias: Tensor,
+                        norm: torch.nn.LayerNorm | torch.nn.RMSNorm,
                         post_norm: bool, self_attention: bool) -> Tensor:
     """ALTI of one attention block: weights (H, Q, K), head vectors (H, K, d), the residual stream entering it
     (Q, d), the output projection's bias, the block's LayerNorm (applied after the sum when `post_norm`).
@@ -85,9 +86,13 @@ def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias:
     else:
         terms = torch.cat([terms, residual[:, None]], dim=1)
     total = terms.sum(1) + bias  # the block's input to its LayerNorm (post-LN), or its output (pre-LN)
-    if post_norm:  # LayerNorm is linear in each term once its scale is the whole sum's
-        scale = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + norm.eps)  # (Q, 1)
-        terms = norm.weight * (terms - terms.mean(-1, keepdim=True)) / scale[:, None]
+    if post_norm:  # LayerNorm (RMSNorm) is linear in each term once its scale is the whole sum's
+        if isinstance(norm, torch.nn.RMSNorm):
+            scale = torch.sqrt(total.pow(2).mean(-1, keepdim=True) + norm.eps)  # (Q, 1)
+        else:
+            scale = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + norm.eps)
+            terms = terms - terms.mean(-1, keepdim=True)
+        terms = norm.weight * terms / scale[:, None]
         output = norm(total)
     else:
         output = total

@@ -11,7 +11,11 @@ torch's restricted unpickler only), never runs code from the repository, and nee
 Families (../shared/HF-NOTES.md has each one's recipe):
 - Marian (Helsinki-NLP opus-mt-*): post-LN, SiLU, sinusoids laid out as all sines then all cosines;
 - M2M100 and NLLB-200 (model_type m2m_100): pre-LN, fairseq's sinusoid, language codes;
-- mBART-50 (model_type mbart): pre-LN, learned positions, a LayerNorm after the embeddings, language codes.
+- mBART-50 (model_type mbart): pre-LN, learned positions, a LayerNorm after the embeddings, language codes;
+- T5 (t5-small/base/large, flan-t5; model_type t5): pre-norm RMSNorm, a relative position bias learned in the first
+  layer of each stack and shared by its layers, no biases, no attention scale (√d_head folded into W_Q here, so the
+  scores are T5's), tied output scaled by d_model^-0.5 (folded into the decoder's final norm), a task prompt
+  ("translate English to German: ") in the source. v1.1/flan-t5: gated GELU and a separate output matrix.
 
 Ids are renumbered so that <pad> <unk> <sos> <eos> are 0-3 as in every checkpoint here: the Hub model's decoder
 start token (its <pad> for Marian, its </s> for the others) gets a row of its own as <sos>, so the vocabulary has
@@ -21,12 +25,13 @@ one token more than the Hub model's, and every other token keeps its order after
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -35,7 +40,7 @@ from safetensors.torch import load_file
 
 from model.checkpoint import (METRICS, WEIGHTS, CheckpointError, load_checkpoint, read_json, save_weights,
                               write_json)
-from model.hub import M2M100_LANGUAGES, Languages
+from model.hub import M2M100_LANGUAGES, T5_LANGUAGES, Languages
 from model.transformer import ModelConfig, Transformer
 from model.vocab import SPECIALS
 
@@ -44,7 +49,7 @@ HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pyto
              "sentencepiece.bpe.model", "special_tokens_map.json"]
 DEFAULT_MAX_BYTES = 2 * 1024 ** 3  # NLLB-200-distilled-600M's weights are 2.5 GB in float32: refused by default
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
-FAMILIES = ("marian", "m2m_100", "mbart")
+FAMILIES = ("marian", "m2m_100", "mbart", "t5")
 
 
 class ConversionError(RuntimeError):
@@ -128,7 +133,7 @@ def read_config(folder: Path) -> dict:
     model_type = config.get("model_type")
     if model_type not in FAMILIES:
         raise ConversionError(f"model_type {model_type!r} is not a translation family converted here; supported: "
-                              "marian (opus-mt), m2m_100 (M2M100, NLLB-200), mbart (mBART-50).")
+                              "marian (opus-mt), m2m_100 (M2M100, NLLB-200), mbart (mBART-50), t5 (T5, flan-t5).")
     return config
 
 
@@ -174,6 +179,10 @@ def hub_tokens(folder: Path, config: dict, src_lang: str | None, tgt_lang: str |
         tokenizer = FastTokenizer.from_file(str(folder / "tokenizer.json"))
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+        side = {"tokenizer": "tokenizer.json", "specials": sorted(set(added))}
+        if config["model_type"] == "t5":
+            return _hub_tokens(vocab, config, "<pad>", {"src": side, "tgt": side}, ["tokenizer.json"],
+                               t5_languages(config, src_lang, tgt_lang))
         pattern = r"[a-z]{3}_[A-Z][a-z]{3}" if config["model_type"] == "m2m_100" else r"[a-z]{2}_[A-Z]{2}"
         codes = {token: token for token in added if re.fullmatch(pattern, token)}
         languages = None
@@ -182,7 +191,6 @@ def hub_tokens(folder: Path, config: dict, src_lang: str | None, tgt_lang: str |
             source, target = src_lang or settings.get("src_lang"), tgt_lang or settings.get("tgt_lang")
             source, target = source if source in codes else sorted(codes)[0], target if target in codes else None
             languages = Languages(codes, source, target or next(c for c in sorted(codes) if c != source))
-        side = {"tokenizer": "tokenizer.json", "specials": sorted(set(added))}
         return _hub_tokens(vocab, config, "</s>", {"src": side, "tgt": side}, ["tokenizer.json"], languages)
     if (folder / "sentencepiece.bpe.model").is_file() and (folder / "vocab.json").is_file():  # M2M100
         settings = _json(folder / "tokenizer_config.json", optional=True)
@@ -203,6 +211,23 @@ def hub_tokens(folder: Path, config: dict, src_lang: str | None, tgt_lang: str |
                            Languages(codes, source, target))
     raise ConversionError(f"{folder} has no tokenizer this converter reads (Marian's source.spm, M2M100's "
                           "sentencepiece.bpe.model and vocab.json, or tokenizer.json).")
+
+
+def t5_languages(config: dict, src_lang: str | None, tgt_lang: str | None) -> Languages:
+    """T5's directions and their prompts: those its config.json names (task_specific_params, as t5-small's has
+    "translation_en_to_de": {"prefix": "translate English to German: "}), else the three of the T5 paper."""
+    tasks = config.get("task_specific_params") or {}
+    prompts = {}
+    for task, params in tasks.items():
+        pair = re.fullmatch(r"translation_(\w+?)_to_(\w+)", task)
+        if pair and isinstance(params, dict) and isinstance(params.get("prefix"), str):
+            prompts[pair.groups()] = params["prefix"]
+    if not prompts:
+        prompts = {("en", target): f"translate English to {T5_LANGUAGES[target]}: " for target in ("de", "fr", "ro")}
+    codes = {code: T5_LANGUAGES.get(code, code) for pair in prompts for code in pair}
+    source, target = src_lang or "en", tgt_lang or ("de" if ("en", "de") in prompts else None)
+    source, target = (source, target) if (source, target) in prompts else min(prompts)
+    return Languages(codes, source, target, target_first=False, prompts=prompts)
 
 
 def _json(path: Path, optional: bool = False) -> dict:
@@ -255,6 +280,8 @@ def renumbering(hub: HubTokens) -> tuple[list[int], list[str], dict[str, str]]:
 def model_config(config: dict, vocab_size: int) -> ModelConfig:
     """Our config of a Hub config (`vocab_size`: ours, one more than the Hub model's)."""
     family = config["model_type"]
+    if family == "t5":
+        return t5_config(config, vocab_size)
     activation = config.get("activation_function", "relu")
     if activation not in ACTIVATIONS:
         raise ConversionError(f"activation {activation!r} is not one the Transformer here has.")
@@ -270,6 +297,64 @@ def model_config(config: dict, vocab_size: int) -> ModelConfig:
         norm="post" if family == "marian" else "pre", tie_embeddings=config.get("tie_word_embeddings", True),
         activation=ACTIVATIONS[activation], scale_embeddings=bool(config.get("scale_embedding", family != "mbart")),
         embedding_norm=family == "mbart", share_embeddings=config.get("share_encoder_decoder_embeddings", True))
+
+
+def t5_config(config: dict, vocab_size: int) -> ModelConfig:
+    """Our config of a T5 config.json."""
+    projection = config.get("feed_forward_proj", "relu")
+    gated, _, activation = projection.rpartition("-")
+    # transformers reads "gated-gelu" as the tanh approximation ("gelu_new"), as T5 v1.1 was trained
+    activation = "gelu_tanh" if projection == "gated-gelu" or activation == "gelu_new" else activation
+    if gated not in ("", "gated") or activation not in ("relu", "gelu", "gelu_tanh", "silu"):
+        raise ConversionError(f"feed_forward_proj {config.get('feed_forward_proj')!r} is not one the Transformer "
+                              "here has.")
+    return ModelConfig(
+        src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=config["d_model"], n_heads=config["num_heads"],
+        d_head=config["d_kv"], n_encoder_layers=config["num_layers"],
+        n_decoder_layers=config.get("num_decoder_layers") or config["num_layers"], d_ff=config["d_ff"], dropout=0.0,
+        max_len=config.get("n_positions", 512), positional="relative", norm="pre", normalization="rms",
+        norm_eps=config.get("layer_norm_epsilon", 1e-6), activation=activation, gated_feed_forward=gated == "gated",
+        scale_embeddings=False, share_embeddings=True, tie_embeddings=True,  # untied below if lm_head differs
+        relative_buckets=config.get("relative_attention_num_buckets", 32),
+        relative_max_distance=config.get("relative_attention_max_distance", 128))
+
+
+def t5_state_dict(hub_state: dict[str, torch.Tensor], config: ModelConfig, hub_config: dict, order: list[int]
+                  ) -> dict[str, torch.Tensor]:
+    """Our weights from T5's: √d_head folded into W_Q (T5 does not scale scores), the output scale d_model^-0.5 of a
+    tied model folded into the decoder's final norm, zeros for the biases T5 has not."""
+    rows = torch.tensor(order)
+    shared = hub_state["shared.weight"]
+    ours = {"src_embedding.tokens.weight": shared[rows], "generator.bias": torch.zeros(len(order))}
+    head = hub_state.get("lm_head.weight")
+    if head is not None and not torch.equal(head, shared):
+        ours["generator.weight"] = head[rows]
+    scaled = hub_config.get("scale_decoder_outputs", hub_config.get("tie_word_embeddings", True) is not False)
+    query_scale = math.sqrt(config.d_head)
+    for side, blocks, sublayers in (
+            ("encoder", config.n_encoder_layers, [("SelfAttention", "self_attention", "attention_block")]),
+            ("decoder", config.n_decoder_layers, [("SelfAttention", "self_attention", "self_attention_block"),
+                                                  ("EncDecAttention", "cross_attention", "cross_attention_block")])):
+        ours[f"{side}_position_bias.table.weight"] = \
+            hub_state[f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]
+        final = hub_state[f"{side}.final_layer_norm.weight"]
+        ours[f"{side}_norm.weight"] = final * config.d_model ** -0.5 if side == "decoder" and scaled else final
+        for i in range(blocks):
+            hub, our = f"{side}.block.{i}.layer", f"{side}_layers.{i}"
+            for index, (hub_attention, our_attention, block) in enumerate(sublayers):
+                for hub_projection, our_projection in (("q", "w_q"), ("k", "w_k"), ("v", "w_v"), ("o", "w_o")):
+                    weight = hub_state[f"{hub}.{index}.{hub_attention}.{hub_projection}.weight"]
+                    ours[f"{our}.{our_attention}.{our_projection}.weight"] = \
+                        weight * query_scale if hub_projection == "q" else weight
+                ours[f"{our}.{block}.norm.weight"] = hub_state[f"{hub}.{index}.layer_norm.weight"]
+            feed_forward = f"{hub}.{len(sublayers)}"
+            projections = (("wi_0", "linear_in"), ("wi_1", "linear_gate")) if config.gated_feed_forward \
+                else (("wi", "linear_in"),)
+            for hub_projection, our_projection in (*projections, ("wo", "linear_out")):
+                ours[f"{our}.feed_forward.{our_projection}.weight"] = \
+                    hub_state[f"{feed_forward}.DenseReluDense.{hub_projection}.weight"]
+            ours[f"{our}.feed_forward_block.norm.weight"] = hub_state[f"{feed_forward}.layer_norm.weight"]
+    return ours
 
 
 def state_dict(hub_state: dict[str, torch.Tensor], config: ModelConfig, family: str, order: list[int]
@@ -336,9 +421,17 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     except (KeyError, ValueError) as error:
         raise ConversionError(f"config.json does not describe a model converted here: {error}") from None
     hub_state = read_weights(folder)
-    model = Transformer(ours)
     try:
-        weights = state_dict(hub_state, ours, config["model_type"], order)
+        if config["model_type"] == "t5":
+            weights = t5_state_dict(hub_state, ours, config, order)
+            if "generator.weight" in weights:  # v1.1 and flan-t5: an output matrix of its own
+                ours = replace(ours, tie_embeddings=False)
+        else:
+            weights = state_dict(hub_state, ours, config["model_type"], order)
+        model = Transformer(ours)
+        if config["model_type"] == "t5":  # T5's linear maps have no biases
+            weights |= {name: torch.zeros_like(tensor) for name, tensor in model.state_dict().items()
+                        if name.endswith(".bias") and name not in weights}
         missing = set(model.state_dict()) - set(weights) - {"tgt_embedding.tokens.weight", "generator.weight"}
         if missing:
             raise KeyError(sorted(missing)[0])
@@ -353,6 +446,8 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     write_json(out / "config.json", ours.to_dict())
     for name in hub.files:
         shutil.copyfile(folder / name, out / name)
+    if config["model_type"] == "t5":
+        split_at_whitespace(out / "tokenizer.json")
     languages = {"languages": hub.languages.to_json()} if hub.languages else {}
     source_language, target_language = side_languages(folder, hub)
     write_json(out / "vocab.json", {
@@ -368,6 +463,19 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
                      "length_penalty": generation.get("length_penalty", 1.0)},
     })
     return out
+
+
+def split_at_whitespace(path: Path) -> None:
+    """Make a T5 tokenizer.json split text at every run of whitespace before its Metaspace, as transformers 5's
+    T5Tokenizer does whatever the file says (and as T5's sentencepiece model, which drops extra whitespace): a
+    tokenizer.json written by transformers 4 has the Metaspace alone, which makes a piece of trailing spaces."""
+    from tokenizers import Tokenizer as FastTokenizer
+    from tokenizers import pre_tokenizers
+
+    tokenizer = FastTokenizer.from_file(str(path))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    tokenizer.save(str(path))
 
 
 def side_languages(folder: Path, hub: HubTokens) -> tuple[str, str]:

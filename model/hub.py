@@ -10,7 +10,7 @@ decoding. Neither needs transformers.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +90,10 @@ M2M100_LANGUAGES = {
 }
 
 
+# The languages of T5's translation prompts ("translate English to German: ").
+T5_LANGUAGES = {"en": "English", "de": "German", "fr": "French", "ro": "Romanian"}
+
+
 @dataclass(frozen=True)
 class Languages:
     """A multilingual model's language codes and how they reach it.
@@ -98,19 +102,36 @@ class Languages:
       code is given as the first target token (`target_first`).
     - A multi-target opus-mt model: the source starts with the target language's code (`>>fra<<`), and the source
       language is not named (`source` is None).
+    - T5: the source starts with a task prompt in words ("translate English to German: "), one per direction it
+      was trained on (`prompts`); `codes` name the languages ("de" -> "German").
     """
 
     codes: dict[str, str]  # language -> its token ("deu_Latn" -> "deu_Latn", "de" -> "__de__", "fra" -> ">>fra<<")
     source: str | None  # the default source language (None: the source language is not named)
     target: str  # the default target language
     target_first: bool = True  # the target code is the first target token (else it starts the source)
+    prompts: dict[tuple[str, str], str] | None = None  # (source, target) -> the text the source starts with
 
     def to_json(self) -> dict:
-        return {"codes": self.codes, "source": self.source, "target": self.target, "target_first": self.target_first}
+        prompts = {"prompts": [[*pair, text] for pair, text in self.prompts.items()]} if self.prompts else {}
+        return {"codes": self.codes, "source": self.source, "target": self.target,
+                "target_first": self.target_first} | prompts
 
     @classmethod
     def from_json(cls, data: dict) -> Languages:
-        return cls(dict(data["codes"]), data.get("source"), data["target"], bool(data.get("target_first", True)))
+        prompts = {(source, target): text for source, target, text in data["prompts"]} if "prompts" in data else None
+        return cls(dict(data["codes"]), data.get("source"), data["target"], bool(data.get("target_first", True)),
+                   prompts)
+
+    def sources(self) -> list[str]:
+        """The source languages a user may choose (none where the model reads any)."""
+        if self.prompts:
+            return sorted({source for source, _ in self.prompts})
+        return sorted(self.codes) if self.source is not None else []
+
+    def targets(self) -> list[str]:
+        """The target languages a user may choose."""
+        return sorted({target for _, target in self.prompts}) if self.prompts else sorted(self.codes)
 
     def code(self, language: str | None, side: str) -> str:
         """The token of `language` (None: the default of `side`, "source" or "target"), or a ValueError listing
@@ -122,8 +143,16 @@ class Languages:
             raise ValueError(f"This model has no {side} language {language!r}; it has: {known}.")
         return self.codes[language]
 
-    def source_prefix(self, source: str | None, target: str | None) -> list[str]:
-        """The tokens that start the source, before its text."""
+    def source_prefix(self, source: str | None, target: str | None, tokenize: Callable[[str], list[str]]
+                      ) -> list[str]:
+        """The tokens that start the source, before its text (a prompt is split by `tokenize`)."""
+        if self.prompts:
+            self.code(source, "source"), self.code(target, "target")  # each a language the model knows
+            pair = (source or self.source, target or self.target)
+            if pair not in self.prompts:
+                known = ", ".join(f"{s}→{t}" for s, t in sorted(self.prompts))
+                raise ValueError(f"This model does not translate {pair[0]}→{pair[1]}; it translates {known}.")
+            return tokenize(self.prompts[pair].rstrip())  # its words; the space before the text is no token
         if not self.target_first:
             if source not in (None, self.source):
                 raise ValueError("This model reads any source language; choose only the target language.")
@@ -135,5 +164,5 @@ class Languages:
         return [self.code(target, "target")] if self.target_first else []
 
     def is_code(self, token: str) -> bool:
-        """Whether `token` is one of the language codes."""
-        return token in self.codes.values()
+        """Whether `token` is one of the language codes (a prompt's words are not)."""
+        return not self.prompts and token in self.codes.values()

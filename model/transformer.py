@@ -25,7 +25,9 @@ from torch import Tensor, nn
 from model.seq2seq import CROSS, DECODER, ENCODER, Attention, HeadGates
 
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+               "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}  # T5 v1.1's "gelu_new"
+NORMALIZATIONS = ("layer", "rms")  # LayerNorm, or RMSNorm (Zhang & Sennrich, 2019: no mean, no bias; T5)
 
 
 def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
@@ -54,9 +56,10 @@ def fairseq_positions(max_len: int, d_model: int) -> Tensor:
     return torch.cat([table, torch.zeros(max_len, d_model - 2 * half)], dim=1)
 
 
-# How positions enter the embedding: a fixed table (the paper's, Marian's or fairseq's sinusoid) or learned rows.
+# How positions enter: a fixed table added to the embedding (the paper's, Marian's or fairseq's sinusoid), learned
+# rows added to it, or nothing added and a learned bias per head and relative distance in self-attention (T5).
 POSITIONALS = {"sinusoidal": sinusoidal_positions, "sinusoidal_halves": sinusoidal_halves,
-               "fairseq": fairseq_positions, "learned": None}
+               "fairseq": fairseq_positions, "learned": None, "relative": None}
 
 
 @dataclass(frozen=True)
@@ -84,13 +87,24 @@ class ModelConfig:
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model)
     embedding_norm: bool = False  # a LayerNorm right after token + position embedding (mBART)
     share_embeddings: bool = False  # one token table for source and target (one vocabulary)
+    d_head: int | None = None  # each head's width; None: d_model / n_heads (T5 may differ: flan-t5-small 64 x 6 heads)
+    normalization: str = "layer"  # one of NORMALIZATIONS
+    norm_eps: float = 1e-5
+    gated_feed_forward: bool = False  # activation(x W_1) * (x W_gate), then W_2 (T5 v1.1's gated GELU)
+    relative_buckets: int = 32  # with positional "relative": distance buckets of the bias (T5)
+    relative_max_distance: int = 128  # distances from this on share the last bucket
 
     def __post_init__(self):
         for name in ("attention_dropout", "activation_dropout"):
             if getattr(self, name) is None:  # one rate everywhere (configs saved before these fields existed)
                 object.__setattr__(self, name, self.dropout)
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {', '.join(map(repr, NORMALIZATIONS))}, "
+                             f"not {self.normalization!r}")
         if self.positional not in POSITIONALS:
             raise ValueError(f"positional must be one of {', '.join(map(repr, POSITIONALS))}, not {self.positional!r}")
         if self.norm not in ("post", "pre"):
@@ -103,6 +117,12 @@ class ModelConfig:
     def to_dict(self) -> dict:
         """The config as a JSON-ready dict."""
         return asdict(self)
+
+    def new_norm(self) -> nn.Module:
+        """One normalisation layer of this config's kind."""
+        if self.normalization == "rms":
+            return nn.RMSNorm(self.d_model, eps=self.norm_eps)
+        return nn.LayerNorm(self.d_model, eps=self.norm_eps)
 
 
 @dataclass
@@ -124,9 +144,12 @@ class LayerCache:
 
 
 def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
-              dropout: float = 0.0) -> tuple[Tensor, Tensor]:
-    """Scaled dot-product attention (eq. 1 of the paper); `mask` is True where attending is allowed."""
+              dropout: float = 0.0, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Scaled dot-product attention (eq. 1 of the paper); `mask` is True where attending is allowed, `bias` (a
+    relative position bias, (1, H, T, S)) is added to the scores."""
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (B, H, T, S)
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
@@ -137,15 +160,16 @@ def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = N
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: h parallel heads of scaled dot-product attention, concatenated and projected."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, d_head: int | None = None):
         super().__init__()
         self.n_heads = n_heads
-        self.d_head = d_model // n_heads
+        self.d_head = d_head or d_model // n_heads
         self.dropout = dropout
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        inner = n_heads * self.d_head
+        self.w_q = nn.Linear(d_model, inner)
+        self.w_k = nn.Linear(d_model, inner)
+        self.w_v = nn.Linear(d_model, inner)
+        self.w_o = nn.Linear(inner, d_model)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, d_model) -> (B, H, T, d_head)."""
@@ -153,18 +177,22 @@ class MultiHeadAttention(nn.Module):
         return x.view(batch, length, self.n_heads, self.d_head).transpose(1, 2)
 
     def forward(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-                fused: bool = False, gate: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+                fused: bool = False, gate: Tensor | None = None, bias: Tensor | None = None
+                ) -> tuple[Tensor, Tensor | None]:
         """Attend from `query` (B, T, d_model) to already split `keys`/`values` (B, H, S, d_head).
 
-        `gate` (H,) or (B, H) scales each head's output before the output projection (0: head switched off).
+        `gate` (H,) or (B, H) scales each head's output before the output projection (0: head switched off);
+        `bias` (1, H, T, S) is added to the scores (T5's relative positions).
         """
         q = self.split_heads(self.w_q(query))
         dropout = self.dropout if self.training else 0.0
         if fused:
+            if bias is not None:  # the kernel takes one additive mask: the bias, -inf where attending is not allowed
+                mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout)
             weights = None
         else:
-            out, weights = attention(q, keys, values, mask, dropout)
+            out, weights = attention(q, keys, values, mask, dropout, bias)
         if gate is not None:
             out = out * gate[..., None, None]  # (B, H, T, d_head) * (B or 1, H, 1, 1)
         batch, _, length, _ = out.shape
@@ -186,28 +214,73 @@ class MultiHeadAttention(nn.Module):
         return torch.einsum("bhsd,mhd->bhsm", values, per_head)
 
 
-class FeedForward(nn.Module):
-    """Position-wise feed-forward network: Linear, ReLU (or the config's activation), Linear (eq. 2)."""
+def new_attention(config: ModelConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout, config.d_head)
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
+
+def relative_buckets(distance: Tensor, bidirectional: bool, buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket of each distance key - query (Raffel et al., 2020, after Mesh TensorFlow): bidirectional, half
+    the buckets for keys after the query; of each half, the first half holds distances one by one, the rest grow
+    logarithmically up to `max_distance`, past which all share the last. One-way (a decoder), keys after the query
+    count as distance 0."""
+    bucket = torch.zeros_like(distance)
+    if bidirectional:
+        buckets //= 2
+        bucket = (distance > 0).long() * buckets
+        distance = distance.abs()
+    else:
+        distance = (-distance).clamp(min=0)
+    exact = buckets // 2
+    far = exact + (torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+                   * (buckets - exact)).long()
+    return bucket + torch.where(distance < exact, distance, far.clamp(max=buckets - 1))
+
+
+class RelativePositionBias(nn.Module):
+    """A learned bias per head and distance bucket, added to the self-attention scores of every layer of one stack
+    (T5: learned in the stack's first layer, shared by all)."""
+
+    def __init__(self, config: ModelConfig, bidirectional: bool):
         super().__init__()
-        self.linear_in = nn.Linear(d_model, d_ff)
-        self.linear_out = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = ACTIVATIONS[activation]
+        self.table = nn.Embedding(config.relative_buckets, config.n_heads)
+        self.bidirectional = bidirectional
+        self.buckets, self.max_distance = config.relative_buckets, config.relative_max_distance
+
+    def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """Positions of queries (..., Q) and keys (K,) -> the bias (..., H, Q, K)."""
+        distance = keys[None, :] - queries[..., :, None]  # (..., Q, K)
+        bias = self.table(relative_buckets(distance, self.bidirectional, self.buckets, self.max_distance))
+        return bias.movedim(-1, -3)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: Linear, ReLU (or the config's activation), Linear (eq. 2); gated, the
+    activation's output is multiplied by a second linear map of the input (Shazeer, 2020, "GLU Variants Improve
+    Transformer"; T5 v1.1)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.linear_in = nn.Linear(config.d_model, config.d_ff)
+        self.linear_gate = nn.Linear(config.d_model, config.d_ff) if config.gated_feed_forward else None
+        self.linear_out = nn.Linear(config.d_ff, config.d_model)
+        self.dropout = nn.Dropout(config.activation_dropout)
+        self.activation = ACTIVATIONS[config.activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear_out(self.dropout(self.activation(self.linear_in(x))))
+        hidden = self.activation(self.linear_in(x))
+        if self.linear_gate is not None:
+            hidden = hidden * self.linear_gate(x)
+        return self.linear_out(self.dropout(hidden))
 
 
 class Residual(nn.Module):
-    """Dropout, a residual connection and LayerNorm around a sub-layer (post-LN or pre-LN)."""
+    """Dropout, a residual connection and LayerNorm (or RMSNorm) around a sub-layer (post-LN or pre-LN)."""
 
-    def __init__(self, d_model: int, dropout: float, norm: str):
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.pre_norm = norm == "pre"
+        self.norm = config.new_norm()
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.norm == "pre"
 
     def sublayer_input(self, x: Tensor) -> Tensor:
         """What the sub-layer reads: the stream itself (post-LN) or its normalisation (pre-LN)."""
@@ -234,17 +307,18 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout, config.activation)
-        self.attention_block = Residual(config.d_model, config.dropout, config.norm)
-        self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
+        self.self_attention = new_attention(config)
+        self.feed_forward = FeedForward(config)
+        self.attention_block = Residual(config)
+        self.feed_forward_block = Residual(config)
 
     def forward(self, x: Tensor, src_mask: Tensor, fused: bool, gate: Tensor | None = None,
-                need_vectors: bool = False) -> tuple[Tensor, Tensor | None, LayerVectors | None]:
+                need_vectors: bool = False, position_bias: Tensor | None = None
+                ) -> tuple[Tensor, Tensor | None, LayerVectors | None]:
         """-> the layer's output, its self-attention weights (None if fused), its `LayerVectors` if asked."""
         h = self.attention_block.sublayer_input(x)
         keys, values = self.self_attention.project_keys_values(h)
-        out, weights = self.self_attention(h, keys, values, src_mask, fused, gate)
+        out, weights = self.self_attention(h, keys, values, src_mask, fused, gate, position_bias)
         attended = self.attention_block(x, out)
         y = self.feed_forward_block(attended, self.feed_forward(self.feed_forward_block.sublayer_input(attended)))
         if not need_vectors:
@@ -257,16 +331,16 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
-        self.cross_attention = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout, config.activation)
-        self.self_attention_block = Residual(config.d_model, config.dropout, config.norm)
-        self.cross_attention_block = Residual(config.d_model, config.dropout, config.norm)
-        self.feed_forward_block = Residual(config.d_model, config.dropout, config.norm)
+        self.self_attention = new_attention(config)
+        self.cross_attention = new_attention(config)
+        self.feed_forward = FeedForward(config)
+        self.self_attention_block = Residual(config)
+        self.cross_attention_block = Residual(config)
+        self.feed_forward_block = Residual(config)
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None, src_mask: Tensor,
                 cache: LayerCache | None, fused: bool, self_gate: Tensor | None = None,
-                cross_gate: Tensor | None = None, need_vectors: bool = False
+                cross_gate: Tensor | None = None, need_vectors: bool = False, position_bias: Tensor | None = None
                 ) -> tuple[Tensor, Tensor | None, Tensor | None, LayerVectors | None]:
         """-> output, self- and cross-attention weights, `LayerVectors` if asked.
 
@@ -280,7 +354,7 @@ class DecoderLayer(nn.Module):
                 keys = torch.cat([cache.self_keys, keys], dim=2)  # (B, H, t, d_head)
                 values = torch.cat([cache.self_values, values], dim=2)
             cache.self_keys, cache.self_values = keys, values
-        out, self_weights = self.self_attention(h, keys, values, tgt_mask, fused, self_gate)
+        out, self_weights = self.self_attention(h, keys, values, tgt_mask, fused, self_gate, position_bias)
         attended = self.self_attention_block(x, out)
 
         if cache is not None and cache.cross_keys is not None:
@@ -302,31 +376,30 @@ class DecoderLayer(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Token embedding scaled by sqrt(d_model), plus sinusoidal or learned positions, (a LayerNorm if the config
-    asks,) then dropout."""
+    """Token embedding scaled by sqrt(d_model), plus sinusoidal or learned positions (none where positions are
+    relative), (a LayerNorm if the config asks,) then dropout."""
 
     def __init__(self, vocab_size: int, config: ModelConfig):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=config.pad_id)
         self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
         self.dropout = nn.Dropout(config.dropout)
-        self.norm = nn.LayerNorm(config.d_model) if config.embedding_norm else None
-        if config.positional == "learned":
-            self.positions = nn.Embedding(config.max_len, config.d_model)
-        else:
-            self.positions = None
-            self.register_buffer("sinusoid", POSITIONALS[config.positional](config.max_len, config.d_model),
-                                 persistent=False)
+        self.norm = config.new_norm() if config.embedding_norm else None
+        self.positions = nn.Embedding(config.max_len, config.d_model) if config.positional == "learned" else None
+        table = POSITIONALS[config.positional]
+        self.register_buffer("sinusoid", table(config.max_len, config.d_model) if table else None, persistent=False)
 
-    def position_table(self) -> Tensor:
-        """The vector added at each position, (max_len, d_model)."""
-        return (self.positions.weight if self.positions is not None else self.sinusoid).detach()
+    def position_table(self) -> Tensor | None:
+        """The vector added at each position, (max_len, d_model); None where positions are relative."""
+        table = self.positions.weight if self.positions is not None else self.sinusoid
+        return None if table is None else table.detach()
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         """Embed ids (B, T) whose first position is `offset` (non-zero in cached decoding)."""
-        positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
-        position_vectors = self.positions(positions) if self.positions is not None else self.sinusoid[positions]
-        x = self.tokens(ids) * self.scale + position_vectors
+        x = self.tokens(ids) * self.scale
+        if self.positions is not None or self.sinusoid is not None:
+            positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
+            x = x + (self.positions(positions) if self.positions is not None else self.sinusoid[positions])
         return self.dropout(x if self.norm is None else self.norm(x))
 
 
@@ -347,8 +420,11 @@ class Transformer(nn.Module):
         self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
         # Pre-LN leaves the residual stream un-normalised, so each stack ends with a LayerNorm.
         pre = config.norm == "pre"
-        self.encoder_norm = nn.LayerNorm(config.d_model) if pre else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(config.d_model) if pre else nn.Identity()
+        self.encoder_norm = config.new_norm() if pre else nn.Identity()
+        self.decoder_norm = config.new_norm() if pre else nn.Identity()
+        relative = config.positional == "relative"
+        self.encoder_position_bias = RelativePositionBias(config, bidirectional=True) if relative else None
+        self.decoder_position_bias = RelativePositionBias(config, bidirectional=False) if relative else None
         self.generator = nn.Linear(config.d_model, config.tgt_vocab_size)
         for p in self.parameters():
             if p.dim() > 1:
@@ -370,10 +446,14 @@ class Transformer(nn.Module):
         need_weights = need_weights or need_vectors
         src_mask = padding_mask(src, self.config.pad_id)
         x = self.src_embedding(src)
+        position_bias = None
+        if self.encoder_position_bias is not None:
+            positions = torch.arange(src.size(1), device=src.device)
+            position_bias = self.encoder_position_bias(positions, positions)[None]  # (1, H, S, S)
         maps, recorded = [], []
         for i, layer in enumerate(self.encoder_layers):
             x, weights, vectors = layer(x, src_mask, fused and not need_weights,
-                                        gates and gates.layer(ENCODER, i), need_vectors)
+                                        gates and gates.layer(ENCODER, i), need_vectors, position_bias)
             maps.append(weights)
             recorded.append(vectors)
         memory = self.encoder_norm(x)
@@ -400,11 +480,15 @@ class Transformer(nn.Module):
         if cache is None:
             tgt_mask = tgt_mask & padding_mask(tgt, self.config.pad_id)  # (B, 1, T, T)
         x = self.tgt_embedding(tgt, offset)
+        position_bias = None
+        if self.decoder_position_bias is not None:
+            keys = torch.arange(offset + length, device=tgt.device)
+            position_bias = self.decoder_position_bias(keys[offset:], keys)[None]  # (1, H, T, offset + T)
         self_maps, cross_maps, recorded = [], [], []
         for i, layer in enumerate(self.decoder_layers):
             x, self_weights, cross_weights, vectors = layer(
                 x, memory, tgt_mask, src_mask, None if cache is None else cache[i], fused and not need_weights,
-                gates and gates.layer(DECODER, i), gates and gates.layer(CROSS, i), need_vectors)
+                gates and gates.layer(DECODER, i), gates and gates.layer(CROSS, i), need_vectors, position_bias)
             self_maps.append(self_weights)
             cross_maps.append(cross_weights)
             recorded.append(vectors)
@@ -432,18 +516,21 @@ class Transformer(nn.Module):
 
 
 @dataclass(frozen=True)
-class LayerNormWeights:
-    """A LayerNorm's parameters, applied without a module call."""
+class NormWeights:
+    """A LayerNorm's or an RMSNorm's parameters (`bias` None), applied without a module call."""
 
     weight: Tensor
-    bias: Tensor
+    bias: Tensor | None
     eps: float
 
     @classmethod
-    def of(cls, norm: nn.LayerNorm) -> LayerNormWeights:
-        return cls(norm.weight.detach(), norm.bias.detach(), norm.eps)
+    def of(cls, norm: nn.LayerNorm | nn.RMSNorm) -> NormWeights:
+        bias = getattr(norm, "bias", None)
+        return cls(norm.weight.detach(), None if bias is None else bias.detach(), norm.eps)
 
     def __call__(self, x: Tensor) -> Tensor:
+        if self.bias is None:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
@@ -457,9 +544,9 @@ class DecoderLayerWeights:
     cross_query: tuple[Tensor, Tensor]
     cross_key_value: tuple[Tensor, Tensor]
     cross_out: tuple[Tensor, Tensor]
-    feed_forward_in: tuple[Tensor, Tensor]
+    feed_forward_in: tuple[Tensor, Tensor]  # gated: the activation's input and the gate side by side
     feed_forward_out: tuple[Tensor, Tensor]
-    norms: tuple[LayerNormWeights, ...]  # after (post-LN) or before (pre-LN) each of the three sublayers
+    norms: tuple[NormWeights, ...]  # after (post-LN) or before (pre-LN) each of the three sublayers
 
 
 def _stacked(*linears: nn.Linear, scales: tuple[float, ...] | None = None) -> tuple[Tensor, Tensor]:
@@ -490,14 +577,16 @@ class StepDecoder:
 
     def __init__(self, model: Transformer):
         config = model.config
-        self.n_heads, self.d_head = config.n_heads, config.d_model // config.n_heads
+        self.n_heads, self.d_head = config.n_heads, config.d_head
         self.pre_norm = config.norm == "pre"
         embedding = model.tgt_embedding
         self.token_table = embedding.tokens.weight.detach()
         self.scale = embedding.scale
         self.position_table = embedding.position_table()
-        self.embedding_norm = None if embedding.norm is None else LayerNormWeights.of(embedding.norm)
+        self.position_bias = model.decoder_position_bias  # T5's relative positions (None: absolute ones)
+        self.embedding_norm = None if embedding.norm is None else NormWeights.of(embedding.norm)
         self.activation = ACTIVATIONS[config.activation]
+        self.gated = config.gated_feed_forward
         # Queries are scaled by 1/sqrt(d_head) as they are projected, rather than every score after.
         scale = 1 / math.sqrt(self.d_head)
         self.layers = [DecoderLayerWeights(
@@ -506,12 +595,13 @@ class StepDecoder:
             self_out=_stacked(layer.self_attention.w_o),
             cross_query=_stacked(layer.cross_attention.w_q, scales=(scale,)),
             cross_key_value=_stacked(layer.cross_attention.w_k, layer.cross_attention.w_v),
-            cross_out=_stacked(layer.cross_attention.w_o), feed_forward_in=_stacked(layer.feed_forward.linear_in),
+            cross_out=_stacked(layer.cross_attention.w_o),
+            feed_forward_in=_stacked(*filter(None, (layer.feed_forward.linear_in, layer.feed_forward.linear_gate))),
             feed_forward_out=_stacked(layer.feed_forward.linear_out),
-            norms=tuple(LayerNormWeights.of(block.norm) for block in (
+            norms=tuple(NormWeights.of(block.norm) for block in (
                 layer.self_attention_block, layer.cross_attention_block, layer.feed_forward_block)))
             for layer in model.decoder_layers]
-        self.final_norm = LayerNormWeights.of(model.decoder_norm) if self.pre_norm else None
+        self.final_norm = NormWeights.of(model.decoder_norm) if self.pre_norm else None
         self.generator = _stacked(model.generator)
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -521,11 +611,19 @@ class StepDecoder:
     def memory_keys_values(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Every layer's cross-attention keys and values of `memory` (B, S, d_model): (B, H, S, d_head) each."""
         batch, length, d_model = memory.shape
+        inner = self.n_heads * self.d_head
         pairs = []
         for layer in self.layers:
             keys_values = _linear(memory.reshape(-1, d_model), layer.cross_key_value).view(batch, length, -1)
-            pairs.append((self.split_heads(keys_values[..., :d_model]), self.split_heads(keys_values[..., d_model:])))
+            pairs.append((self.split_heads(keys_values[..., :inner]), self.split_heads(keys_values[..., inner:])))
         return pairs
+
+    def _feed_forward(self, h: Tensor, layer: DecoderLayerWeights) -> Tensor:
+        hidden = _linear(h, layer.feed_forward_in)
+        if self.gated:
+            hidden, gate = hidden.chunk(2, dim=-1)
+            return _linear(self.activation(hidden) * gate, layer.feed_forward_out)
+        return _linear(self.activation(hidden), layer.feed_forward_out)
 
     def _attend(self, query: Tensor, keys: Tensor, values: Tensor, bias: Tensor | None, gate: Tensor | None
                 ) -> tuple[Tensor, Tensor]:
@@ -554,9 +652,14 @@ class StepDecoder:
         -> logits (B, V), self-attention weights (L, B, H, width), cross-attention weights (L, B, H, S).
         """
         rows = torch.arange(tokens.size(0))
-        x = self.token_table[tokens] * self.scale + self.position_table[positions]  # (B, d_model)
+        x = self.token_table[tokens] * self.scale  # (B, d_model)
+        if self.position_table is not None:
+            x = x + self.position_table[positions]
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
+        if self.position_bias is not None:  # each sentence's query position against every cached key position
+            relative = self.position_bias(positions[:, None], torch.arange(self_keys[0].size(2)))  # (B, H, 1, width)
+            self_bias = relative if self_bias is None else relative + self_bias
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             self_norm, cross_norm, feed_forward_norm = layer.norms
@@ -576,8 +679,7 @@ class StepDecoder:
             x = self._residual(x, _linear(out, layer.cross_out), cross_norm)
 
             h = feed_forward_norm(x) if self.pre_norm else x
-            x = self._residual(x, _linear(self.activation(_linear(h, layer.feed_forward_in)), layer.feed_forward_out),
-                               feed_forward_norm)
+            x = self._residual(x, self._feed_forward(h, layer), feed_forward_norm)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return _linear(x, self.generator), torch.stack(self_maps), torch.stack(cross_maps)

@@ -296,14 +296,15 @@ class Translator:
         return tokens
 
     def source_prefix(self, src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]:
-        """The language code a multilingual model reads before the text (none for a model of one direction)."""
+        """The language code (or T5's prompt) a multilingual model reads before the text (none for a model of one
+        direction)."""
         if self.languages is None:
             if src_lang or tgt_lang:
                 raise InputError("This model translates in one direction only: it takes no source or target "
                                  "language.")
             return []
         try:
-            return self.languages.source_prefix(src_lang or None, tgt_lang or None)
+            return self.languages.source_prefix(src_lang or None, tgt_lang or None, self.src_tokenizer)
         except ValueError as error:
             raise InputError(str(error)) from None
 

@@ -20,6 +20,11 @@ def pytest_configure(config):
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
+# T5's switches (model/convert_hf.py): relative positions, RMSNorm, gated GELU, heads narrower than d_model / heads.
+T5_LIKE = dict(positional="relative", norm="pre", normalization="rms", gated_feed_forward=True, activation="gelu_tanh",
+               d_head=6, relative_buckets=8, relative_max_distance=16, scale_embeddings=False)
+
+
 def tiny_config(**overrides) -> ModelConfig:
     """A model small enough to build and run in milliseconds."""
     settings = dict(src_vocab_size=23, tgt_vocab_size=29, d_model=32, n_heads=4, n_encoder_layers=2,

@@ -143,3 +143,47 @@ def mbart50(folder: Path, seed: int = 2) -> Path:
                          decoder_start_token_id=2, activation_function="gelu", scale_embedding=True, **TINY)
     _widen(MBartForConditionalGeneration(config), seed).save_pretrained(folder)
     return folder
+
+
+# google-t5/t5-small's config.json, for the benchmark (60 M parameters).
+T5_SMALL = dict(d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8,
+                relative_attention_num_buckets=32, relative_attention_max_distance=128, vocab_size=32128)
+
+
+def t5(folder: Path, seed: int = 4, gated: bool = False, config: dict | None = None) -> Path:
+    """A T5-like model: relative position bias, RMSNorm, no biases, heads narrower than d_model / heads (as in
+    flan-t5-small). Original T5: ReLU, the output tied to the embedding and scaled, and t5-small's translation
+    prompts in task_specific_params. `gated`: v1.1 / flan-t5, gated GELU and an output matrix of its own (saved as
+    transformers 4 saved it), no prompts in the config (the paper's three are used). `config`: other sizes."""
+    from safetensors.torch import load_file, save_file
+    from transformers import T5Config, T5ForConditionalGeneration, T5Tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_sentencepiece(folder / "spm", pad_id=0, eos_id=1, unk_id=2, bos_id=-1), folder / "spiece.model")
+    for leftover in folder.glob("spm.*"):
+        leftover.unlink()
+    tokenizer = T5Tokenizer.from_pretrained(folder, extra_ids=10)
+    tokenizer.save_pretrained(folder)
+    prompts = {} if gated else {"task_specific_params": {
+        f"translation_en_to_{code}": {"prefix": f"translate English to {name}: ", "num_beams": 4}
+        for code, name in (("de", "German"), ("fr", "French"))}}
+    sizes = dict(vocab_size=len(tokenizer) + 6, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=2,
+                 num_heads=6, relative_attention_num_buckets=8, relative_attention_max_distance=20) | (config or {})
+    config = T5Config(feed_forward_proj="gated-gelu" if gated else "relu", decoder_start_token_id=0, pad_token_id=0,
+                      eos_token_id=1, **sizes, **prompts)
+    _widen(T5ForConditionalGeneration(config), seed).save_pretrained(folder)
+    if gated:  # v1.1's own output matrix, which transformers 5 keeps apart when it differs from the embedding
+        weights = load_file(str(folder / "model.safetensors"))
+        weights["lm_head.weight"] = torch.randn(weights["shared.weight"].shape,
+                                                generator=torch.Generator().manual_seed(seed + 1000)) * 0.4
+        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        settings = json.loads((folder / "config.json").read_text())
+        settings.pop("scale_decoder_outputs", None)
+        (folder / "config.json").write_text(json.dumps({**settings, "tie_word_embeddings": False}))
+        # and its tokenizer.json as transformers 4 wrote it: a Metaspace alone, spaces collapsed by the normalizer
+        spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
+        spec["normalizer"] = {"type": "Sequence", "normalizers": [
+            spec["normalizer"], {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+        (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return folder

@@ -5,6 +5,7 @@ transformers' eager attention."""
 import json
 import pickle
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ import hub_models  # noqa: E402
 transformers = pytest.importorskip("transformers")
 
 BUILDERS = {"marian": hub_models.marian, "nllb": hub_models.nllb, "m2m100": hub_models.m2m100,
-            "mbart50": hub_models.mbart50}
+            "mbart50": hub_models.mbart50, "t5": hub_models.t5, "flan-t5": partial(hub_models.t5, gated=True)}
 TEXT = "A man reads the newspaper in the park."
 HOSTILE = ["Ein Mann liest 😀🦜 im Park.", "naïve café über, nai\u0308ve cafe\u0301",  # emoji; precomposed, combining
            "control\u0000chars\u0007and\u200b\ufeffzero width", "<script>alert('x')</script> &amp; <b>bold</b>",
@@ -56,6 +57,21 @@ def hub_ids(translator, tokenizer, our_ids: list[int]) -> list[int]:
     index = hub_to_ours(translator, tokenizer)
     ours_to_hub = {int(o): h for h, o in enumerate(index.tolist())}
     return [ours_to_hub[i] for i in our_ids]
+
+
+def hub_text(translator, text: str) -> str:
+    """What a transformers user passes for `text`: T5's prompt first ("translate English to German: ")."""
+    languages = translator.languages
+    return languages.prompts[languages.source, languages.target] + text if languages and languages.prompts else text
+
+
+def out_projection(model, kind: str, layer: int) -> torch.nn.Linear:
+    """transformers' output projection of an encoder self-attention or a cross-attention layer."""
+    if model.config.model_type == "t5":
+        return (model.encoder.block[layer].layer[0].SelfAttention.o if kind == "encoder"
+                else model.decoder.block[layer].layer[1].EncDecAttention.o)
+    return (model.model.encoder.layers[layer].self_attn.out_proj if kind == "encoder"
+            else model.model.decoder.layers[layer].encoder_attn.out_proj)
 
 
 def first_target(translator, tokenizer) -> list[int]:
@@ -99,9 +115,12 @@ def test_greedy_and_beam_tokens_match_generate(hub, family):
         assert greedy == hub_ids(translator, tokenizer, traced.trace.token_ids)
         beam = translator.beam(text, beam_size=5)
         options["max_new_tokens"] += 1  # the limit's own <eos>
+        # Our beam's log-probabilities are over the tokens a model may emit (<pad> and <sos> left out, the rest
+        # renormalised), as transformers' are with renormalize_logits after bad_words_ids.
         with torch.no_grad():
             best = model.generate(src, num_beams=5, early_stopping=True, length_penalty=beam.beam.length_penalty,
-                                  forced_eos_token_id=tokenizer.eos_token_id, **options)[0, 1:].tolist()
+                                  forced_eos_token_id=tokenizer.eos_token_id, renormalize_logits=True,
+                                  **options)[0, 1:].tolist()
         assert [t for t in best if t != tokenizer.pad_token_id] == \
             hub_ids(translator, tokenizer, translator.tgt_vocab.encode(beam.tokens(beam.beam.n_best[0])))
 
@@ -111,7 +130,7 @@ def test_token_ids_match_the_hub_tokenizer_on_hostile_text(hub, family):
     _, translator, _, tokenizer = hub[family]
     for text in HOSTILE:
         ours = translator.encode_source(translator.source_prefix() + translator.src_tokenizer(text))
-        assert hub_ids(translator, tokenizer, ours) == tokenizer(text).input_ids, text
+        assert hub_ids(translator, tokenizer, ours) == tokenizer(hub_text(translator, text)).input_ids, text
 
 
 @pytest.mark.parametrize("family", BUILDERS)
@@ -119,16 +138,16 @@ def test_a_head_switched_off_matches_zeroing_its_slice_in_transformers(hub, fami
     _, translator, model, tokenizer = hub[family]
     src_ids = translator.encode_source(translator.source_tokens(TEXT))
     target = translator.trace(TEXT).target_tokens
-    for kind, hub_module in (("encoder", model.model.encoder.layers[1].self_attn),
-                             ("cross", model.model.decoder.layers[0].encoder_attn)):
-        head, d_head = 2, model.config.d_model // model.config.encoder_attention_heads
+    for kind, hub_module in (("encoder", out_projection(model, "encoder", 1)),
+                             ("cross", out_projection(model, "cross", 0))):
+        head, d_head = 2, translator.model.config.d_head
 
         def zero_head(_, inputs):
             x = inputs[0].clone()
             x[..., head * d_head:(head + 1) * d_head] = 0
             return (x,)
 
-        handle = hub_module.out_proj.register_forward_pre_hook(zero_head)
+        handle = hub_module.register_forward_pre_hook(zero_head)
         try:
             tgt_in = [2] + translator.tgt_vocab.encode(target[:-1])
             with torch.no_grad():
@@ -282,3 +301,22 @@ def test_a_config_that_lacks_a_size_is_refused(marian_folder, tmp_path):
     (marian_folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConversionError, match="does not describe a model converted here: 'd_model'"):
         convert(str(marian_folder), tmp_path / "out")
+
+
+def test_t5_reads_the_prompt_of_each_direction_its_config_names(hub, tmp_path):
+    _, t5, _, _ = hub["t5"]
+    assert t5.languages.sources() == ["en"] and t5.languages.targets() == ["de", "fr"]  # t5-small's task params
+    french = "".join(t5.source_tokens(TEXT, tgt_lang="fr")).replace("▁", " ")
+    assert french.startswith(" translate English to French: A man")
+    with pytest.raises(InputError, match="does not translate fr→de; it translates en→de, en→fr"):
+        t5.trace(TEXT, src_lang="fr", tgt_lang="de")
+    assert t5.with_target_prefix(["▁Ein"]) == ["▁Ein"]  # nothing is given in the target
+    ours = t5.model
+    assert ours.src_embedding.tokens.weight.data_ptr() == ours.generator.weight.data_ptr()  # tied, scale folded
+    folder, flan, _, _ = hub["flan-t5"]
+    assert flan.languages.targets() == ["de", "fr", "ro"]  # no prompts in its config: the T5 paper's three
+    assert flan.model.generator.weight.data_ptr() != flan.model.src_embedding.tokens.weight.data_ptr()
+    romanian = load_checkpoint(convert(str(folder), tmp_path / "ro", tgt_lang="ro"))
+    assert "Romanian:" in "".join(romanian.source_tokens(TEXT)).replace("▁", " ")
+    with pytest.raises(ConversionError, match="no target language 'es'"):
+        convert(str(folder), tmp_path / "es", tgt_lang="es")

@@ -2,6 +2,7 @@
 model, links and the JSON API (tiny random models of tests/hub_models.py, no server)."""
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,15 @@ TEXT = "A man reads the newspaper in the park."
 
 @pytest.fixture(scope="module")
 def hub_events(tmp_path_factory):
-    """The page for two converted Marian models (one English source, to compare) and a converted NLLB model."""
+    """The page for two converted Marian models (one English source, to compare), a converted NLLB model and a
+    converted flan-t5-like model."""
     from conftest import Events
     from ui import build_demo
     from ui.services import Services
 
     root = tmp_path_factory.mktemp("hub-app")
-    models = (("opus-a", hub_models.marian, 0), ("nllb", hub_models.nllb, 1), ("opus-b", hub_models.marian, 5))
+    models = (("opus-a", hub_models.marian, 0), ("nllb", hub_models.nllb, 1), ("opus-b", hub_models.marian, 5),
+              ("flan", partial(hub_models.t5, gated=True), 4))
     translators = {name: load_checkpoint(convert(str(build(root / name, seed=seed)), root / "checkpoints" / name))
                    for name, build, seed in models}
     services = Services(translators, root=root / "checkpoints")
@@ -143,3 +146,22 @@ def test_the_language_menus_in_the_browser(hub_events):
             browser.close()
     finally:
         demo.close()
+
+
+def test_a_t5_model_reads_its_prompt_and_every_view_and_measure_draws_it(hub_events):
+    from ui import listeners
+
+    answer = hub_events.translate(TEXT, model="flan")
+    session = answer["session"]
+    source = "".join(session.trace.source_tokens).replace("▁", " ")
+    assert source.startswith(" translate English to German: A man"), source  # the encoder reads the prompt
+    assert answer["src_lang"]["choices"] == ["en"] and answer["tgt_lang"]["choices"] == ["de", "fr", "ro"]
+    assert session.trace.forced == 0  # nothing is given in the target: T5 names the language in the prompt
+    for kind in (ENCODER, DECODER, CROSS):
+        for measure in MEASURES:
+            shown = hub_events.view(session, kind, 1, MEAN, measure, 2, False)
+            assert "Unknown" not in (shown.get("status") or ""), (kind, measure)
+    changed = hub_events.run(listeners.change_languages, session, "flan", TEXT, "en", "ro")["session"]
+    assert "Romanian:" in "".join(changed.trace.source_tokens).replace("▁", " ")
+    refused = hub_events.run(listeners.change_languages, changed, "flan", TEXT, "de", "ro")
+    assert "does not translate de→ro; it translates en→de, en→fr, en→ro" in refused["status"] and refused["session"].tgt_lang == "ro"

@@ -15,7 +15,7 @@ from model.decoding import TraceBatch, TraceRequest, greedy_trace
 from model.seq2seq import head_gates
 from model.transformer import Transformer
 from model.vocab import EOS_ID
-from tests.conftest import tiny_config
+from tests.conftest import T5_LIKE, tiny_config
 
 # Sources of mixed lengths (ids of the tiny vocabulary, ending with <eos>).
 SOURCES = [[5, 6, 7, EOS_ID], [8, 9, 10, 11, 12, 13, 14, 15, 16, EOS_ID], [17, EOS_ID], [18, 5, 9, 20, 6, EOS_ID]]
@@ -42,7 +42,7 @@ def model_with(eos_nudge: float = 2.0, **overrides) -> Transformer:
     return model
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}, {"positional": "learned"}])
+@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}, {"positional": "learned"}, T5_LIKE])
 def test_one_sentence_alone_is_the_module_trace(overrides):
     model = model_with(**overrides)
     for src_ids in SOURCES:
@@ -51,7 +51,7 @@ def test_one_sentence_alone_is_the_module_trace(overrides):
         assert_close_traces(batch.run()[ticket], greedy_trace(model, src_ids, max_len=12, top_k=3))
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}])
+@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}, T5_LIKE])
 def test_sentences_joining_mid_decode_get_their_lone_traces(overrides):
     """Arrivals at steps 0, 0, 2 and 5, of mixed lengths, leaving at different steps (length limits 4 to 15)."""
     model = model_with(eos_nudge=0.0, **overrides)

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from model.decoding import greedy_decode, greedy_trace
-from model.transformer import ModelConfig, Transformer, attention
+from model.transformer import ModelConfig, Transformer, attention, relative_buckets
 from model.vocab import EOS_ID, PAD_ID, SOS_ID
 
-from tests.conftest import tiny_config
+from tests.conftest import T5_LIKE, tiny_config
 
 
 def padded_batch():
@@ -61,10 +61,11 @@ def test_padded_positions_get_zero_weight(tiny_model):
     torch.testing.assert_close(logits_batch[1, :2], logits_alone[0], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("norm,positional", [("post", "sinusoidal"), ("pre", "learned")])
-def test_fused_sdpa_path_matches_inspection_path(norm, positional):
+@pytest.mark.parametrize("overrides", [dict(norm="post", positional="sinusoidal"),
+                                       dict(norm="pre", positional="learned"), T5_LIKE])
+def test_fused_sdpa_path_matches_inspection_path(overrides):
     torch.manual_seed(0)
-    model = Transformer(tiny_config(norm=norm, positional=positional)).eval()
+    model = Transformer(tiny_config(**overrides)).eval()
     src, tgt = padded_batch()
     fused, _ = model(src, tgt, fused=True)
     inspected, maps = model(src, tgt, need_weights=True)
@@ -93,6 +94,33 @@ def test_cached_greedy_trace_equals_full_recomputation(tiny_model):
     # The batched greedy decoder agrees with the trace.
     expected = [t for t in trace.token_ids if t != EOS_ID]
     assert greedy_decode(tiny_model, src, max_len=8) == [expected]
+
+
+def test_relative_positions_decoded_with_a_cache_equal_the_whole_target_at_once():
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(**T5_LIKE)).eval()
+    src, tgt = torch.tensor([[5, 6, 7, 8, EOS_ID]]), torch.tensor([[SOS_ID, 9, 10, 11, 12]])
+    with torch.no_grad():
+        whole, maps = model(src, tgt, need_weights=True)
+        memory, src_mask, _ = model.encode(src)
+        cache = model.new_cache()
+        steps = [model.decode(tgt[:, t:t + 1], memory, src_mask, cache, need_weights=True) for t in range(5)]
+    torch.testing.assert_close(torch.cat([logits for logits, _ in steps], 1), whole, atol=1e-5, rtol=1e-5)
+    for t, (_, step_maps) in enumerate(steps):
+        torch.testing.assert_close(step_maps.decoder[:, 0, :, 0], maps.decoder[:, 0, :, t, :t + 1])
+    assert (maps.decoder[:, 0, :, 0, 0] == 1).all()  # the first position sees only itself
+
+
+def test_relative_buckets_are_t5s():
+    """Mesh TensorFlow's buckets for 32 buckets and distance 128 (T5's defaults), by hand: exact for |d| < 8 (one
+    side), logarithmic up to 128, then the last bucket; bidirectional, keys after the query in the upper half."""
+    distance = torch.tensor([-200, -128, -100, -20, -9, -8, -7, -1, 0, 1, 7, 8, 20, 200])
+    one_way = relative_buckets(distance, bidirectional=False, buckets=32, max_distance=128)
+    # 16 + log(d / 16) / log(8) * 16 for d >= 16 (max_exact 16 when one-way)
+    assert one_way.tolist() == [31, 31, 30, 17, 9, 8, 7, 1, 0, 0, 0, 0, 0, 0]
+    both = relative_buckets(distance, bidirectional=True, buckets=32, max_distance=128)
+    # 16 buckets a side, 8 exact: 8 + log(d / 8) / log(16) * 8
+    assert both.tolist() == [15, 15, 15, 10, 8, 8, 7, 1, 0, 17, 23, 24, 26, 31]
 
 
 def test_a_layer_of_the_paper_base_model_has_the_papers_parameter_count():

@@ -116,8 +116,7 @@ class Services:
         languages = self.card(model).languages if isinstance(model, str) and model in self.translators else None
         if languages is None:
             return [], []
-        codes = sorted(languages.codes)
-        return (codes if languages.source is not None else []), codes
+        return languages.sources(), languages.targets()
 
     def model_choices(self) -> list[tuple[str, str]]:
         """Menu entries: every loaded checkpoint with its languages and test score."""
