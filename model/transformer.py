@@ -3,7 +3,9 @@
 Post-LN residual blocks as in the paper, pre-LN ("On Layer Normalization in the
 Transformer Architecture", Xiong et al., 2020) as an option; sinusoidal positions
 as in the paper, learned positions (as in Gehring et al., 2017 and the PyTorch
-seq2seq tutorial) as an option.
+seq2seq tutorial) as an option. Switches that converted Hub models need (model/convert_hf.py): other sinusoid
+layouts, an embedding LayerNorm, other activations, and T5's relative position bias, RMSNorm, gated feed-forward
+network and heads whose width is not d_model / heads.
 
 Every attention map can be returned: `attention()` is a pure function that gives
 `(output, weights)`, and the weights travel up the call chain into `Attention` (with, on request, each
