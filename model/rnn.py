@@ -2,11 +2,20 @@
 Translate", Bahdanau et al., 2015; the attentional decoder of "Effective Approaches to Attention-based
 Neural Machine Translation", Luong et al., 2015).
 
-A bidirectional GRU reads the source; a GRU decoder attends over the encoder states at every step,
-with scaled dot-product attention (one head) or multi-head attention (`n_heads` > 1), both the
-`MultiHeadAttention` of `model.transformer`. It is a `Seq2Seq` (model/seq2seq.py) like the Transformer, so
-decoding, traces, checkpoints and the app serve it unchanged; it has one layer of cross-attention (whose
-heads can be gated) and no self-attention.
+A bidirectional GRU reads the source; a GRU decoder attends over the encoder states at every step, with one of
+three attentions (`RNNConfig.attention`), all the `MultiHeadAttention` of `model.transformer`:
+
+- `dot`: Luong's dot score with no weights at all, as seed 001 section 3.1 writes it: score s·h/√hidden,
+  weights softmax, output the weighted sum of h, which the decoder reads with s ([context; s] through `combine`);
+- `split`: seed 001 section 3.2: s and every h cut into `n_heads` pieces, the same dot product per piece
+  (scaled by √(hidden / heads)), no projections; the pieces' outputs are concatenated with s and go through one
+  linear map, `combine` (the seed declares that `fc` Linear(hidden, hidden) but feeds it 2·hidden features: read
+  as Linear(2·hidden, hidden)). One head is `dot`;
+- `general`: learned W_Q, W_K, W_V per head and W_O (seed section 4.2, Vaswani et al.); with one head its score
+  (W_q s + b)·(W_k h + b)/√hidden is Luong's "general" score.
+
+It is a `Seq2Seq` (model/seq2seq.py) like the Transformer, so decoding, traces, checkpoints and the app serve it
+unchanged; it has one layer of cross-attention (whose heads can be gated) and no self-attention.
 """
 
 from __future__ import annotations
@@ -21,6 +30,11 @@ from model.seq2seq import CROSS, Attention, HeadGates
 from model.transformer import MultiHeadAttention, padding_mask
 
 
+# What the decoder's attention computes (see the module's docstring): no weights, heads without weights, or learned
+# projections.
+ATTENTIONS = ("dot", "split", "general")
+
+
 @dataclass(frozen=True)
 class RNNConfig:
     """Hyper-parameters that rebuild an `RNNSeq2Seq`; saved as config.json beside the weights."""
@@ -29,15 +43,20 @@ class RNNConfig:
     tgt_vocab_size: int
     embedding_dim: int = 256
     hidden_size: int = 512
-    n_heads: int = 1  # 1: scaled dot-product attention; more: multi-head attention
+    n_heads: int = 1
     dropout: float = 0.3
     max_len: int = 128
     pad_id: int = 0
     architecture: str = "rnn"
+    attention: str = "general"  # one of ATTENTIONS (checkpoints saved before the choice existed: "general")
 
     def __post_init__(self):
         if self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by n_heads ({self.n_heads})")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(map(repr, ATTENTIONS))}, not {self.attention!r}")
+        if self.attention == "dot" and self.n_heads != 1:
+            raise ValueError("dot attention has one head; split attention cuts the states into several")
 
     def to_dict(self) -> dict:
         """The config as a JSON-ready dict."""
@@ -74,7 +93,8 @@ class RNNSeq2Seq(nn.Module):
         self.bridge = nn.Linear(hidden, hidden)  # mean encoder state -> first decoder state
         # The decoder reads the previous token and the previous attentional output (input feeding).
         self.decoder = nn.GRUCell(config.embedding_dim + hidden, hidden)
-        self.cross_attention = MultiHeadAttention(hidden, config.n_heads, dropout=0.0)
+        self.cross_attention = MultiHeadAttention(hidden, config.n_heads, dropout=0.0,
+                                                  projections=config.attention == "general")
         self.combine = nn.Linear(2 * hidden, hidden)
         self.generator = nn.Linear(hidden, config.tgt_vocab_size)
 

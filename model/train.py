@@ -40,7 +40,7 @@ from model.checkpoint import (build_model, load_checkpoint, load_weights, read_j
                               write_json)
 from model.data import Column, load_pairs, rows, take
 from model.evaluate import DEFAULT_DATA, score
-from model.rnn import RNNConfig
+from model.rnn import ATTENTIONS, RNNConfig
 from model.transformer import ModelConfig
 from model.translator import Translator
 from model.vocab import BPE, CHARS, EOS_ID, PAD_ID, Tokenizer, Truecaser, Vocab
@@ -80,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-tie", action="store_true", help="do not share target embedding and output projection")
     p.add_argument("--hidden-size", type=int, default=512, help="RNN: decoder state size (encoder: half per direction)")
     p.add_argument("--embedding-dim", type=int, default=256, help="RNN: word embedding size")
+    p.add_argument("--attention", default="general", choices=list(ATTENTIONS),
+                   help="RNN: dot (no weights), split (heads cut from the states, no weights) or general (learned "
+                        "projections per head)")
     p.add_argument("--teacher-forcing", type=float, default=1.0,
                    help="RNN: probability of feeding the gold previous token while training (else the model's guess)")
     p.add_argument("--max-len", type=int, default=128, help="longest sequence the model can take (positions)")
@@ -125,7 +128,7 @@ def model_config(args, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig 
     if args.architecture == "rnn":
         return RNNConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
                          embedding_dim=args.embedding_dim, hidden_size=args.hidden_size, n_heads=args.heads,
-                         dropout=args.dropout, max_len=args.max_len, pad_id=PAD_ID)
+                         dropout=args.dropout, max_len=args.max_len, pad_id=PAD_ID, attention=args.attention)
     return ModelConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=args.d_model,
                        n_heads=args.heads, n_encoder_layers=args.encoder_layers,
                        n_decoder_layers=args.decoder_layers, d_ff=args.d_ff, dropout=args.dropout,

@@ -160,18 +160,29 @@ def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = N
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention: h parallel heads of scaled dot-product attention, concatenated and projected."""
+    """Multi-head attention: h parallel heads of scaled dot-product attention, concatenated and projected.
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, d_head: int | None = None):
+    Without `projections`, queries, keys and values are the inputs themselves, split into heads, and the heads'
+    outputs are concatenated as they are: no parameters at all (the GRU models' `dot` and `split` attention).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, d_head: int | None = None,
+                 projections: bool = True):
         super().__init__()
         self.n_heads = n_heads
         self.d_head = d_head or d_model // n_heads
         self.dropout = dropout
         inner = n_heads * self.d_head
-        self.w_q = nn.Linear(d_model, inner)
-        self.w_k = nn.Linear(d_model, inner)
-        self.w_v = nn.Linear(d_model, inner)
-        self.w_o = nn.Linear(inner, d_model)
+        if not projections and inner != d_model:
+            raise ValueError(f"heads without projections must split d_model ({d_model}) exactly, not into {inner}")
+
+        def linear(features_in: int, features_out: int) -> nn.Module:
+            return nn.Linear(features_in, features_out) if projections else nn.Identity()
+
+        self.w_q = linear(d_model, inner)
+        self.w_k = linear(d_model, inner)
+        self.w_v = linear(d_model, inner)
+        self.w_o = linear(inner, d_model)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, d_model) -> (B, H, T, d_head)."""
@@ -211,8 +222,9 @@ class MultiHeadAttention(nn.Module):
         (B, H, S, d_head) -> (B, H, S, d_model): the output is concat_h(Σ_j α_ij v_j) W_O^T, and head h's
         columns of W_O act on head h alone (Kobayashi et al., 2020).
         """
-        d_model = self.w_o.weight.size(0)
-        per_head = self.w_o.weight.view(d_model, self.n_heads, self.d_head)  # (d_model, H, d_head)
+        inner = self.n_heads * self.d_head
+        weight = self.w_o.weight if isinstance(self.w_o, nn.Linear) else torch.eye(inner, dtype=values.dtype)
+        per_head = weight.view(weight.size(0), self.n_heads, self.d_head)  # (d_model, H, d_head)
         return torch.einsum("bhsd,mhd->bhsm", values, per_head)
 
 

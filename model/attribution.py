@@ -1,0 +1,148 @@
+"""Gradient attributions of one prediction: how much each source token and each earlier target token moved the
+log-probability of the token chosen at step t, by three methods that inseq offers, computed with Captum.
+
+- saliency: the norm of the gradient with respect to the token's embedding, ‖∂f/∂e_i‖ (Simonyan et al., 2014);
+- input × gradient: Σ_d e_i,d ∂f/∂e_i,d (Shrikumar et al., 2017), signed;
+- integrated gradients (Sundararajan et al., 2017): Σ_d (e_i,d − b_i,d) ∫ ∂f/∂e_i,d(b + α(e − b)) dα, signed, whose
+  sum over every token is f(e) − f(b) (completeness); the baseline b is zero embeddings or every token's
+  embedding replaced by <pad>'s, the integral a Gauss-Legendre sum of `steps` points, all in one batch.
+
+f is log p(token | source, target prefix) over the tokens the model may emit (<pad> and <sos> left out, as
+decoding does), or, contrastive (Yin & Neubig, 2022), log p(token) − log p(alternative): why this token and not
+that one.
+
+The embeddings are those the model's token tables give (before the Transformer's √d_model and positions), put
+in place of the tables' outputs by forward hooks: the same code serves the Transformer, the GRU models (whose
+decoder reads one target token per step) and converted Hub models (one table for both sides).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from model.decoding import next_token_logits
+from model.seq2seq import HeadGates, Seq2Seq
+from model.vocab import PAD_ID, SOS_ID
+
+SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS = "saliency", "input_x_gradient", "integrated_gradients"
+METHODS = (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS)
+BASELINES = ("zero", "pad")
+
+
+@dataclass
+class Attributions:
+    """One prediction's attributions: to each source token (the encoder's input, <eos> included) and to each
+    decoder input token before it (<sos>, then the tokens generated before step t)."""
+
+    method: str
+    step: int
+    token: int  # the target id whose log-probability is explained
+    contrast: int | None  # the alternative's id (contrastive), else None
+    source: np.ndarray  # (S,)
+    target: np.ndarray  # (step + 1,)
+    score: float  # f at the real embeddings
+    baseline_score: float | None = None  # f at the baseline (integrated gradients)
+    delta: float | None = None  # integrated gradients' completeness error: Σ attributions − (score − baseline_score)
+
+
+def token_tables(model: Seq2Seq) -> tuple[nn.Embedding, nn.Embedding]:
+    """The source and target token tables (the same module where one vocabulary is shared)."""
+    source, target = model.src_embedding, model.tgt_embedding
+    return getattr(source, "tokens", source), getattr(target, "tokens", target)
+
+
+@contextmanager
+def replaced(table: nn.Embedding, embeddings: Tensor) -> Iterator[None]:
+    """While open, `table` returns `embeddings` (B, T, d) instead of looking ids up: all of them for a call with
+    (B, T) ids, and column t at the t-th call with (B,) ids (a GRU decoder reads one token a step)."""
+    calls = iter(range(embeddings.size(1)))
+
+    def hook(_module, inputs, _output):
+        return embeddings if inputs[0].dim() == 2 else embeddings[:, next(calls)]
+
+    handle = table.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+class Prediction:
+    """f(source embeddings, target embeddings) for one sentence and the target prefix before a step: a function of
+    batched embeddings (B, S, d) and (B, step + 1, d), as Captum calls it."""
+
+    def __init__(self, model: Seq2Seq, src_ids: list[int], prefix: list[int], token: int,
+                 contrast: int | None = None, gates: HeadGates | None = None):
+        self.model, self.token, self.contrast, self.gates = model, token, contrast, gates
+        self.src = torch.tensor([src_ids])
+        self.tgt = torch.tensor([[SOS_ID] + prefix])
+        self.tables = token_tables(model)
+
+    def embeddings(self, baseline: str | None = None) -> tuple[Tensor, Tensor]:
+        """The real embeddings, or a baseline's: "zero", or "pad" (every token's row replaced by <pad>'s)."""
+        source, target = self.tables
+        if baseline is None:
+            return source(self.src).detach(), target(self.tgt).detach()
+        if baseline == "zero":
+            return (source.weight.new_zeros(*self.src.shape, source.embedding_dim),
+                    target.weight.new_zeros(*self.tgt.shape, target.embedding_dim))
+        return source(torch.full_like(self.src, PAD_ID)).detach(), target(torch.full_like(self.tgt, PAD_ID)).detach()
+
+    def __call__(self, source: Tensor, target: Tensor) -> Tensor:
+        batch = source.size(0)
+        src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
+        source_table, target_table = self.tables
+        with replaced(source_table, source):
+            memory, src_mask, _ = self.model.encode(src, gates=self.gates)
+        with replaced(target_table, target):
+            logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates)
+        log_probs = next_token_logits(logits).log_softmax(-1)  # the last position: step t's prediction
+        score = log_probs[:, self.token]
+        return score if self.contrast is None else score - log_probs[:, self.contrast]
+
+
+def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int, method: str = SALIENCY,
+              token: int | None = None, contrast: int | None = None, steps: int = 32, baseline: str = "zero",
+              gates: HeadGates | None = None) -> Attributions:
+    """Attributions of the prediction at `step` of the translation `tgt_ids` (the generated tokens; the decoder
+    reads <sos> and `tgt_ids[:step]`) of `token` (default: `tgt_ids[step]`, the token chosen there), against
+    `contrast` if given. Integrated gradients: `steps` points from `baseline` ("zero" or "pad")."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, not {baseline!r}")
+    if not 0 <= step < len(tgt_ids) + (token is not None):
+        raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
+    token = tgt_ids[step] if token is None else token
+    from captum.attr import InputXGradient, IntegratedGradients, Saliency  # imports matplotlib: on first use only
+
+    was_training = model.training
+    model.eval()
+    prediction = Prediction(model, src_ids, tgt_ids[:step], token, contrast, gates)
+    inputs = tuple(e.requires_grad_() for e in prediction.embeddings())
+    try:
+        with torch.enable_grad():
+            score = float(prediction(*inputs).detach())
+            baseline_score = delta = None
+            if method == SALIENCY:
+                gradients = Saliency(prediction).attribute(inputs, abs=False)
+                per_token = [g.norm(dim=-1)[0] for g in gradients]
+            elif method == INPUT_X_GRADIENT:
+                per_token = [a.sum(-1)[0] for a in InputXGradient(prediction).attribute(inputs)]
+            else:
+                baselines = prediction.embeddings(baseline)
+                attributions, error = IntegratedGradients(prediction).attribute(
+                    inputs, baselines=baselines, n_steps=steps, method="gausslegendre", internal_batch_size=steps,
+                    return_convergence_delta=True)
+                per_token = [a.sum(-1)[0] for a in attributions]
+                baseline_score, delta = float(prediction(*baselines).detach()), float(error[0])
+    finally:
+        model.train(was_training)
+    source, target = (t.detach().numpy() for t in per_token)
+    return Attributions(method, step, token, contrast, source, target, score, baseline_score, delta)
