@@ -29,6 +29,7 @@ import torch  # noqa: E402
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
 from model.decoding import greedy_trace  # noqa: E402
 from model.keys import ALL_HEADS, ALTI, CROSS, ENCODER, MEAN, WEIGHTS  # noqa: E402
+from model.words import PIECES  # noqa: E402
 from ui import build_demo, listeners, load_services, operations  # noqa: E402
 from ui.tabs.sources import measure_sources  # noqa: E402
 from viz.attention import PlainFigure  # noqa: E402
@@ -61,7 +62,7 @@ class Page:
         self.services = load_services(ROOT / "checkpoints", workers=0)
         self.page = build_demo(self.services).page
 
-    def run(self, operation, session, *extras, view=(CROSS, 0, MEAN, WEIGHTS, 1, False), outputs=None) -> dict:
+    def run(self, operation, session, *extras, view=(CROSS, 0, MEAN, WEIGHTS, 1, False, PIECES), outputs=None) -> dict:
         answer = listeners.answer(self.page, self.services, operation,
                                   outputs or listeners.session_outputs(self.page), len(extras))
         return answer(session, *extras, *view)
@@ -70,7 +71,7 @@ class Page:
         return self.run(operations.translate, session, model, text)
 
     def view(self, session, kind, layer, head, measure=WEIGHTS, model_view=False) -> dict:
-        return self.run(listeners.view_changed, session, view=(kind, layer, head, measure, 1, model_view),
+        return self.run(listeners.view_changed, session, view=(kind, layer, head, measure, 1, model_view, PIECES),
                         outputs=listeners.view_outputs(self.page))
 
 

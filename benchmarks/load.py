@@ -50,6 +50,7 @@ from model.data import load_pairs  # noqa: E402
 from model.evaluate import DEFAULT_DATA  # noqa: E402
 from model.train import cpu_model  # noqa: E402
 from model.keys import CROSS, MEAN, WEIGHTS  # noqa: E402
+from model.words import PIECES  # noqa: E402
 from viz.attention import positions, step_labels  # noqa: E402
 
 
@@ -134,9 +135,10 @@ def start_server(checkpoints: Path, port: int, session_capacity: int, log: Path)
     raise SystemExit(f"the app did not answer within 180 s; see {log}")
 
 
-# The view settings every request sends (kind, layer, head, measure, step, model view), and the view change: head 2.
-SETTINGS = [CROSS, 0, MEAN, WEIGHTS, 1, False]
-VIEW = [CROSS, 0, 1, WEIGHTS, 1, False]
+# The view settings every request sends (kind, layer, head, measure, step, model view, units), and the view change:
+# head 2.
+SETTINGS = [CROSS, 0, MEAN, WEIGHTS, 1, False, PIECES]
+VIEW = [CROSS, 0, 1, WEIGHTS, 1, False, PIECES]
 
 
 def view_rows(outputs: list) -> list[str]:

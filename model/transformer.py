@@ -650,7 +650,7 @@ class StepDecoder:
             out = out * gate[..., None, None]  # (B, H, 1, d_head) * (B, H, 1, 1)
         return out.reshape(out.size(0), -1), weights[:, :, 0]
 
-    def _residual(self, x: Tensor, sublayer_output: Tensor, norm: LayerNormWeights) -> Tensor:
+    def _residual(self, x: Tensor, sublayer_output: Tensor, norm: NormWeights) -> Tensor:
         x = x + sublayer_output
         return x if self.pre_norm else norm(x)
 

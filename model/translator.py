@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from model.attribution import INTEGRATED_GRADIENTS, Attributions, attribute
+from model.attribution import METHODS as ATTRIBUTION_METHODS
 from model.batching import pad, token_batches
 from model.contributions import Contributions, alti_plus, measure_maps
 from model.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
@@ -16,6 +18,8 @@ from model.hub import Languages
 from model.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
 from model.transformer import StepDecoder, Transformer
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
+from model.words import WHOLE
+from model.words import scheme as word_scheme
 
 
 MAX_INPUT_CHARS = 2000
@@ -67,6 +71,7 @@ class TracedTranslation:
     top_tokens: list[list[str]]  # per step, the top-k candidates, best first
     text: str  # the translation, truecased and detokenized
     trace: Trace
+    scheme: str = WHOLE  # how the tokens' pieces make words (model/words.py)
 
     @property
     def decoder_input_tokens(self) -> list[str]:
@@ -187,8 +192,9 @@ class Translator:
         or an InputError saying why it cannot be traced."""
         tokens = self.source_tokens(text, src_lang, tgt_lang)
         src_ids = self.encode_source(tokens)
-        force_ids = self.target_ids(self.with_target_prefix(checked_strings(force, "force"), tgt_lang),
-                                    output_limit(self.model, len(src_ids)), "Forced token")
+        force = self.in_pieces(checked_strings(force, "force"))
+        force_ids = self.target_ids(self.with_target_prefix(force, tgt_lang), output_limit(self.model, len(src_ids)),
+                                    "Forced token")
         return tokens, TraceRequest(src_ids, top_k, force_ids, self.gates(checked_strings(mask, "mask")))
 
     def trace_batch(self) -> TraceBatch:
@@ -204,7 +210,7 @@ class Translator:
             target_tokens=[itos[i] for i in trace.token_ids],
             top_tokens=[[itos[i] for i in row] for row in trace.top_ids.tolist()],
             text=self.to_text(self.tgt_vocab.decode(trace.token_ids)),  # a generated <unk> stays visible
-            trace=trace,
+            trace=trace, scheme=word_scheme(self.tgt_tokenizer),
         )
 
     def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
@@ -216,7 +222,7 @@ class Translator:
         target = checked_strings(target_tokens, "target_tokens")
         if not target:
             raise InputError("Give the target tokens to score: the list is empty.")
-        target = self.with_target_prefix(target, tgt_lang)
+        target = self.with_target_prefix(self.in_pieces(target), tgt_lang)
         tgt_ids = self.target_ids(target, self.model.config.max_len - 1, "Target token")
         log_probs = teacher_forced_log_probs(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
         return TracedScore(source_tokens=tokens + ["<eos>"], target_tokens=target, log_probabilities=log_probs)
@@ -226,8 +232,9 @@ class Translator:
         """Source ids of `text` and target ids of `target_tokens` (spelled as in a trace), or an InputError naming
         what cannot be read or emitted."""
         src_ids = self.encode_source(self.source_tokens(text, src_lang, tgt_lang))
-        tgt_ids = self.target_ids(self.with_target_prefix(checked_strings(target_tokens, "target_tokens"), tgt_lang),
-                                  self.model.config.max_len - 1, "Target token")
+        target = self.in_pieces(checked_strings(target_tokens, "target_tokens"))
+        tgt_ids = self.target_ids(self.with_target_prefix(target, tgt_lang), self.model.config.max_len - 1,
+                                  "Target token")
         return src_ids, tgt_ids
 
     @torch.inference_mode()
@@ -274,6 +281,29 @@ class Translator:
         return alti_plus(self.model, *self.given_translation(text, target_tokens, src_lang, tgt_lang),
                          self.gates(checked_strings(mask, "mask")))
 
+    def attributions(self, text: str, target_tokens: list[str], method: str = INTEGRATED_GRADIENTS,
+                     step: int | None = None, contrast: str | None = None, mask: list[str] | None = None,
+                     src_lang: str | None = None, tgt_lang: str | None = None, steps: int = 32) -> list[Attributions]:
+        """Gradient attributions (model/attribution.py) of each step's token of `target_tokens` (spelled as in a
+        trace) as the translation of `text`, or of step `step` alone (0-based), to every source token and every
+        earlier decoder input; `contrast`: a token of the model's, explained against (Yin & Neubig, 2022)."""
+        if method not in ATTRIBUTION_METHODS:
+            raise InputError(f"Unknown attribution method {reprlib.repr(method)}; choose one of: "
+                             f"{', '.join(ATTRIBUTION_METHODS)}.")
+        src_ids, tgt_ids = self.given_translation(text, target_tokens, src_lang, tgt_lang)
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(tgt_ids)):
+            raise InputError(f"The step must be a whole number from 1 to {len(tgt_ids)}, not {reprlib.repr(step)}.")
+        other = None
+        if contrast is not None:
+            pieces = self.in_pieces(checked_strings([contrast], "contrast"))
+            if len(pieces) != 1 or pieces[0] not in self.tgt_vocab:
+                raise InputError(f"The contrast must be one token the model has (as the candidates show it), not "
+                                 f"{reprlib.repr(contrast)}.")
+            other = self.tgt_vocab.stoi[pieces[0]]
+        gates = self.gates(checked_strings(mask, "mask"))
+        return [attribute(self.model, src_ids, tgt_ids, t, method, contrast=other, steps=steps, gates=gates)
+                for t in (range(len(tgt_ids)) if step is None else [step])]
+
     def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
                  src_lang: str | None = None, tgt_lang: str | None = None) -> dict[str, dict[str, np.ndarray]] | None:
         """Value-weighted attention, rollout and ALTI(+) of `target_tokens` as the translation of `text`, shaped
@@ -318,14 +348,17 @@ class Translator:
         except ValueError as error:
             raise InputError(str(error)) from None
 
-    def spelling_hint(self, token: str) -> str:
-        """How the model could write a token it has not: lower-cased, or as the byte-pair pieces it writes."""
-        if token.lower() in self.tgt_vocab:
-            return f" (did you mean {token.lower()!r}?)"
-        pieces = self.tgt_tokenizer.pieces([token.lower()])
-        if len(pieces) > 1 and all(piece in self.tgt_vocab for piece in pieces):
-            return f" (this model writes it in pieces: {', '.join(map(repr, pieces))})"
-        return ""
+    def in_pieces(self, tokens: list[str]) -> list[str]:
+        """Target tokens as the model writes them: a word it lacks but writes in pieces (or lower-cased, or as
+        sentencepiece's "▁Ein") becomes those pieces, so that a word can be typed as a word ("zeitungsleserin" ->
+        "zeitungs@@", "leserin"); a token the model has, or one it cannot spell, stays as it is."""
+        if len(tokens) > self.model.config.max_len:  # too many whatever they are: `target_ids` says so
+            return tokens
+        written = []
+        for token in tokens:
+            pieces = [] if token in self.tgt_vocab else self.tgt_tokenizer(token)
+            written += pieces if pieces and all(piece in self.tgt_vocab for piece in pieces) else [token]
+        return written
 
     def target_ids(self, tokens: list[str], limit: int, what: str) -> list[int]:
         """Target ids of tokens the model must emit (a forced prefix, a translation to score), or an InputError
@@ -336,7 +369,8 @@ class Translator:
         ids = []
         for position, token in enumerate(tokens):
             if token not in self.tgt_vocab:
-                raise InputError(f"{what} {token!r} is not in the target vocabulary{self.spelling_hint(token)}.")
+                raise InputError(f"{what} {token!r} is not in the target vocabulary, nor can the model spell it "
+                                 "in pieces it has.")
             token_id = self.tgt_vocab.stoi[token]
             if token_id in (PAD_ID, SOS_ID):
                 raise InputError(f"{what} {token!r} is never emitted by the model.")

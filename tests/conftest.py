@@ -145,7 +145,7 @@ def page(server):
         browser.close()
 
 
-VIEW = ("cross", 1, "mean", "weights", 1, False)  # kind, layer, head, measure, step, model view: as the page sends
+VIEW = ("cross", 1, "mean", "weights", 1, False, "pieces")  # kind, layer, head, measure, step, model view, units
 
 
 class Events:

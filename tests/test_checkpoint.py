@@ -5,13 +5,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from model.checkpoint import CONFIG, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from model.keys import ALL_HEADS, CROSS, MEAN
 from model.transformer import Transformer
 from model.translator import InputError, Translator
 from model.vocab import SPECIALS, Tokenizer, Truecaser, Vocab
 
-from tests.conftest import tiny_config
+from tests.conftest import Events, tiny_config
 
 
 @pytest.fixture
@@ -125,11 +127,45 @@ def test_shipped_de_en_checkpoint_loads_and_translates():
     assert "dog" in traced.text and traced.target_tokens[-1] == "<eos>"
 
 
-@pytest.mark.parametrize("name, heads", [("en-fr-rnn-dot", 1), ("en-fr-rnn-multihead", 4)])
-def test_shipped_rnn_checkpoints_translate_and_attend(name, heads):
+@pytest.mark.parametrize("name, heads, attention, bleu", [("en-fr-rnn-dot", 1, "dot", 47.5),
+                                                           ("en-fr-rnn-split", 4, "split", 41.0),
+                                                           ("en-fr-rnn-multihead", 4, "general", 47.0)])
+def test_shipped_rnn_checkpoints_translate_and_attend(name, heads, attention, bleu):
     translator = load_checkpoint(SHIPPED / name)
+    assert translator.model.config.attention == attention
+    stored = load_file(str(SHIPPED / name / "model.safetensors"))
+    assert any(key.startswith("cross_attention.") for key in stored) == (attention == "general")  # dot, split: none
+    assert translator.metrics["scores"]["test"]["bleu_tok_lc"] >= bleu  # test2016, beam 5, as measured
     traced = translator.trace("A black dog is running on the grass.")
     assert "chien" in traced.text.lower() and traced.target_tokens[-1] == "<eos>"
     cross = traced.trace.cross_attention  # one layer, `heads` heads, (T, S)
     assert cross.shape == (1, heads, len(traced.target_tokens), len(traced.source_tokens))
     assert traced.trace.encoder_attention is None and traced.trace.decoder_attention is None
+
+
+def test_the_seeds_attentions_work_in_every_view_and_compare_in_the_app():
+    """dot against split and against multihead, with every view, a branch, heads off and the beam."""
+    from ui import build_demo, operations
+    from ui.services import Services
+
+    names = ("en-fr-rnn-dot", "en-fr-rnn-split", "en-fr-rnn-multihead")
+    services = Services({name: load_checkpoint(SHIPPED / name) for name in names}, root=SHIPPED)
+    events = Events(build_demo(services), services)
+    text = "A black dog is running on the grass."
+    for name in names[:2]:
+        session = events.translate(text, model=name)["session"]
+        heads = session.trace.heads(CROSS)
+        for head in (0, MEAN, ALL_HEADS):
+            shown = events.view(session, CROSS, 0, head, "weights", 2, False)
+            assert shown["session"].view.kind == CROSS and "Unknown" not in (shown.get("status") or "")
+        assert events.view(session, CROSS, 0, MEAN, "weights", 2, True)["attention"] is not None  # the model view
+        second = session.trace.top_tokens[1][1]
+        branched = events.run(operations.branch, session, second, view=(CROSS, 0, MEAN, "weights", 2, False))
+        assert branched["session"].current.trace.target_tokens[1] == second
+        masked = events.run(operations.set_mask, session, [f"cross.1.{heads}"])
+        assert masked["session"].current.mask == (f"cross.1.{heads}",)
+        assert events.run(operations.run_beam, session)["session"].beam.hypotheses
+        for other in names:
+            if other != name:
+                compared = events.run(operations.compare, session, other)["session"]
+                assert compared.compare.model == other and compared.compare.trace.target_tokens

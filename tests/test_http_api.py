@@ -50,10 +50,10 @@ def still_serving(server):
 
 
 def full(*values) -> str:
-    """A /trace request's data with every one of its 7 values (model, text, force, mask, contributions, src_lang,
-    tgt_lang): the ones given, then nulls. A raw client sends them all, as gradio_client does, or names them
+    """A /trace request's data with every one of its 8 values (model, text, force, mask, contributions, src_lang,
+    tgt_lang, units): the ones given, then nulls. A raw client sends them all, as gradio_client does, or names them
     (/call/v2/trace)."""
-    return json.dumps(list(values) + [None] * (7 - len(values)))
+    return json.dumps(list(values) + [None] * (8 - len(values)))
 
 
 SURROGATE_TEXT = "a dog \ud800 runs"  # a string holding a lone UTF-16 surrogate
@@ -65,8 +65,8 @@ TRACE_CASES = {  # name: (the JSON "data" list, a phrase of the expected error m
     "a wrong model name": (full("no-such-model", "A dog."), "unknown model 'no-such-model'; loaded: toy-en-de"),
     "a number for the model": (full(7, "A dog."), "unknown model 7"),
     "null for the model": (full(None, "A dog."), "unknown model None"),
-    "no arguments at all": ("[]", "didn't receive enough input values (needed: 7, got: 0)"),
-    "too few arguments": (f'["{MODEL}", "A dog."]', "didn't receive enough input values (needed: 7, got: 2)"),
+    "no arguments at all": ("[]", "didn't receive enough input values (needed: 8, got: 0)"),
+    "too few arguments": (f'["{MODEL}", "A dog."]', "didn't receive enough input values (needed: 8, got: 2)"),
     "force as one string": (full(MODEL, "A dog.", "hund"), "force must be a list of strings, not str"),
     "force holding null": (full(MODEL, "A dog.", ["hund", None]), "it holds None"),
     "an unknown forced token": (full(MODEL, "A dog.", ["zebrafisch"]), "'zebrafisch' is not in the target"),
@@ -76,6 +76,7 @@ TRACE_CASES = {  # name: (the JSON "data" list, a phrase of the expected error m
     "a malformed head name": (full(MODEL, "A dog.", None, ["cross"]), "'cross' is not a head name"),
     "a self-attention head of the GRU": (full("toy-rnn", "A dog.", None, ["decoder.1.1"]), "no 'decoder' attention"),
     "contributions as a string": (full(MODEL, "A dog.", None, None, "yes"), "contributions must be true or false"),
+    "unknown units": (full(MODEL, "A dog.", None, None, None, None, None, "letters"), "units must be one of pieces"),
 }
 
 
@@ -88,8 +89,8 @@ def test_trace_answers_bad_requests_clearly(server, still_serving, name):
 
 def test_trace_takes_its_optional_arguments_as_nulls_or_by_name(server, services):
     expected = services.translators[MODEL].trace("A dog runs.").text
-    for data in ([MODEL, "A dog runs.", None, None, None, None, None],
-                 [MODEL, "A dog runs.", [], [], False, None, None, "extra"]):
+    for data in ([MODEL, "A dog runs.", None, None, None, None, None, None],
+                 [MODEL, "A dog runs.", [], [], False, None, None, "pieces", "extra"]):
         event, answer = call(server, "trace", json.dumps({"data": data}))
         assert event == "complete" and answer[0]["translation"] == expected
     # Gradio's named form fills in what is left out.
@@ -104,20 +105,48 @@ def test_trace_gives_each_words_source_contribution_and_the_maps_on_request(serv
     event, answer = call(server, "trace", f'{{"data": {full(MODEL, "A dog runs.")}}}')
     assert event == "complete" and "contributions" not in answer[0]
     np.testing.assert_allclose(answer[0]["source_contribution"], measured.source_contribution, atol=1e-4)
-    event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", None, None, True, None, None]}))
+    event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", None, None, True, None, None,
+                                                               None]}))
     maps = answer[0]["contributions"]
     np.testing.assert_allclose(maps["decoder"], measured.decoder, atol=1e-4)
     assert np.array(maps["encoder"]).shape == (len(traced.source_tokens),) * 2
     event, answer = call(server, "trace", json.dumps({"data": ["toy-rnn", "A dog runs.", None, None, True, None,
-                                                               None]}))
+                                                               None, None]}))
     assert answer[0]["source_contribution"] is None and answer[0]["contributions"] is None
+
+
+def test_trace_and_attribute_in_words_and_pieces(server, services):
+    translator = services.translators[MODEL]
+    traced = translator.trace("A dog runs.")
+    event, answer = call(server, "v2/trace", json.dumps({"model": MODEL, "text": "A dog runs.", "units": "words"}))
+    assert event == "complete" and answer[0]["units"] == "words"
+    words = answer[0]["source_words"]
+    assert [piece for word in words for piece in word["pieces"]] == list(range(len(traced.source_tokens)))
+    cross = np.array(answer[0]["cross_attention"])
+    assert cross.shape[-2:] == (len(answer[0]["target_words"]), len(words))
+    np.testing.assert_allclose(cross.sum(-1), 1, atol=1e-3)
+    event, answer = call(server, "v2/attribute", json.dumps({"model": MODEL, "text": "A dog runs.",
+                                                             "method": "integrated_gradients", "step": 2}))
+    assert event == "complete", answer
+    (step,) = answer[0]["steps"]
+    assert step["step"] == 2 and step["token"] == traced.target_tokens[1]
+    assert len(step["source"]) == len(traced.source_tokens) and len(step["target"]) == 2
+    total = sum(step["source"]) + sum(step["target"])
+    assert abs(total - (step["score"] - step["baseline_score"])) == pytest.approx(abs(step["completeness_error"]),
+                                                                                abs=1e-3)
+    for bad, message in (({"method": "lime"}, "Unknown attribution method"), ({"step": 99}, "The step must be"),
+                         ({"contrast": "zebrafisch☃"}, "The contrast must be one token"),
+                         ({"units": "letters"}, "units must be one of")):
+        event, answer = call(server, "v2/attribute", json.dumps({"model": MODEL, "text": "A dog runs.", **bad}))
+        assert event == "error" and message in answer, (bad, answer)
 
 
 def test_trace_forces_and_masks(server, services):
     translator = services.translators[MODEL]
     expected = translator.trace("A dog runs.", force=["ein", "kind"], mask=["cross.1.1", "encoder.2.3"])
     event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", ["ein", "kind"],
-                                                               ["encoder.2.3", "cross.1.1"], None, None, None]}))
+                                                               ["encoder.2.3", "cross.1.1"], None, None, None,
+                                                               None]}))
     assert event == "complete"
     result = answer[0]
     assert result["target_tokens"][:2] == ["ein", "kind"] and result["forced"] == 2
@@ -155,27 +184,32 @@ def test_malformed_bodies_are_refused_with_a_reason(server, still_serving, body,
 UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it arrives as an error or a status
     "too few values": ("translate", f'["{MODEL}", "A dog."]', "didn't receive enough input values", True),
     "an old display label for the kind": ("translate", f'["{MODEL}", "A dog.", "Cross-attention", 0, "mean", '
-                                          '"weights", 1, false]',
+                                          '"weights", 1, false, "pieces"]',
                                           "Unknown attention kind 'Cross-attention'; choose one of: encoder, decoder, "
                                           "cross.", False),
-    "an old display label for the measure": ("kind", '["cross", 0, "mean", "contributions (ALTI+)", 1, false]',
+    "an old display label for the measure": ("kind", '["cross", 0, "mean", "contributions (ALTI+)", 1, false, '
+                                                     '"pieces"]',
                                              "Unknown measure 'contributions (ALTI+)'; choose one of: weights, "
                                              "value_norm, rollout, alti.", False),
     "a layer the model does not have": ("translate", f'["{MODEL}", "A dog.", "cross", 9, "mean", "weights", 1, '
-                                        'false]', "Translated.", False),
-    "a word for the layer": ("layer", '["cross", "three", "mean", "weights", 1, false]', "Translate a sentence first",
-                             False),
+                                        'false, "pieces"]', "Translated.", False),
+    "a word for the layer": ("layer", '["cross", "three", "mean", "weights", 1, false, "pieces"]',
+                             "Translate a sentence first", False),
     "a lone surrogate to translate": ("translate", f'["{MODEL}", {SURROGATE}, "cross", 0, "mean", "weights", 1, '
-                                                   'false]', "lone surrogate", False),
-    "an unknown model to translate": ("translate", '["nope", "A dog.", "cross", 0, "mean", "weights", 1, false]',
+                                                   'false, "pieces"]', "lone surrogate", False),
+    "an unknown model to translate": ("translate", '["nope", "A dog.", "cross", 0, "mean", "weights", 1, false, '
+                                                   '"pieces"]',
                                       "Choose a model: 'nope' is not loaded.", False),
-    "a view before any translation": ("kind", '["cross", 0, "mean", "weights", 1, false]',
+    "a view before any translation": ("kind", '["cross", 0, "mean", "weights", 1, false, "pieces"]',
                                       "Translate a sentence first", False),
-    "a word for the step": ("head", '["cross", 0, "mean", "weights", "three", false]',
+    "a word for the step": ("head", '["cross", 0, "mean", "weights", "three", false, "pieces"]',
                             "The step must be a number, not 'three'.", False),
-    "null everywhere": ("translate", "[null, null, null, null, null, null, null, null]",
+    "null everywhere": ("translate", "[null, null, null, null, null, null, null, null, null]",
                         "Unknown attention kind None; choose one of: encoder, decoder, cross.", False),
-    "a list for the sentence": ("translate", f'["{MODEL}", ["A", "dog"], "cross", 0, "mean", "weights", 1, false]',
+    "unknown units": ("units", '["cross", 0, "mean", "weights", 1, false, "letters"]',
+                      "Unknown units 'letters'; choose one of: pieces, words.", False),
+    "a list for the sentence": ("translate", f'["{MODEL}", ["A", "dog"], "cross", 0, "mean", "weights", 1, false, '
+                                             '"pieces"]',
                                 "The text to translate must be a string, not list.", False),
 }
 
@@ -204,8 +238,8 @@ def endpoints(server: str) -> dict[str, int]:
 
 def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
     offered = endpoints(server)
-    assert {"trace", "score", "beam", "translate", "switch_model", "first_visit", "kind", "layer", "head",
-            "measure", "model_view"} <= set(offered)
+    assert {"trace", "score", "beam", "attribute", "translate", "switch_model", "first_visit", "kind", "layer",
+            "head", "measure", "model_view", "units"} <= set(offered)
     for endpoint, count in offered.items():
         for name, junk in JUNK.items():
             data = junk * count
@@ -233,13 +267,14 @@ def rows(view_outputs: list) -> list[str]:
 def test_each_page_session_keeps_its_own_session(server, services):
     sentences = {"page-one": "A dog runs.", "page-two": "A man sits in the park."}
     for session, text in sentences.items():
-        status, answer = predict(server, "translate", [MODEL, text, "cross", 0, "mean", "weights", 1, False], session)
+        status, answer = predict(server, "translate", [MODEL, text, "cross", 0, "mean", "weights", 1, False, "pieces"],
+                                 session)
         assert status == 200 and services.translators[MODEL].trace(text).text in answer["data"]
     for session, text in sentences.items():
         expected = services.translators[MODEL].trace(text).decoder_input_tokens
-        status, answer = predict(server, "head", ["cross", 0, 1, "weights", 1, False], session)
+        status, answer = predict(server, "head", ["cross", 0, 1, "weights", 1, False, "pieces"], session)
         assert status == 200 and len(rows(answer["data"])) == len(expected)
-        event, answer = call(server, "head", json.dumps({"data": ["decoder", 0, 1, "weights", 1, False],
+        event, answer = call(server, "head", json.dumps({"data": ["decoder", 0, 1, "weights", 1, False, "pieces"],
                                                         "session_hash": session}))  # through the queue too
         assert event == "complete" and len(rows(answer)) == len(expected)
 

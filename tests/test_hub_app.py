@@ -148,6 +148,58 @@ def test_the_language_menus_in_the_browser(hub_events):
         demo.close()
 
 
+@pytest.mark.slow
+def test_a_view_in_words_steps_in_the_browser_as_python_builds_it(hub_events):
+    """In Chromium: a link with units=words opens the flan-t5-like model's cross-attention in words (its
+    sentencepiece pieces merged); every step the browser draws from the frames it holds is the figure Python builds
+    for that step, word in the making included."""
+    import json
+    import os
+    import shutil
+    from dataclasses import replace
+
+    from conftest import CHROMIUM, CHROMIUM_ARGS
+    from ui import launch_options
+    from ui.session import to_arrays
+    from viz.views import attention_figure
+
+    if not shutil.which(CHROMIUM) and not os.environ.get("CI"):
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    trace = replace(to_arrays(hub_events.services.translators["flan"].trace(TEXT)), units="words")
+    assert any(len(word.pieces) > 1 for word in trace.at_step(CROSS, trace.steps - 1)[2])  # words of many pieces
+    demo = hub_events.page.demo
+    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True, **launch_options())
+    drawn = """(step) => {
+        const plot = document.querySelector('#attention .js-plotly-plot');
+        if (!plot?.layout?.title.text.includes(`step ${step} of`)) return null;
+        return {z: plot.data[0].z, y: plot.data[0].y, x: plot.data[0].x, title: plot.layout.title.text,
+                shapes: (plot.layout.shapes || []).map(s => [s.x0, s.x1, s.y0, s.y1])};
+    }"""
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{demo.local_url}?model=flan&text={TEXT.replace(' ', '%20')}&units=words&kind=cross&layer=1&head=mean")
+            page.wait_for_function("document.querySelector('#status textarea')?.value.includes('Opened the link')",
+                                   timeout=60000)
+            assert page.locator("#units input[value=words]").is_checked()
+            for step in (1, 2, trace.steps // 2, trace.steps):
+                page.fill("#step input[type=number]", str(step))
+                page.press("#step input[type=number]", "Enter")
+                page.wait_for_function(drawn, arg=step, timeout=15000)
+                shown = page.evaluate(drawn, step)
+                figure = json.loads(attention_figure(trace, CROSS, 0, MEAN, step - 1).to_json())
+                heatmap = figure["data"][0]
+                assert shown["title"] == figure["layout"]["title"]["text"]
+                assert (shown["z"], shown["y"], shown["x"]) == (heatmap["z"], heatmap["y"], heatmap["x"])
+                assert shown["shapes"] == [[s["x0"], s["x1"], s["y0"], s["y1"]] for s in figure["layout"]["shapes"]]
+            browser.close()
+    finally:
+        demo.close()
+
+
 def test_a_t5_model_reads_its_prompt_and_every_view_and_measure_draws_it(hub_events):
     from ui import listeners
 

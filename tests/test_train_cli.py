@@ -8,7 +8,6 @@ from safetensors.torch import load_file
 
 from model import evaluate, train
 from model.checkpoint import load_checkpoint
-from model.translator import InputError
 from tests.conftest import WORDS
 
 TINY = ["--d-model", "32", "--heads", "2", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",
@@ -130,9 +129,10 @@ def test_byte_pair_pieces_are_trained_saved_and_joined_for_text(toy_data, tmp_pa
     assert translator.to_text(["ein", "hu@@", "nd", "läuft"]) == "Ein Hund läuft"  # text shows words, not pieces
     traced = translator.trace("A dog runs in the park.")
     assert traced.source_tokens == pieces + ["<eos>"] and "@@" not in traced.text
-    # A word forced whole that the model writes in pieces: the error names them.
-    split = next(word.lower() for word in WORDS.values() if len(translator.tgt_tokenizer.pieces([word.lower()])) > 1)
-    with pytest.raises(InputError, match="this model writes it in pieces: '"):
-        translator.trace("A dog runs.", force=[split])
+    # A word typed whole (and capitalised) that the model writes in pieces: its pieces are forced and scored.
+    split = next(word for word in WORDS.values() if len(translator.tgt_tokenizer.pieces([word.lower()])) > 1)
+    pieces = translator.tgt_tokenizer.pieces([split.lower()])
+    assert translator.trace("A dog runs.", force=[split]).target_tokens[:len(pieces)] == pieces
+    assert translator.score("A dog runs.", [split, "<eos>"]).target_tokens == pieces + ["<eos>"]
     evaluate.main(["--checkpoint", str(out), "--data", str(toy_data), "--split", "test", "--beam", "1"])
     assert "tokenized lower-cased BLEU" in capsys.readouterr().out

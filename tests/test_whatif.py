@@ -138,7 +138,7 @@ def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_or
 
 def test_a_branch_needs_a_word_the_model_can_emit(events):
     session = translated(events)
-    for word, message in (("", "Click a candidate"), ("Zzyzx", "not in the target vocabulary"),
+    for word, message in (("", "Click a candidate"), ("Zzyzx☃", "not in the target vocabulary"),
                           ("<sos>", "never emitted")):
         out = events.run(operations.branch, session, word, view=at(2))
         assert message in out["status"] and out["session"].decodings == session.decodings

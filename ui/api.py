@@ -9,7 +9,9 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
+from model.attribution import INTEGRATED_GRADIENTS
 from model.translator import InputError
+from model.words import PIECES, UNITS, WORDS, merge, word_label, word_spans
 from ui.operations import shown
 from ui.services import Services
 
@@ -28,7 +30,8 @@ def endpoints(services: Services) -> list:
     """The API's functions, bound to `services`, each named as its endpoint."""
 
     def trace(model: str, text: str, force: list[str] | None = None, mask: list[str] | None = None,
-              contributions: bool | None = None, src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
+              contributions: bool | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
+              units: str | None = None) -> dict:
         """Translate `text` with checkpoint `model`; returns tokens, probabilities and every attention map as lists.
 
         `force`: target tokens that fix the first steps (spelled as in `target_tokens`); `mask`: heads to switch
@@ -37,24 +40,44 @@ def endpoints(services: Services) -> list:
         The target language's code is then the first target token, given rather than predicted (`forced` counts it).
         `source_contribution`: per generated token, the share of its prediction that came from the source (ALTI+;
         None for a GRU model); `contributions` true adds the full ALTI+ maps.
+        `units` "words": the attention maps merged into words (summed over a word's pieces as keys, averaged as
+        queries), and `source_words`, `target_words` and `decoder_input_words` list each word with the indices of
+        its pieces; "pieces" (the default): the maps as the model computed them.
         """
         check_model(services, model)
         if contributions is not None and not isinstance(contributions, bool):
             raise gr.Error(f"contributions must be true or false, not {shown(contributions)}")
+        if units not in (None, *UNITS):
+            raise gr.Error(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         try:
             traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
             measured = services.translators[model].contributions(text, traced.target_tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise gr.Error(str(error)) from None
         result = traced.trace
+        maps = {"encoder": result.encoder_attention, "decoder": result.decoder_attention,
+                "cross": result.cross_attention}
+        words = {}
+        if units == WORDS:
+            spans = {name: word_spans(tokens, traced.scheme) for name, tokens in (
+                ("source", traced.source_tokens), ("target", traced.target_tokens),
+                ("decoder_input", traced.decoder_input_tokens))}
+            axes = {"encoder": ("source", "source"), "decoder": ("target", "decoder_input"),
+                    "cross": ("target", "source")}
+            maps = {kind: None if array is None else merge(array, spans[axes[kind][0]], spans[axes[kind][1]])
+                    for kind, array in maps.items()}
+            words = {f"{name}_words": [{"word": word_label(tokens[span.start:span.stop], traced.scheme),
+                                        "pieces": list(span)} for span in spans[name]]
+                     for name, tokens in (("source", traced.source_tokens), ("target", traced.target_tokens),
+                                          ("decoder_input", traced.decoder_input_tokens))}
         return {"translation": traced.text, "source_tokens": traced.source_tokens, "unknown": traced.unknown,
                 "target_tokens": traced.target_tokens, "decoder_input_tokens": traced.decoder_input_tokens,
-                "forced": result.forced, "mask": sorted(set(mask or [])),
+                "forced": result.forced, "mask": sorted(set(mask or [])), "units": units or PIECES, **words,
                 "probabilities": rounded(result.probabilities), "top_tokens": traced.top_tokens,
                 "top_probabilities": rounded(result.top_probabilities),
-                "encoder_attention": rounded(result.encoder_attention),
-                "decoder_attention": rounded(result.decoder_attention),
-                "cross_attention": rounded(result.cross_attention),
+                "encoder_attention": rounded(maps["encoder"]),
+                "decoder_attention": rounded(maps["decoder"]),
+                "cross_attention": rounded(maps["cross"]),
                 "source_contribution": None if measured is None else rounded(measured.source_contribution),
                 **({"contributions": None if measured is None else {"encoder": rounded(measured.encoder),
                                                                     "decoder": rounded(measured.decoder)}}
@@ -102,4 +125,48 @@ def endpoints(services: Services) -> list:
                 "steps": [[hypothesis(h) for h in hypotheses] for hypotheses in search.steps],
                 "mask": sorted(set(mask or []))}
 
-    return [trace, score, beam]
+    def attribute(model: str, text: str, method: str = INTEGRATED_GRADIENTS, step: int | None = None,
+                  contrast: str | None = None, units: str | None = None, mask: list[str] | None = None,
+                  src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
+        """Gradient attributions of the greedy translation of `text` by checkpoint `model`: for step `step` (1-based;
+        None: every step), how much each source token and each earlier decoder input moved the log-probability of
+        the token chosen there. `method`: saliency (gradient norm), input_x_gradient or integrated_gradients (32
+        points from zero embeddings; `completeness_error` is Σ attributions − (f(x) − f(baseline))). `contrast`: a
+        token (as the candidates show it) to explain the choice against: log p(token) − log p(contrast).
+        `units` "words": sums over each word's pieces. Heads of `mask` switched off; languages as in `/trace`."""
+        check_model(services, model)
+        if units not in (None, *UNITS):
+            raise gr.Error(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+            raise gr.Error(f"step must be a whole number from 1, or null for every step; not {shown(step)}")
+        translator = services.translators[model]
+        try:
+            traced = services.trace(model, text, None, mask, src_lang, tgt_lang)
+            results = translator.attributions(text, traced.target_tokens, method, None if step is None else step - 1,
+                                              contrast, mask, src_lang, tgt_lang)
+        except InputError as error:
+            raise gr.Error(str(error)) from None
+        inputs = traced.decoder_input_tokens
+        source_spans = word_spans(traced.source_tokens, traced.scheme) if units == WORDS else None
+        words = {}
+        if units == WORDS:
+            words = {"source_words": [word_label(traced.source_tokens[s.start:s.stop], traced.scheme)
+                                      for s in source_spans],
+                     "decoder_input_words": [word_label(inputs[s.start:s.stop], traced.scheme)
+                                             for s in word_spans(inputs, traced.scheme)]}
+
+        def summed(values: np.ndarray, spans: list[range] | None) -> list[float]:
+            return rounded(values if spans is None else np.array([values[s.start:s.stop].sum() for s in spans]))
+
+        return {"method": method, "units": units or PIECES, "source_tokens": traced.source_tokens,
+                "decoder_input_tokens": inputs, "target_tokens": traced.target_tokens, **words,
+                "steps": [{"step": result.step + 1, "token": traced.target_tokens[result.step], "contrast": contrast,
+                           "source": summed(result.source, source_spans),
+                           "target": summed(result.target, None if units != WORDS else
+                                            word_spans(inputs[:result.step + 1], traced.scheme)),
+                           "score": round(result.score, 6),
+                           "baseline_score": None if result.baseline_score is None else round(result.baseline_score, 6),
+                           "completeness_error": None if result.delta is None else round(result.delta, 6)}
+                          for result in results]}
+
+    return [trace, score, beam, attribute]

@@ -39,7 +39,8 @@ def build_demo(services: Services) -> gr.Blocks:
         listeners.wire(page, services)
         for tab in TABS:
             tab.wire(page, services)
-        # The JSON API: trace, score and beam search with every number (ui/api.py), queued with model work.
+        # The JSON API: trace, score, beam search and attributions with every number (ui/api.py), queued with model
+        # work.
         for function in endpoints(services):
             gr.api(function, api_name=function.__name__, **services.trace_queue)
     demo.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE)

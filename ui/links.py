@@ -1,6 +1,6 @@
 """Links that open a view: `?model=en-de&text=…&force=…&mask=…&step=3&kind=cross&layer=2&head=5&measure=rollout
-&compare=de-en` (and `src_lang=…&tgt_lang=…` for a multilingual model). Parsing is pure (`LinkSpec.parse`);
-`open_link` translates and applies what was parsed.
+&compare=de-en` (and `src_lang=…&tgt_lang=…` for a multilingual model; `units=words` merges pieces into words).
+Parsing is pure (`LinkSpec.parse`); `open_link` translates and applies what was parsed.
 
 Whatever a link gets wrong falls back to the default, with a note in the status line.
 """
@@ -13,12 +13,13 @@ from urllib.parse import urlencode
 from model.convert_hf import ConversionError
 from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, MEASURES, WEIGHTS
 from model.translator import InputError
+from model.words import PIECES, UNITS
 from ui.operations import compare_trace, plural, shown, translate, with_measures, with_view
 from ui.services import Services
 from ui.session import Decoding, Session, View, to_arrays
 
 PARAMETERS = ("model", "text", "force", "mask", "step", "kind", "layer", "head", "measure", "compare", "src_lang",
-              "tgt_lang")
+              "tgt_lang", "units")
 HEADS = {"mean": MEAN, "all": ALL_HEADS}
 
 
@@ -44,6 +45,7 @@ class LinkSpec:
     compare: str | None = None
     src_lang: str | None = None
     tgt_lang: str | None = None
+    units: str = PIECES
     given: frozenset[str] = field(default=frozenset())  # the parameters the link had
 
     @classmethod
@@ -80,10 +82,15 @@ class LinkSpec:
         if measure not in MEASURES:
             notes.append(f"measure {shown(measure)} is none of {', '.join(MEASURES)}")
             measure = WEIGHTS
+        units = one("units") or PIECES
+        if units not in UNITS:
+            notes.append(f"units {shown(units)} is none of {', '.join(UNITS)}")
+            units = PIECES
         spec = cls(model=one("model"), text=one("text"), force=tuple(query_values(query, "force")),
                    mask=tuple(query_values(query, "mask")), step=number("step"), kind=kind, layer=number("layer"),
                    head=head, measure=measure, compare=one("compare"), src_lang=one("src_lang"),
-                   tgt_lang=one("tgt_lang"), given=frozenset(name for name in PARAMETERS if query_values(query, name)))
+                   tgt_lang=one("tgt_lang"), units=units,
+                   given=frozenset(name for name in PARAMETERS if query_values(query, name)))
         return spec, notes
 
     def url_query(self) -> str:
@@ -96,6 +103,8 @@ class LinkSpec:
         if self.compare:
             pairs.append(("compare", self.compare))
         pairs += [(name, value) for name, value in (("src_lang", self.src_lang), ("tgt_lang", self.tgt_lang)) if value]
+        if self.units != PIECES:
+            pairs.append(("units", self.units))
         return urlencode(pairs)
 
 
@@ -106,7 +115,7 @@ def link_of(session: Session) -> LinkSpec:
                     step=view.step, kind=view.kind, layer=view.layer + 1,
                     head=view.head + 1 if isinstance(view.head, int) else view.head, measure=view.measure,
                     compare=session.compare.model if session.compare else None, src_lang=session.src_lang,
-                    tgt_lang=session.tgt_lang)
+                    tgt_lang=session.tgt_lang, units=view.units)
 
 
 def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Session | None, str]:
@@ -168,7 +177,7 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
             notes.append(compared)
         else:
             session = replace(session, compare=compared)
-    session = session.with_view(View(kind, layer, head, WEIGHTS, step))
+    session = session.with_view(View(kind, layer, head, WEIGHTS, step, units=spec.units))
     session, measure_note = with_view(session, replace(session.view, measure=spec.measure))
     session = with_measures(services, session)
     if measure_note:

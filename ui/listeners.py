@@ -17,6 +17,7 @@ import anyio
 import gradio as gr
 
 from model.keys import KINDS, MEASURES, WEIGHTS
+from model.words import PIECES, UNITS
 from model.translator import InputError
 from ui import operations
 from ui.links import LinkSpec, PARAMETERS, open_link, query_values
@@ -35,7 +36,7 @@ MOVES = {"first": "() => 1", "previous": "(s) => Math.max(1, s - 1)",
          "last": "(s, d) => (d ? JSON.parse(d).length : s)"}
 
 
-VIEW_SETTINGS = ("kind", "layer", "head", "measure", "step", "model_view")
+VIEW_SETTINGS = ("kind", "layer", "head", "measure", "step", "model_view", "units")
 
 
 def settings(page: Page) -> list:
@@ -43,7 +44,7 @@ def settings(page: Page) -> list:
     return [getattr(page, name) for name in VIEW_SETTINGS]
 
 
-def view_of(kind, layer, head, measure, step, model_view) -> View:
+def view_of(kind, layer, head, measure, step, model_view, units=PIECES) -> View:
     """The view a request's settings ask for (normalized against a trace later). The busiest events skip Gradio's
     checks of their values (`on`), so a kind or a measure that is not a key (an old display label, say), or a step
     that is no number, is refused here with the keys; a layer or head the model lacks is left to `normalize`."""
@@ -54,7 +55,9 @@ def view_of(kind, layer, head, measure, step, model_view) -> View:
         raise InputError(f"Unknown measure {operations.shown(measure)}; choose one of: {', '.join(MEASURES)}.")
     if isinstance(step, bool) or not isinstance(step, (int, float)):
         raise InputError(f"The step must be a number, not {operations.shown(step)}.")
-    return View(kind, layer, head, measure, step, bool(model_view))
+    if units not in UNITS:
+        raise InputError(f"Unknown units {operations.shown(units)}; choose one of: {', '.join(UNITS)}.")
+    return View(kind, layer, head, measure, step, bool(model_view), units)
 
 
 def session_outputs(page: Page) -> list:
@@ -68,7 +71,7 @@ def decoding_outputs(page: Page) -> list:
     event lists what it updates, no more.)"""
     return [page.session, page.status, page.translation, page.attention, page.overview, page.compare_plot,
             page.candidates, page.probabilities, page.step_text, page.step, page.kind, page.measure, page.layer,
-            page.head, page.model_view, page.breadcrumb, page.source, page.source_tokens, page.comparison,
+            page.head, page.model_view, page.units, page.breadcrumb, page.source, page.source_tokens, page.comparison,
             page.comparison_plot, *page.mask_grids, page.masked_translation, page.mask_effect_plot, page.n_best,
             page.beam_steps, page.beam_open, page.branch_word, page.head_table, page.alignment_text,
             page.source_share_plot, page.contribution_plot, page.link_box, page.export_file]
@@ -77,7 +80,7 @@ def decoding_outputs(page: Page) -> list:
 def view_outputs(page: Page) -> list:
     """What a view change can update."""
     return [page.session, page.status, page.attention, page.overview, page.compare_plot, page.step, page.kind,
-            page.measure, page.layer, page.head, page.model_view]
+            page.measure, page.layer, page.head, page.model_view, page.units]
 
 
 def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int) -> Callable:
@@ -274,7 +277,7 @@ def wire(page: Page, services: Services) -> None:
     page.demo.load(visit, None, session_outputs(page), api_name="first_visit", **services.trace_queue)
 
     # A view change reads the user's stored trace (a few ms): the view's settings are the change.
-    for control in (page.kind, page.layer, page.head, page.measure, page.model_view):
+    for control in (page.kind, page.layer, page.head, page.measure, page.model_view, page.units):
         on(page, services, [control.input], view_changed, [], [control.elem_id.replace("-", "_")],
            outputs=view_outputs(page), queued=False, view_change=True)
 

@@ -162,7 +162,7 @@ def measured_trace(decoding: Decoding, measure: str) -> TraceArrays:
 def drawn(session: Session) -> tuple[TraceArrays, int | str]:
     """What the attention view draws: the decoding's trace (a measure's, if one is shown) and the head to draw,
     which is the one head a measure of the whole layer (rollout, ALTI+) has."""
-    trace = measured_trace(session.current, session.view.measure)
+    trace = replace(measured_trace(session.current, session.view.measure), units=session.view.units)
     return trace, 0 if trace.heads(session.view.kind) == 1 else session.view.head
 
 

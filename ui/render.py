@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import gradio as gr
 
@@ -48,7 +49,7 @@ def view_identity(session: Session | None) -> tuple | None:
     if session is None:
         return None
     view = session.view
-    return (id(session.current), view.kind, view.layer, view.head, view.measure, view.model_view,
+    return (id(session.current), view.kind, view.layer, view.head, view.measure, view.model_view, view.units,
             session.compare and session.compare.model, session.current.measure_maps is not None)
 
 
@@ -92,6 +93,7 @@ def render(page, services: Services, before: Session | None, after: Session | No
         page.layer: menu(menus["layers"], old_menus["layers"], view.layer),
         page.head: menu(menus["heads"], old_menus["heads"], shown_head),
         page.model_view: view.model_view,
+        page.units: view.units,
         page.step: (gr.update(maximum=max(steps, 2), interactive=steps > 1, value=view.step)
                     if before is None or before.current.trace.steps != steps else view.step),
     })
@@ -100,9 +102,10 @@ def render(page, services: Services, before: Session | None, after: Session | No
         updates.update({page.attention: frames["attention"], page.overview: frames["overview"],
                         page.compare_plot: None})
         if after.compare is not None:  # the weights of both, whatever measure the view shows
-            updates[page.compare_plot] = comparison_frames([(after.model, decoding.trace),
-                                                            (after.compare.model, after.compare.trace)],
-                                                           view.kind, view.layer, view.head, file_stem(after))
+            updates[page.compare_plot] = comparison_frames(
+                [(after.model, replace(decoding.trace, units=view.units)),
+                 (after.compare.model, replace(after.compare.trace, units=view.units))],
+                view.kind, view.layer, view.head, file_stem(after))
     if new_decoding:
         updates.update(decoding_updates(page, after))
         shown_before = before is not None and before.current.effect is not None

@@ -14,6 +14,7 @@ import numpy as np
 
 from model.keys import ALL_HEADS, CROSS, MEAN, MEASURES, WEIGHTS
 from model.translator import TracedTranslation
+from model.words import PIECES, UNITS
 from viz.views import TraceArrays
 
 NOTHING_YET = "Translate a sentence first: there is nothing to show or change yet."
@@ -27,7 +28,7 @@ def to_arrays(traced: TracedTranslation, mask: list[str] | None = None) -> Trace
         target_tokens=traced.target_tokens, probabilities=trace.probabilities, top_tokens=traced.top_tokens,
         top_probabilities=trace.top_probabilities, encoder=trace.encoder_attention,
         decoder=trace.decoder_attention, cross=trace.cross_attention, switched_off=frozenset(mask or ()),
-        forced=trace.forced)
+        forced=trace.forced, scheme=traced.scheme)
 
 
 def clamp(value: object, low: int, high: int, default: int) -> int:
@@ -40,7 +41,8 @@ def clamp(value: object, low: int, high: int, default: int) -> int:
 @dataclass(frozen=True)
 class View:
     """What the attention view shows: kind, layer and head (0-based, or MEAN / ALL_HEADS), measure, the step
-    (1-based) and whether the model view (every layer x head) is open. Keys, never display labels."""
+    (1-based), whether the model view (every layer x head) is open, and pieces or words. Keys, never display
+    labels."""
 
     kind: str = CROSS
     layer: int = 0
@@ -48,6 +50,7 @@ class View:
     measure: str = WEIGHTS
     step: int = 1
     model_view: bool = False
+    units: str = PIECES
 
     def normalize(self, trace: TraceArrays) -> View:
         """The nearest view that `trace` has: a kind it lacks becomes its last, a layer or head out of range the last
@@ -64,7 +67,8 @@ class View:
             head = self.head if isinstance(self.head, int) and not isinstance(self.head, bool) \
                 and 0 <= self.head < heads else MEAN
         measure = self.measure if self.measure in MEASURES and trace.encoder is not None else WEIGHTS
-        return View(kind, layer, head, measure, clamp(self.step, 1, trace.steps, 1), bool(self.model_view))
+        return View(kind, layer, head, measure, clamp(self.step, 1, trace.steps, 1), bool(self.model_view),
+                    self.units if self.units in UNITS else PIECES)
 
 
 @dataclass(frozen=True)

@@ -114,9 +114,23 @@ def escape(tokens: list[str]) -> list[str]:
     return [escaped_label(t) for t in tokens]
 
 
+class Word(str):
+    """A word merged from a model's pieces (model/words.py): its text, carrying the pieces behind it."""
+
+    pieces: tuple[str, ...]
+
+    def __new__(cls, text: str, pieces: list[str] | tuple[str, ...] = ()) -> Word:
+        word = super().__new__(cls, text)
+        word.pieces = tuple(pieces)
+        return word
+
+
 def positions(tokens: list[str]) -> list[str]:
-    """Unique category values "i: token" (escaped), one per position, counted from 1 as the steps are."""
-    return [f"{i}: {t}" for i, t in enumerate(escape(tokens), start=1)]
+    """Unique category values "i: token" (escaped), one per position, counted from 1 as the steps are; a word of
+    several pieces names them ("3: zeitungsleserin = zeitungs@@ les@@ erin"), which the hover shows."""
+    return [f"{i}: {shown}" + (f" = {escape_text(label(' '.join(t.pieces), 2 * MAX_LABEL_CHARS))}"
+                               if len(getattr(t, "pieces", ())) > 1 else "")
+            for i, (t, shown) in enumerate(zip(tokens, escape(tokens)), start=1)]
 
 
 def label_every(count: int, fit: float) -> int:

@@ -7,13 +7,15 @@ when the model has no such attention (an RNN has no self-attention).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, KINDS, MEAN, head_name
+from model.words import BPE, PIECES, WHOLE, WORDS, merge, word_label, word_spans
 from viz.attention import (COLORSCALE, DIVERGING, KEY_LABELS, MAX_PLOT_PX, MIN_PLOT_PX, NAME_ROOM, ROW_PX, TICK_FONT,
-                            TICK_SPACING, X_LABEL_ROOM, PlainFigure, _colorbar, _heatmap, _row_outline,
+                            TICK_SPACING, X_LABEL_ROOM, PlainFigure, Word, _colorbar, _heatmap, _row_outline,
                             attention_heatmap, bar_colors, bar_step, head_grid, label_every, plain_figure,
                             probability_bars, step_labels, title_layout, title_room, title_text, token_axis)
 
@@ -43,6 +45,14 @@ class TraceArrays:
     scale_max: float = 1.0
     together: dict[str, np.ndarray] | None = None  # per kind, (L, Q, K): a measure of the heads together
     raw: dict[str, np.ndarray] | None = None  # per kind, the attention weights behind the measure (hover)
+    # Pieces or words (model/words.py): how the tokenizer's pieces make words, and which of the two the views show.
+    scheme: str = WHOLE
+    units: str = PIECES
+
+    @property
+    def in_words(self) -> bool:
+        """Whether the views merge pieces into words (a model of whole words has nothing to merge)."""
+        return self.units == WORDS and self.scheme != WHOLE
 
     @property
     def steps(self) -> int:
@@ -70,30 +80,79 @@ class TraceArrays:
         return np.array([[head_name(kind, layer, head) in self.switched_off for head in range(heads)]
                          for layer in range(layers)], dtype=bool).reshape(layers, heads)
 
-    def raw_at_step(self, kind: str, step: int) -> np.ndarray | None:
-        """The attention weights behind a measure at `step`, sliced as `at_step` slices the measure."""
-        if self.raw is None:
-            return None
+    def sliced(self, kind: str, maps: np.ndarray, step: int) -> np.ndarray:
+        """Maps (..., Q, K) of `kind` as the view shows them at `step`: the rows (and decoder keys) up to it, merged
+        into words when the view shows words."""
         step = min(max(step, 0), self.steps - 1)
-        maps = self.raw[kind]
-        return maps if kind == ENCODER else maps[:, :, :step + 1, :step + 1] if kind == DECODER else \
-            maps[:, :, :step + 1]
+        if kind != ENCODER:
+            maps = maps[..., :step + 1, :step + 1] if kind == DECODER else maps[..., :step + 1, :]
+        if not self.in_words:
+            return maps
+        rows, keys = self.word_spans(kind, step)
+        return merge(maps, rows, keys)
+
+    def word_spans(self, kind: str, step: int) -> tuple[list[range], list[range]]:
+        """The pieces of each word of a view's rows and keys at `step`: rows are source words (encoder) or the
+        words the steps so far output, the last one perhaps still being written; keys source words or the words
+        the decoder read."""
+        source = word_spans(self.source_tokens, self.scheme)
+        if kind == ENCODER:
+            return source, source
+        rows = word_spans(self.target_tokens[:step + 1], self.scheme)
+        return rows, source if kind == CROSS else word_spans(self.decoder_tokens[:step + 1], self.scheme)
+
+    def words(self, tokens: list[str], spans: list[range]) -> list[str]:
+        """The word of each span of `tokens`, carrying its pieces (shown on hover)."""
+        return [Word(word_label(tokens[span.start:span.stop], self.scheme), tokens[span.start:span.stop])
+                for span in spans]
+
+    def raw_at_step(self, kind: str, step: int) -> np.ndarray | None:
+        """The attention weights behind a measure at `step`, sliced (and merged) as `at_step` does the measure."""
+        return None if self.raw is None else self.sliced(kind, self.raw[kind], step)
+
+    def together_at_step(self, kind: str, layer: int, step: int) -> np.ndarray:
+        """A layer's measure of the heads together at `step`, as `at_step` shows maps."""
+        return self.sliced(kind, self.together[kind][layer], step)
 
     def at_step(self, kind: str, step: int) -> tuple[np.ndarray, list[str], list[str], int | None]:
-        """(L, H, Q, K) weights, query tokens, key tokens and the row to highlight at `step`."""
+        """(L, H, Q, K) weights, query tokens, key tokens and the row to highlight at `step` (in words: the word
+        the step's output belongs to)."""
         step = min(max(step, 0), self.steps - 1)
+        weights = self.sliced(kind, self.maps(kind), step)
         prefix = self.decoder_tokens[:step + 1]
+        if self.in_words:
+            rows, keys = self.word_spans(kind, step)
+            key_tokens = self.decoder_tokens if kind == DECODER else self.source_tokens
+            queries = self.source_tokens if kind == ENCODER else self.decoder_tokens
+            return (weights, self.words(queries, rows), self.words(key_tokens, keys),
+                    None if kind == ENCODER else len(rows) - 1)
         if kind == ENCODER:
-            return self.maps(kind), self.source_tokens, self.source_tokens, None
-        if kind == DECODER:
-            return self.maps(kind)[:, :, :step + 1, :step + 1], prefix, prefix, step
-        return self.maps(kind)[:, :, :step + 1, :], prefix, self.source_tokens, step
+            return weights, self.source_tokens, self.source_tokens, None
+        return weights, prefix, prefix if kind == DECODER else self.source_tokens, step
+
+    def word_at(self, step: int) -> tuple[str, bool] | None:
+        """The word step `step`'s output belongs to when it has more than one piece so far or goes on (a byte-pair
+        piece ending in "@@"), and whether it is finished; None when the step outputs a word of its own."""
+        span = word_spans(self.target_tokens[:step + 1], self.scheme)[-1]
+        pieces = self.target_tokens[span.start:span.stop]
+        going_on = self.scheme == BPE and pieces[-1].endswith("@@")
+        if len(pieces) == 1 and not going_on:
+            return None
+        return word_label(pieces, self.scheme), not going_on
 
 
 def query_labels(trace: TraceArrays, kind: str, step: int) -> list[str]:
     """A view's row labels at `step`: source tokens for the encoder; a decoder row is the step that reads one token
-    and outputs the next, "mann → liest" (`step_labels`), so it is not taken for the word that attends."""
+    and outputs the next, "mann → liest" (`step_labels`), so it is not taken for the word that attends. In words,
+    a row is the steps that wrote one word, "der → zeitungsleserin": the word before it → the word."""
     step = min(max(step, 0), trace.steps - 1)
+    if trace.in_words:
+        rows, _ = trace.word_spans(kind, step)
+        if kind == ENCODER:
+            return trace.words(trace.source_tokens, rows)
+        written = trace.words(trace.target_tokens, rows)
+        return [Word(label, word.pieces) for label, word in zip(step_labels(["<sos>", *written[:-1]], written),
+                                                                 written)]
     if kind == ENCODER:
         return trace.source_tokens
     return step_labels(trace.decoder_tokens[:step + 1], trace.target_tokens[:step + 1])
@@ -101,6 +160,9 @@ def query_labels(trace: TraceArrays, kind: str, step: int) -> list[str]:
 
 def view_shape(trace: TraceArrays, kind: str) -> tuple[int, int]:
     """(rows, keys) of a view of `kind` at the last step: its figures keep that size and labelling at every step."""
+    if trace.in_words:
+        rows, keys = trace.word_spans(kind, trace.steps - 1)
+        return len(rows), len(keys)
     return query_rows(trace, kind), trace.steps if kind == DECODER else len(trace.source_tokens)
 
 
@@ -110,11 +172,12 @@ def view_scale(trace: TraceArrays, kind: str, layer: int | None, head: int | str
     which keeps the colour axis, keeps one scale."""
     if trace.scale_max == 1.0:
         return dict(value_label=trace.value_label, zmax=1.0)
-    maps, off = trace.maps(kind), trace.heads_off(kind)  # every step: the last one shows every row
+    last = trace.steps - 1  # every step: the last one shows every row
+    maps, off = trace.sliced(kind, trace.maps(kind), last), trace.heads_off(kind)
     if layer is None:
         shown = maps[~off]
     elif head == MEAN and trace.together is not None:
-        shown = trace.together[kind][layer]
+        shown = trace.together_at_step(kind, layer, last)
     elif head in (MEAN, ALL_HEADS):  # the mean of the heads that were on, or each of them
         shown = maps[layer][~off[layer]]
     else:
@@ -126,16 +189,26 @@ def view_scale(trace: TraceArrays, kind: str, layer: int | None, head: int | str
 
 
 def step_title(trace: TraceArrays, step: int) -> str:
-    """'step 3 of 9: reads "hund", predicts "läuft" (p = 0.91)'; a forced step 'is given "läuft"'."""
+    """'step 3 of 9: reads "hund", predicts "läuft" (p = 0.91)'; a forced step 'is given "läuft"'; in words, a
+    piece of a longer word says which: ', building "zeitungsles…"'."""
     chooses = "is given" if step < trace.forced else "predicts"
     return (f"step {step + 1} of {trace.steps}: reads \"{trace.decoder_tokens[step]}\", "
-            f"{chooses} \"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f})")
+            f"{chooses} \"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f}){_building(trace, step)}")
 
 
 def step_heading(trace: TraceArrays, step: int) -> str:
     """The step in a figure title, short enough for a phone: 'step 3 of 9: "hund" → "läuft" (p = 0.91)'."""
     return (f"step {step + 1} of {trace.steps}: \"{trace.decoder_tokens[step]}\" → \"{trace.target_tokens[step]}\" "
-            f"(p = {trace.probabilities[step]:.2f})")
+            f"(p = {trace.probabilities[step]:.2f}){_building(trace, step)}")
+
+
+def _building(trace: TraceArrays, step: int) -> str:
+    """In words, the word a step's piece belongs to: ', building "zeitungsles…"', or ', word "zeitungsleserin"'."""
+    word = trace.word_at(step) if trace.in_words else None
+    if word is None:
+        return ""
+    text, finished = word
+    return f", word \"{text}\"" if finished else f", building \"{text}…\""
 
 
 def step_description(trace: TraceArrays, step: int) -> str:
@@ -147,6 +220,8 @@ def step_description(trace: TraceArrays, step: int) -> str:
 
 def query_rows(trace: TraceArrays, kind: str) -> int:
     """How many query rows a view of `kind` has at the last step: its figures keep that size at every step."""
+    if trace.in_words:
+        return view_shape(trace, kind)[0]
     return len(trace.source_tokens) if kind == ENCODER else trace.steps
 
 
@@ -177,9 +252,7 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
                          highlight_row=highlight, panel_height=max(150, 14 * shape[0]), off=off[None],
                          raw=None if raw is None else raw[None], **scale)
     if head == MEAN and trace.together is not None:  # the heads together, not the mean of each head's measure
-        together = trace.together[kind][layer]
-        together = together if kind == ENCODER else together[:step + 1, :step + 1] if kind == DECODER else \
-            together[:step + 1]
+        together = trace.together_at_step(kind, layer, step)
         return attention_heatmap(together, queries, keys,
                                  [f"{KIND_LABELS[kind]}, layer {layer + 1}, all heads together", *measured,
                                   step_heading(trace, step)], highlight, query_label, key_label,
@@ -264,9 +337,11 @@ def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, mode
     attention = attention_figure(trace, kind, layer, head, last)
     overview = overview_figure(trace, kind, last) if model_view else None
     return {"steps": trace.steps,
-            "attention": _steppable(attention, trace, kind, f"{file_stem}_{view_name(kind, layer, head)}"),
+            "attention": _steppable(attention, trace, kind, f"{file_stem}_{view_name(kind, layer, head)}",
+                                    lambda t: attention_figure(trace, kind, layer, head, t)),
             "overview": None if overview is None else _steppable(overview, trace, kind,
-                                                                 f"{file_stem}_{kind}_model-view")}
+                                                                 f"{file_stem}_{kind}_model-view",
+                                                                 lambda t: overview_figure(trace, kind, t))}
 
 
 def comparison_frames(decodings: list[tuple[str, TraceArrays]], kind: str, layer: int, head: int | str,
@@ -275,7 +350,8 @@ def comparison_frames(decodings: list[tuple[str, TraceArrays]], kind: str, layer
     browser steps like the view's own figure."""
     first = decodings[0][1]
     figure = model_comparison_figure(decodings, kind, layer, head, first.steps - 1)
-    return _steppable(figure, first, kind, f"{file_stem}_{view_name(kind, layer, head)}_compared")
+    return _steppable(figure, first, kind, f"{file_stem}_{view_name(kind, layer, head)}_compared",
+                      lambda t: model_comparison_figure(decodings, kind, layer, head, t))
 
 
 def view_name(kind: str, layer: int, head: int | str) -> str:
@@ -284,13 +360,32 @@ def view_name(kind: str, layer: int, head: int | str) -> str:
     return f"{kind}_L{layer + 1}_{shown}"
 
 
-def _steppable(figure: PlainFigure, trace: TraceArrays, kind: str, file: str = "") -> str:
+def _steppable(figure: PlainFigure, trace: TraceArrays, kind: str, file: str = "",
+               figure_at: Callable[[int], PlainFigure] | None = None) -> str:
     """`figure` (built at the last step) as JSON, with how it grows per step, every step's title and the stem of
-    the file names its downloads get."""
+    the file names its downloads get.
+
+    In pieces, step t's figure is the last step's cut to its first t + 1 rows (and keys). In words it is not (the
+    word being written is the mean of its pieces so far), so every step's cells, labels and outline are sent
+    (`figure_at`, "frames")."""
     heading = "<br>".join(figure.layout["title"]["text"].split("<br>")[:-1])  # all but the step's line
-    return figure.to_json({"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
-                           "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}"
-                                      for t in range(trace.steps)], "file": file})
+    meta = {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
+            "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}" for t in range(trace.steps)],
+            "file": file}
+    if trace.in_words and kind != ENCODER and figure_at is not None:
+        meta.update(grows=None, frames=[_frame(figure_at(t)) for t in range(trace.steps)])
+    return figure.to_json(meta)
+
+
+def _frame(figure: PlainFigure) -> dict:
+    """What a stepped figure shows at one step besides its title: each trace's cells and categories, each axis's
+    categories and labels, the outlines."""
+    axes = ("categoryarray", "tickvals", "ticktext")
+    return {"data": [{key: trace[key] for key in ("z", "x", "y", "customdata") if key in trace}
+                     for trace in figure.data],
+            "axes": {name: {key: axis[key] for key in axes if key in axis} for name, axis in figure.layout.items()
+                     if name.startswith(("xaxis", "yaxis"))},
+            "shapes": figure.layout.get("shapes", [])}
 
 
 def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int
@@ -327,7 +422,7 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
     side_by_side = len(panels) < 2
     if len(panels) == 2 and read[0] == read[1] and panels[0][2].shape == panels[1][2].shape:
         # The same inputs; only the last step's output can differ, and the shared row label then names both.
-        if kind != ENCODER:
+        if kind != ENCODER and not first.in_words:
             outputs = [a if a == b else f"{a} / {b}" for a, b in zip(first.target_tokens, second.target_tokens)]
             shared = step_labels(first.decoder_tokens[:step + 1], outputs[:step + 1])
             panels[0] = (*panels[0][:3], shared, *panels[0][4:])
@@ -351,7 +446,7 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
     paper = stacked * plot_height + (stacked - 1) * gap_px
     key_every = label_every(shape[1], max(2, KEY_LABELS * width))
     data, layout, annotations, shapes = [], {}, [], []
-    highlight = None if kind == ENCODER else step
+    highlight = first.at_step(kind, step)[3]
     for i, (name, taken, weights, queries, keys, difference) in enumerate(panels):
         suffix = "" if i == 0 else str(i + 1)
         x0 = (i % columns) * (width + gap_x)

@@ -6,11 +6,18 @@
 // step: "grows" is "rows" (cross-attention: one query row per step), "square" (decoder self-attention: rows and
 // key columns) or null (encoder self-attention: only the title changes), and "titles" holds every step's title.
 // Showing step t keeps the first t + 1 rows (and columns), moves the step's outline to row t and shows step t's
-// title: exactly the figure viz/views.py builds for step t (a browser test compares the two). A bar chart's
-// "bars" (viz/views.py `translation_frames`) hold what differs at every step.
+// title: exactly the figure viz/views.py builds for step t (a browser test compares the two). A view in words has
+// "frames" instead: every step's cells, categories, axis labels and outlines, put in place as they are. A bar
+// chart's "bars" (viz/views.py `translation_frames`) hold what differs at every step.
 const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
 
 function figureAtStep(figure, t) {
+  const frame = figure.layout.meta.frames && figure.layout.meta.frames[t];
+  if (frame) {
+    frame.data.forEach((fields, i) => Object.assign(figure.data[i], fields));
+    for (const [name, fields] of Object.entries(frame.axes)) Object.assign(figure.layout[name], fields);
+    figure.layout.shapes = frame.shapes;
+  }
   const grows = figure.layout.meta.grows;
   const keep = (values) => (values === undefined ? values : values.slice(0, t + 1));
   if (grows) {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from model.keys import CROSS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
+from model.words import PIECES, WORDS
 from ui.page import Page
 from ui.plots import plot, step_text
 from ui.services import Services
@@ -55,6 +56,9 @@ def build(page: Page, services: Services) -> None:
                                         min_width=110, scale=2, allow_custom_value=True)
                 page.measure = gr.Dropdown(choices(MEASURE_LABELS), value=WEIGHTS, label="Show", elem_id="measure",
                                            scale=2, min_width=150)
+                # Words merge a word's pieces (model/words.py): summed as keys, averaged as queries.
+                page.units = gr.Radio([("Pieces", PIECES), ("Words", WORDS)], value=PIECES, label="Units",
+                                      elem_id="units", scale=1, min_width=150)
             page.attention = plot("attention")
         with gr.Column(scale=2, min_width=300):
             page.step_text = step_text("step-text", "This step")
