@@ -2,12 +2,16 @@
 sentences at once, and `load_trace`, which reads either format back.
 
     python -m model.inspect --checkpoint checkpoints/en-de --input sentences.txt --out traces/ [--format json|npz]
+        [--measures] [--attributions integrated_gradients ...] [--units words]
 
 One file per sentence (a line of the input), named by its line number: `00001.json` or `00001.npz`. A trace file
 holds the schema version, the checkpoint's name and config, the source text and its tokens, the translation
 and its tokens, each step's probability and top-k candidates, every attention map (encoder and decoder
 self-attention, cross-attention: [layer][head][query][key]; None where the model has none) and, when computed,
-the measures of model/contributions.py (weight × value norm, rollout, ALTI+ maps).
+the measures of model/contributions.py (weight × value norm, rollout, ALTI+ maps) and the gradient attributions of
+model/attribution.py (per method, per step: to each source token and each earlier decoder input). `words` records
+how the pieces make words (the index range of each source and target word) and which units the view showed; the
+maps themselves are always the model's, in pieces (model/words.py `merge` turns them into words).
 
 JSON is one object, arrays as nested lists of float32 values written exactly. NPZ holds the same arrays as
 arrays (`cross_attention`, `measures/rollout/cross`, ...) and everything else as a JSON string under `meta`.
@@ -27,6 +31,9 @@ import numpy as np
 import orjson
 import torch
 
+from model.attribution import METHODS, Attributions
+from model.words import PIECES, UNITS, WHOLE, word_spans
+
 SCHEMA_VERSION = 1
 FORMATS = ("json", "npz")
 ARRAYS = ("probabilities", "top_probabilities", "encoder_attention", "decoder_attention", "cross_attention")
@@ -37,7 +44,8 @@ def trace_record(checkpoint: str, config: dict, source: str, translation: str, *
                  top_probabilities: np.ndarray, encoder_attention: np.ndarray | None,
                  decoder_attention: np.ndarray | None, cross_attention: np.ndarray, forced: int = 0,
                  force: list[str] = (), mask: list[str] = (),
-                 measures: dict[str, dict[str, np.ndarray]] | None = None) -> dict:
+                 measures: dict[str, dict[str, np.ndarray]] | None = None, scheme: str = WHOLE,
+                 units: str = PIECES, attributions: dict[str, list[Attributions]] | None = None) -> dict:
     """One decoding as the dict a trace file holds (arrays as float32 numpy arrays)."""
     def array(values):
         return None if values is None else np.ascontiguousarray(values, dtype=np.float32)
@@ -52,6 +60,14 @@ def trace_record(checkpoint: str, config: dict, source: str, translation: str, *
         "decoder_attention": array(decoder_attention), "cross_attention": array(cross_attention),
         "measures": None if measures is None else {measure: {kind: array(maps) for kind, maps in by_kind.items()}
                                                    for measure, by_kind in measures.items()},
+        "words": {"units": units, "scheme": scheme,
+                  **{side: [[span.start, span.stop] for span in word_spans(tokens, scheme)]
+                     for side, tokens in (("source", source_tokens), ("target", target_tokens))}},
+        "attributions": None if attributions is None else {
+            method: [{"step": result.step + 1, "contrast": result.contrast, "source": result.source.tolist(),
+                      "target": result.target.tolist(), "score": result.score, "baseline_score": result.baseline_score,
+                      "completeness_error": result.delta} for result in results]
+            for method, results in attributions.items()},
     }
 
 
@@ -111,6 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--format", default="json", choices=FORMATS)
     parser.add_argument("--measures", action="store_true",
                         help="add the measures (value norms, rollout, ALTI+) to each trace (Transformers only)")
+    parser.add_argument("--attributions", nargs="+", choices=METHODS, default=[],
+                        help="add these gradient attributions of every step (integrated gradients: 32 points)")
+    parser.add_argument("--units", choices=UNITS, default=PIECES,
+                        help="the units recorded as the view's (the maps stay in pieces; `words` says how to merge)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -129,12 +149,14 @@ def main(argv: list[str] | None = None) -> None:
             continue
         trace = traced.trace
         measures = translator.measures(text, traced.target_tokens) if args.measures else None
+        attributions = {method: translator.attributions(text, traced.target_tokens, method)
+                        for method in args.attributions} or None
         record = trace_record(name, translator.model.config.to_dict(), text, traced.text,
                               source_tokens=traced.source_tokens, target_tokens=traced.target_tokens,
                               top_tokens=traced.top_tokens, probabilities=trace.probabilities,
                               top_probabilities=trace.top_probabilities, encoder_attention=trace.encoder_attention,
                               decoder_attention=trace.decoder_attention, cross_attention=trace.cross_attention,
-                              measures=measures)
+                              measures=measures, scheme=traced.scheme, units=args.units, attributions=attributions)
         path = out / f"{number:05d}.{args.format}"
         path.write_bytes(encode(record, args.format))
         written, size = written + 1, size + path.stat().st_size

@@ -75,3 +75,25 @@ def test_a_pad_baseline_and_bad_arguments():
         with pytest.raises(ValueError):
             attribute(model, SRC, TGT, **{"step": 0, **bad})
     assert model.training is False
+
+
+def test_the_page_attributes_the_step_on_screen_for_both_architectures(events):
+    import json
+
+    from ui.tabs.sources import attribute_step
+
+    services = events.services
+    for model in ("toy-en-de", "toy-rnn"):
+        session = events.translate("A dog runs in the park.", model=model)["session"]
+        (figure,), said = attribute_step(services, session, 2, INTEGRATED_GRADIENTS, "")
+        assert "completeness error" in said, said
+        bars = json.loads(figure)["data"][0]
+        assert len(bars["y"]) == len(session.trace.source_tokens) + 2  # the source, then <sos> and the first word
+        chosen = session.trace.target_tokens[1]
+        other = next(t for t in session.trace.top_tokens[1] if t != chosen)
+        _, said = attribute_step(services, session, 2, SALIENCY, other)
+        assert f'and not "{other}"' in said
+    for method, contrast, message in (("lime", "", "Unknown attribution method"),
+                                      (SALIENCY, "zebra☃", "The contrast must be one token")):
+        refused, said = attribute_step(services, session, 2, method, contrast)
+        assert message in said and refused is session

@@ -158,7 +158,8 @@ def test_inspect_writes_a_trace_per_sentence_that_loads_back(toy_checkpoints, tm
     for file_format in ("json", "npz"):
         out = tmp_path / file_format
         inspect.main(["--checkpoint", str(root / MODEL), "--input", str(sentences), "--out", str(out),
-                      "--format", file_format, "--measures", "--threads", "1"])
+                      "--format", file_format, "--measures", "--attributions", "saliency", "integrated_gradients",
+                      "--units", "words", "--threads", "1"])
         summary = capsys.readouterr()
         assert re.fullmatch(rf"2 traces written to {out} \({file_format}, [\d.]+ MB\), 1 lines skipped, in [\d.]+ s\n",
                             summary.out)
@@ -169,6 +170,14 @@ def test_inspect_writes_a_trace_per_sentence_that_loads_back(toy_checkpoints, tm
         assert record["translation"] == traced.text and record["target_tokens"] == traced.target_tokens
         np.testing.assert_array_equal(record["cross_attention"], traced.trace.cross_attention.astype(np.float32))
         assert set(record["measures"]) == {"value_norm", "value_norm_together", "rollout", "alti"}
+        assert record["words"] == {"units": "words", "scheme": "whole words",
+                                   "source": [[i, i + 1] for i in range(len(traced.source_tokens))],
+                                   "target": [[i, i + 1] for i in range(len(traced.target_tokens))]}
+        integrated = record["attributions"]["integrated_gradients"]
+        assert [step["step"] for step in integrated] == list(range(1, len(traced.target_tokens) + 1))
+        last = integrated[-1]
+        assert len(last["source"]) == len(traced.source_tokens) and len(last["target"]) == len(traced.target_tokens)
+        assert abs(last["completeness_error"]) < 0.05 * abs(last["score"] - last["baseline_score"]) + 1e-3
 
 
 def test_a_different_translation_is_quoted_once(events):

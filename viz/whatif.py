@@ -189,3 +189,23 @@ def head_statistics_rows(statistics: dict[str, dict[str, np.ndarray]], shapes: d
                 rows.append([head_name(kind, layer, head)] + [round(float(v), 3) if np.isfinite(v) else None
                                                             for v in values])
     return rows
+
+
+def attribution_figure(source_tokens: list[str], target_tokens: list[str], source: np.ndarray, target: np.ndarray,
+                       title: list[str], value_label: str) -> PlainFigure:
+    """One bar per source token, then per decoder input before the step (marked "tgt"): how much each moved the
+    step's log-probability (red where it lowered it; a saliency is a norm, never negative)."""
+    values = np.concatenate([np.asarray(source, dtype=float), np.asarray(target, dtype=float)])
+    tokens = [*source_tokens, *(f"tgt {t}" for t in target_tokens)]
+    bars = dict(type="bar", x=positions(tokens), y=values.tolist(), text=[f"{v:+.2f}" for v in values],
+                textposition="outside", marker=dict(color=[HIGHLIGHT if v < 0 else "#1f77b4" for v in values]),
+                hovertemplate="%{x}<br>" + escape_text(value_label) + " %{y:+.4f}<extra></extra>")
+    span = max(1e-3, float(np.abs(values).max(initial=0)) * 1.25)
+    return plain_figure([bars], dict(
+        title=title_layout(title), height=300 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room(title), b=10),
+        plot_bgcolor="white", uniformtext=dict(minsize=8, mode="hide"),
+        xaxis=token_axis(tokens, label_every(len(tokens), BAR_LABELS), automargin=True, tickfont=TICK_FONT),
+        yaxis=dict(range=[-span if (values < 0).any() else 0, span], title=dict(text=value_label), zeroline=True),
+        shapes=[dict(type="line", xref="x", yref="paper", x0=len(source_tokens) - 0.5, x1=len(source_tokens) - 0.5,
+                     y0=0, y1=1, line=dict(color="#999", dash="dot", width=1))],
+    ))

@@ -63,7 +63,8 @@ def export_trace(services: Services, session: Session, file_format: object) -> t
                           top_tokens=trace.top_tokens, probabilities=trace.probabilities,
                           top_probabilities=trace.top_probabilities, encoder_attention=trace.encoder,
                           decoder_attention=trace.decoder, cross_attention=trace.cross, forced=trace.forced,
-                          force=list(decoding.force), mask=list(decoding.mask), measures=decoding.measure_maps)
+                          force=list(decoding.force), mask=list(decoding.mask), measures=decoding.measure_maps,
+                          scheme=trace.scheme, units=session.view.units)
     path = Path(tempfile.mkdtemp(prefix="trace-")) / f"{file_stem(session)}.{file_format}"
     path.write_bytes(encode(record, file_format))
     return (str(path),), (f"Trace of {decoding.name} as {file_format.upper()}: {path.stat().st_size / 1000:,.0f} kB"

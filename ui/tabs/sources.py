@@ -1,16 +1,24 @@
-"""Where each word came from: the ALTI+ share of each generated word's prediction that came from the source."""
+"""Where each word came from: the ALTI+ share of each generated word's prediction that came from the source, and
+gradient attributions of the word at the step on screen (model/attribution.py)."""
 
 from __future__ import annotations
 
 import gradio as gr
+import numpy as np
 
+from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
+from model.translator import InputError
+from model.words import WORDS, word_label, word_spans
 from ui.listeners import tab_answer
-from ui.operations import operation
+from ui.operations import operation, shown
 from ui.page import Page
 from ui.plots import figure_json, plot
 from ui.services import Services
-from ui.session import Session
-from viz.whatif import contribution_figure, source_share_figure
+from ui.session import Session, clamp
+from viz.whatif import attribution_figure, contribution_figure, source_share_figure
+
+ATTRIBUTION_LABELS = {SALIENCY: "saliency (gradient norm)", INPUT_X_GRADIENT: "input × gradient",
+                      INTEGRATED_GRADIENTS: "integrated gradients (32 points)"}
 
 
 def build(page: Page, services: Services) -> None:
@@ -23,6 +31,20 @@ def build(page: Page, services: Services) -> None:
                                        elem_id="contributions")
         page.source_share_plot = plot("source-share")
         page.contribution_plot = plot("contribution-map")
+        gr.Markdown("Gradient attributions of the word chosen at the step on screen: how much each source token "
+                    "and each word before it moved that word's log-probability (saliency: the gradient's norm; "
+                    "input × gradient; integrated gradients from zero embeddings, Sundararajan et al. 2017, whose "
+                    "bars sum to the change in log-probability). Name a candidate to ask why this word and not "
+                    "that one (Yin & Neubig 2022).")
+        with gr.Row(equal_height=True):
+            page.attribution_method = gr.Radio([(label, key) for key, label in ATTRIBUTION_LABELS.items()],
+                                               value=INTEGRATED_GRADIENTS, label="Method",
+                                               elem_id="attribution-method", scale=3)
+            page.attribution_contrast = gr.Textbox(label="…and not (a candidate; optional)", placeholder="e.g. die",
+                                                   elem_id="attribution-contrast", scale=2, min_width=140)
+            page.attribute = gr.Button("Attribute this step", variant="primary", elem_id="attribute", scale=1,
+                                       min_width=120)
+        page.attribution_plot = plot("attribution")
 
 
 @operation
@@ -43,6 +65,45 @@ def measure_sources(services: Services, session: Session) -> tuple[tuple, str]:
         f"average ({shares.min():.0%} to {shares.max():.0%}).")
 
 
+@operation
+def attribute_step(services: Services, session: Session, step: object, method: object, contrast: object
+                   ) -> tuple[tuple, str]:
+    """Gradient attributions of the word chosen at `step` of the decoding on screen, in the view's units."""
+    if method not in METHODS:
+        return session, f"Unknown attribution method {shown(method)}; choose one of: {', '.join(METHODS)}."
+    decoding, trace = session.current, session.current.trace
+    step = clamp(step, 1, trace.steps, 1)
+    contrast = contrast.strip() if isinstance(contrast, str) and contrast.strip() else None
+    try:
+        [result] = services.translators[session.model].attributions(
+            session.source, trace.target_tokens, method, step - 1, contrast, list(decoding.mask), **session.direction)
+    except InputError as error:
+        return session, str(error)
+    source_tokens, prefix = trace.source_tokens, trace.decoder_tokens[:step]
+    source, target = result.source, result.target
+    if session.view.units == WORDS:  # attributions add up: a word's is the sum of its pieces'
+        source_spans, prefix_spans = word_spans(source_tokens, trace.scheme), word_spans(prefix, trace.scheme)
+        source = np.array([source[span.start:span.stop].sum() for span in source_spans])
+        target = np.array([target[span.start:span.stop].sum() for span in prefix_spans])
+        source_tokens = [word_label(source_tokens[span.start:span.stop], trace.scheme) for span in source_spans]
+        prefix = [word_label(prefix[span.start:span.stop], trace.scheme) for span in prefix_spans]
+    chosen = trace.target_tokens[step - 1]
+    asked = f'why step {step} wrote "{chosen}"' + (f' and not "{contrast}"' if contrast else "")
+    total = float(source.sum() + target.sum())
+    if result.delta is None:
+        said = f"{ATTRIBUTION_LABELS[method]}: {asked}."
+    else:
+        said = (f"{ATTRIBUTION_LABELS[method]}: {asked}; the bars sum to {total:+.3f}, the change from the baseline "
+                f"{result.score - result.baseline_score:+.3f} (completeness error {result.delta:+.1e}).")
+    value_label = "gradient norm" if method == SALIENCY else "attribution"
+    figure = attribution_figure(source_tokens, prefix, source, target,
+                                [f"{ATTRIBUTION_LABELS[method]}: {asked}", "source tokens, then the target prefix (tgt)"],
+                                value_label)
+    return (figure_json(figure),), said
+
+
 def wire(page: Page, services: Services) -> None:
     tab_answer(page, services, measure_sources, [], [page.source_share_plot, page.contribution_plot],
                "contributions_view", page.contributions.click, **services.trace_queue)
+    tab_answer(page, services, attribute_step, [page.step, page.attribution_method, page.attribution_contrast],
+               [page.attribution_plot], "attribute_view", page.attribute.click, **services.trace_queue)
