@@ -46,3 +46,15 @@ def head_statistics(maps: np.ndarray, key_tokens: list[str], self_attention: boo
     else:
         statistics["offset"] = np.full(maps.shape[:2], np.nan)
     return statistics
+
+
+def best_aligning_head(report: dict) -> tuple[int, int] | None:
+    """The cross-attention head (layer, head; 0-based) with the lowest alignment error rate in a heads.json report,
+    or None when it has none."""
+    scored = [(values["alignment_aer"], name) for name, values in report.get("heads", {}).items()
+              if name.startswith("cross.") and isinstance(values.get("alignment_aer"), (int, float))]
+    if not scored:
+        return None
+    _, name = min(scored)
+    _, layer, head = name.split(".")
+    return int(layer) - 1, int(head) - 1

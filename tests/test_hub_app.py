@@ -98,13 +98,17 @@ def test_the_api_takes_languages(hub_events):
 
     from ui.api import endpoints
 
-    trace, score, beam = endpoints(hub_events.services)
+    trace, score, beam, attribute = endpoints(hub_events.services)
     traced = trace("nllb", TEXT, src_lang="fra_Latn", tgt_lang="spa_Latn")
     assert traced["source_tokens"][0] == "fra_Latn" and traced["target_tokens"][0] == "spa_Latn"
     assert traced["forced"] == 1 and traced["source_contribution"] is not None
     scored = score("nllb", TEXT, traced["target_tokens"][1:], src_lang="fra_Latn", tgt_lang="spa_Latn")
     assert scored["target_tokens"] == traced["target_tokens"]
     assert beam("nllb", TEXT, 2, tgt_lang="spa_Latn")["n_best"][0]["tokens"][0] == "spa_Latn"
+    attributed = attribute("nllb", TEXT, "saliency", 2, src_lang="fra_Latn", tgt_lang="spa_Latn", units="words")
+    assert attributed["source_words"][0] == "fra_Latn" and attributed["decoder_input_words"][:2] == ["<sos>",
+                                                                                                   "spa_Latn"]
+    assert len(attributed["steps"][0]["source"]) == len(attributed["source_words"])
     with pytest.raises(gr.Error, match="one direction only"):
         trace("opus-a", TEXT, tgt_lang="de")
     with pytest.raises(gr.Error, match="no source language"):

@@ -74,7 +74,8 @@ def decoding_outputs(page: Page) -> list:
             page.head, page.model_view, page.units, page.breadcrumb, page.source, page.source_tokens, page.comparison,
             page.comparison_plot, *page.mask_grids, page.masked_translation, page.mask_effect_plot, page.n_best,
             page.beam_steps, page.beam_open, page.branch_word, page.head_table, page.alignment_text,
-            page.source_share_plot, page.contribution_plot, page.attribution_plot, page.link_box, page.export_file]
+            page.source_share_plot, page.contribution_plot, page.attribution_plot, page.faithfulness_plot,
+            page.faithfulness_table, page.link_box, page.export_file]
 
 
 def view_outputs(page: Page) -> list:

@@ -167,7 +167,8 @@ def decoding_updates(page, session: Session) -> dict:
                 f"each token of {effect.base}: log-probability with {plural(effect.heads_off, 'head')} off minus "
                 "with them on")),
             page.head_table: None, page.alignment_text: "", page.source_share_plot: None,
-            page.contribution_plot: None, page.attribution_plot: None, page.link_box: "", page.export_file: None}
+            page.contribution_plot: None, page.attribution_plot: None, page.faithfulness_plot: None,
+            page.faithfulness_table: None, page.link_box: "", page.export_file: None}
 
 
 def comparison_updates(page, session: Session) -> dict:
@@ -249,6 +250,7 @@ def cleared(page) -> dict:
             page.mask_effect_plot: None, page.n_best: None, page.beam_steps: None, page.branch_word: "",
             page.beam_open: gr.update(choices=[], value=None), page.head_table: None, page.alignment_text: "",
             page.source_share_plot: None, page.contribution_plot: None, page.attribution_plot: None,
-            page.link_box: "", page.export_file: None, page.step: gr.update(value=1, maximum=2, interactive=False),
+            page.faithfulness_plot: None, page.faithfulness_table: None, page.link_box: "", page.export_file: None,
+            page.step: gr.update(value=1, maximum=2, interactive=False),
             page.mask_note: "Translate a sentence to switch heads off.",
             **{grid: gr.update(choices=[], value=[], visible=False) for grid in page.mask_grids}}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from model.catalog import DEFAULT_BUDGET, Card, Catalog
 from model.convert_hf import ConversionError, convert
-from model.keys import CROSS
+from model.head_stats import best_aligning_head
 from model.translator import InputError, TracedTranslation, Translator
 from model.vocab import CHARS
 from model.workers import TracePool, available_cores, can_fork
@@ -147,14 +147,7 @@ class Services:
 
     def best_head(self, model: str) -> tuple[int, int] | None:
         """The cross-attention head (layer, head; 0-based) that aligns best on the val split (heads.json), if known."""
-        heads = self.card(model).head_report.get("heads", {}) if model in self.translators else {}
-        scored = [(values["alignment_aer"], name) for name, values in heads.items()
-                  if name.startswith(CROSS + ".") and isinstance(values.get("alignment_aer"), (int, float))]
-        if not scored:
-            return None
-        _, name = min(scored)
-        _, layer, head = name.split(".")
-        return int(layer) - 1, int(head) - 1
+        return best_aligning_head(self.card(model).head_report) if model in self.translators else None
 
     def close(self) -> None:
         if self.pool is not None:

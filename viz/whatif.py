@@ -209,3 +209,30 @@ def attribution_figure(source_tokens: list[str], target_tokens: list[str], sourc
         shapes=[dict(type="line", xref="x", yref="paper", x0=len(source_tokens) - 0.5, x1=len(source_tokens) - 0.5,
                      y0=0, y1=1, line=dict(color="#999", dash="dot", width=1))],
     ))
+
+
+FAITHFULNESS_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
+
+
+def faithfulness_figure(comprehensiveness: dict[str, np.ndarray], sufficiency: dict[str, np.ndarray],
+                        ks: list[str], title: str) -> PlainFigure:
+    """Each method's deletion curves side by side: comprehensiveness (the word's log-probability lost when the top
+    k source tokens are removed: higher is more faithful) and sufficiency (lost when only they are kept: lower is
+    more faithful), over k."""
+    data = []
+    for index, method in enumerate(comprehensiveness):
+        colour = FAITHFULNESS_COLOURS[index % len(FAITHFULNESS_COLOURS)]
+        for axis, values, shown in (("", comprehensiveness[method], True), ("2", sufficiency[method], False)):
+            data.append(dict(type="scatter", mode="lines+markers", x=ks, y=np.round(values, 4).tolist(),
+                             name=escape_text(method), legendgroup=method, showlegend=shown,
+                             line=dict(color=colour), xaxis=f"x{axis}", yaxis=f"y{axis}",
+                             hovertemplate=escape_text(method) + " k=%{x}: %{y:+.3f}<extra></extra>"))
+    lines = [title, "left: comprehensiveness (higher: more faithful); right: sufficiency (lower: more faithful)"]
+    return plain_figure(data, dict(
+        title=title_layout(lines), height=360 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room(lines), b=10),
+        plot_bgcolor="white", legend=dict(orientation="h", y=-0.2),
+        xaxis=dict(domain=[0, 0.46], type="category", title=dict(text="top k source tokens removed")),
+        xaxis2=dict(domain=[0.54, 1], type="category", title=dict(text="only the top k kept")),
+        yaxis=dict(title=dict(text="log-probability lost"), zeroline=True, anchor="x"),
+        yaxis2=dict(zeroline=True, anchor="x2"),
+    ))

@@ -42,7 +42,7 @@ def wire(page: Page, services: Services) -> None:
     # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
     run = answer(page, services, open_row, decoding_outputs(page), 1)
 
-    def clicked(session, kind, layer, head, measure, step, model_view, selected: gr.SelectData):
-        return run(session, selected, kind, layer, head, measure, step, model_view)
+    def clicked(session, kind, layer, head, measure, step, model_view, units, selected: gr.SelectData):
+        return run(session, selected, kind, layer, head, measure, step, model_view, units)
     page.n_best.select(clicked, [page.session, *settings(page)], decoding_outputs(page), api_visibility="private",
                        **services.trace_queue)

@@ -7,7 +7,7 @@ import gradio as gr
 import numpy as np
 
 from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
-from model.translator import InputError
+from model.faithfulness import KS, k_label, word_faithfulness
 from model.words import WORDS, word_label, word_spans
 from ui.listeners import tab_answer
 from ui.operations import operation, shown
@@ -15,7 +15,7 @@ from ui.page import Page
 from ui.plots import figure_json, plot
 from ui.services import Services
 from ui.session import Session, clamp
-from viz.whatif import attribution_figure, contribution_figure, source_share_figure
+from viz.whatif import attribution_figure, contribution_figure, faithfulness_figure, source_share_figure
 
 ATTRIBUTION_LABELS = {SALIENCY: "saliency (gradient norm)", INPUT_X_GRADIENT: "input × gradient",
                       INTEGRATED_GRADIENTS: "integrated gradients (32 points)"}
@@ -45,6 +45,15 @@ def build(page: Page, services: Services) -> None:
             page.attribute = gr.Button("Attribute this step", variant="primary", elem_id="attribute", scale=1,
                                        min_width=120)
         page.attribution_plot = plot("attribution")
+        gr.Markdown("Which of these explanations is faithful to the model for this word? Each method ranks the "
+                    "source tokens; removing its top k (replaced by `<unk>`) should cost the word much of its "
+                    "log-probability (comprehensiveness), and keeping only them little (sufficiency: ERASER, "
+                    "DeYoung et al. 2020). Attention, the best-aligning head, rollout, ALTI+ and the three gradient "
+                    "methods, side by side, with how far their rankings agree.")
+        page.faithfulness = gr.Button("Which explanation to trust for this word", elem_id="faithfulness")
+        page.faithfulness_plot = plot("faithfulness-curves")
+        page.faithfulness_table = gr.Dataframe(label="Rank correlation (Spearman) of the methods' source rankings",
+                                               elem_id="faithfulness-table", interactive=False, wrap=True)
 
 
 @operation
@@ -74,11 +83,8 @@ def attribute_step(services: Services, session: Session, step: object, method: o
     decoding, trace = session.current, session.current.trace
     step = clamp(step, 1, trace.steps, 1)
     contrast = contrast.strip() if isinstance(contrast, str) and contrast.strip() else None
-    try:
-        [result] = services.translators[session.model].attributions(
-            session.source, trace.target_tokens, method, step - 1, contrast, list(decoding.mask), **session.direction)
-    except InputError as error:
-        return session, str(error)
+    [result] = services.translators[session.model].attributions(
+        session.source, trace.target_tokens, method, step - 1, contrast, list(decoding.mask), **session.direction)
     source_tokens, prefix = trace.source_tokens, trace.decoder_tokens[:step]
     source, target = result.source, result.target
     if session.view.units == WORDS:  # attributions add up: a word's is the sum of its pieces'
@@ -102,8 +108,33 @@ def attribute_step(services: Services, session: Session, step: object, method: o
     return (figure_json(figure),), said
 
 
+@operation
+def explanations_compared(services: Services, session: Session, step: object) -> tuple[tuple, str]:
+    """How faithful each explanation method is for the word chosen at `step`, with every head on: its deletion
+    curves and the rank correlations between the methods."""
+    decoding, trace = session.current, session.current.trace
+    step = clamp(step, 1, trace.steps, 1)
+    translator = services.translators[session.model]
+    src_ids, tgt_ids = translator.given_translation(session.source, trace.target_tokens, **session.direction)
+    measured = word_faithfulness(translator.model, src_ids, tgt_ids, step - 1, services.best_head(session.model))
+    ks = list(map(k_label, KS))
+    chosen = trace.target_tokens[step - 1]
+    figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, ks,
+                                 f'which explanation to trust for step {step}, "{chosen}"')
+    methods = list(measured.scores)
+    rho = measured.rank_correlation()
+    table = [[a] + [1.0 if a == b else round(rho.get((a, b), rho.get((b, a), float("nan"))), 2) for b in methods]
+             for a in methods]
+    best = max(methods, key=lambda m: measured.comprehensiveness[m].mean() - measured.sufficiency[m].mean())
+    note = " (measured with every head on)" if decoding.mask else ""
+    return (figure_json(figure), gr.update(value=table, headers=["method", *methods])), (
+        f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: {best}{note}.')
+
+
 def wire(page: Page, services: Services) -> None:
     tab_answer(page, services, measure_sources, [], [page.source_share_plot, page.contribution_plot],
                "contributions_view", page.contributions.click, **services.trace_queue)
     tab_answer(page, services, attribute_step, [page.step, page.attribution_method, page.attribution_contrast],
                [page.attribution_plot], "attribute_view", page.attribute.click, **services.trace_queue)
+    tab_answer(page, services, explanations_compared, [page.step], [page.faithfulness_plot, page.faithfulness_table],
+               "faithfulness_view", page.faithfulness.click, **services.trace_queue)

@@ -1,0 +1,217 @@
+"""Which explanation to trust: for the word chosen at a step, rank the source tokens by each explanation method and
+measure how faithful each ranking is to the model, with ERASER's comprehensiveness and sufficiency (DeYoung et
+al., 2020).
+
+Methods (those the model has):
+- `attention`: the last decoder layer's cross-attention at the step, mean of its heads;
+- `best_head`: the cross-attention head that aligns best on the val split (heads.json's AER), if known;
+- `rollout`: cross-attention rollout through every layer (model/contributions.py);
+- `alti_plus`: the step's ALTI+ shares of the source tokens (Ferrando et al., 2022);
+- `saliency`, `input_x_gradient`, `integrated_gradients` (model/attribution.py; integrated gradients from zero
+  embeddings, 32 points).
+Rollout and ALTI+ need a residual stream: the GRU models have neither.
+
+Removing a token replaces it by <unk>, keeping every position (the sentence's length and the positions of the rest
+do not change); the final <eos> is never removed. For k source tokens ranked highest (k = 1, 2, 3, 20% and 50% of
+the sentence, rounded up), with the target prefix the model wrote kept as it is:
+- comprehensiveness = log p(word | source) − log p(word | source with the top k removed): how much the prediction
+  falls without what the method ranks highest (higher: the method found what the prediction needs);
+- sufficiency = log p(word | source) − log p(word | only the top k kept): how much it falls with only that (lower:
+  the method's top tokens are enough).
+Signed methods rank by their value (most positive first: what supports the word); saliency and the shares are
+never negative.
+
+    python -m model.faithfulness --checkpoint checkpoints/en-de --split val --n 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute
+from model.contributions import measure_maps
+from model.decoding import next_token_logits
+from model.head_stats import best_aligning_head
+from model.keys import ALTI, CROSS, ROLLOUT
+from model.seq2seq import Seq2Seq
+from model.transformer import Transformer
+from model.vocab import SOS_ID, UNK_ID
+
+ATTENTION, BEST_HEAD, ALTI_PLUS = "attention", "best_head", "alti_plus"
+METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS)
+KS = (1, 2, 3, 0.2, 0.5)  # whole numbers of tokens, or fractions of the sentence
+
+
+def k_label(k: int | float) -> str:
+    return f"{k:.0%}" if isinstance(k, float) else str(k)
+
+
+@dataclass
+class StepFaithfulness:
+    """One step's word: each method's source scores, and its comprehensiveness and sufficiency at each k."""
+
+    step: int
+    scores: dict[str, np.ndarray]  # method -> (S,) a score per source token
+    comprehensiveness: dict[str, np.ndarray]  # method -> (len(KS),)
+    sufficiency: dict[str, np.ndarray]
+
+    def rank_correlation(self) -> dict[tuple[str, str], float]:
+        """Spearman's ρ between every two methods' scores of the source tokens that can be removed."""
+        names = list(self.scores)
+        ranks = {name: np.argsort(np.argsort(-self.scores[name][:-1])).astype(float) for name in names}
+        return {(a, b): float(np.corrcoef(ranks[a], ranks[b])[0, 1]) if len(ranks[a]) > 1 else 1.0
+                for i, a in enumerate(names) for b in names[i + 1:]}
+
+
+def removable_count(k: int | float, removable: int) -> int:
+    return min(removable, k if isinstance(k, int) else max(1, math.ceil(k * removable)))
+
+
+@torch.inference_mode()
+def log_probabilities(model: Seq2Seq, sources: torch.Tensor, prefix: list[int], token: int) -> np.ndarray:
+    """log p(token | each source row, <sos> + prefix), in one batch."""
+    tgt = torch.tensor([[SOS_ID] + prefix]).expand(sources.size(0), -1)
+    logits, _ = model(sources, tgt)
+    return next_token_logits(logits).log_softmax(-1)[:, token].numpy()
+
+
+def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_head: tuple[int, int] | None,
+                  steps: int = 32, only: int | None = None) -> dict[str, list[np.ndarray]]:
+    """Every method's score of every source token, for every step of the translation `tgt_ids` (`only`: the
+    gradients of that step alone, the other steps' left empty)."""
+    src, tgt_in = torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]])
+    with torch.inference_mode():
+        _, attention = model(src, tgt_in, need_weights=True)
+    cross = attention.cross[:, 0].numpy()  # (L, H, T, S)
+    scores = {ATTENTION: list(cross[-1].mean(0))}
+    if best_head is not None:
+        layer, head = best_head
+        scores[BEST_HEAD] = list(cross[layer, head])
+    if isinstance(model, Transformer):
+        maps = measure_maps(model, src_ids, tgt_ids)  # through every layer: the last layer's maps, (T, S)
+        scores[ROLLOUT], scores[ALTI_PLUS] = list(maps[ROLLOUT][CROSS][-1, 0]), list(maps[ALTI][CROSS][-1, 0])
+    for method in (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS):
+        scores[method] = [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source
+                          if only in (None, t) else None for t in range(len(tgt_ids))]
+    return scores
+
+
+def word_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
+                      best_head: tuple[int, int] | None = None, steps: int = 32) -> StepFaithfulness:
+    """The faithfulness of every method for the word at `step` alone (the app's question, asked live)."""
+    scores = method_scores(model, src_ids, tgt_ids, best_head, steps, only=step)
+    return step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
+
+
+def step_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
+                      scores: dict[str, np.ndarray]) -> StepFaithfulness:
+    """ERASER's measures of every method's ranking for the word at `step`, all perturbations in one batch."""
+    removable = len(src_ids) - 1  # the final <eos> stays
+    counts = [removable_count(k, removable) for k in KS]
+    rows = [src_ids]
+    for method, values in scores.items():
+        order = np.argsort(-np.asarray(values[:removable]), kind="stable")
+        for count in counts:
+            top = set(order[:count].tolist())
+            rows.append([UNK_ID if i in top else t for i, t in enumerate(src_ids)])  # without the top k
+            rows.append([t if i in top or i == removable else UNK_ID for i, t in enumerate(src_ids)])  # only them
+    logp = log_probabilities(model, torch.tensor(rows), tgt_ids[:step], tgt_ids[step])
+    full, perturbed = logp[0], logp[1:].reshape(len(scores), len(KS), 2)
+    return StepFaithfulness(step, {m: np.asarray(v, dtype=float) for m, v in scores.items()},
+                            {m: full - perturbed[i, :, 0] for i, m in enumerate(scores)},
+                            {m: full - perturbed[i, :, 1] for i, m in enumerate(scores)})
+
+
+def sentence_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int],
+                          best_head: tuple[int, int] | None = None, steps: int = 32) -> list[StepFaithfulness]:
+    """Every step's faithfulness for one sentence and its translation (the generated tokens)."""
+    scores = method_scores(model, src_ids, tgt_ids, best_head, steps)
+    return [step_faithfulness(model, src_ids, tgt_ids, t, {m: v[t] for m, v in scores.items()})
+            for t in range(len(tgt_ids))]
+
+
+def summary(results: list[StepFaithfulness]) -> dict:
+    """Each method's mean comprehensiveness and sufficiency at each k, their means over k (ERASER's AOPC-style
+    aggregate), and the mean rank correlation between every two methods."""
+    methods = list(results[0].scores)
+    table = {}
+    for method in methods:
+        comprehensive = np.mean([r.comprehensiveness[method] for r in results], axis=0)
+        sufficient = np.mean([r.sufficiency[method] for r in results], axis=0)
+        table[method] = {"comprehensiveness": dict(zip(map(k_label, KS), comprehensive.round(4).tolist())),
+                         "sufficiency": dict(zip(map(k_label, KS), sufficient.round(4).tolist())),
+                         "comprehensiveness_mean": round(float(comprehensive.mean()), 4),
+                         "sufficiency_mean": round(float(sufficient.mean()), 4)}
+    pairs = [r.rank_correlation() for r in results]
+    correlation = {f"{a}/{b}": round(float(np.nanmean([p[(a, b)] for p in pairs])), 3) for a, b in pairs[0]}
+    return {"words": len(results), "methods": table, "rank_correlation": correlation}
+
+
+def print_table(result: dict) -> None:
+    ks = list(map(k_label, KS))
+    print(f"{result['words']:,} words; comprehensiveness (higher: more faithful) and sufficiency (lower: more "
+          "faithful), mean change in the word's log-probability")
+    header = f"{'method':22s}" + "".join(f"{'comp ' + k:>9s}" for k in ks) + f"{'mean':>8s}" + \
+        "".join(f"{'suff ' + k:>9s}" for k in ks) + f"{'mean':>8s}"
+    print(header)
+    for method, values in result["methods"].items():
+        print(f"{method:22s}" + "".join(f"{values['comprehensiveness'][k]:9.3f}" for k in ks)
+              + f"{values['comprehensiveness_mean']:8.3f}"
+              + "".join(f"{values['sufficiency'][k]:9.3f}" for k in ks) + f"{values['sufficiency_mean']:8.3f}")
+    print("rank correlation (Spearman) between methods' source rankings, mean over words:")
+    for pair, rho in result["rank_correlation"].items():
+        print(f"  {pair:45s} {rho:+.3f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tqdm import tqdm
+
+    from model.checkpoint import load_checkpoint
+    from model.data import load_pairs
+    from model.evaluate import DEFAULT_DATA
+    from model.translator import InputError
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--data", default=DEFAULT_DATA, help="folder of raw Multi30k files or a hub id")
+    parser.add_argument("--split", default="val", choices=["val", "test"])
+    parser.add_argument("--n", type=int, default=500, help="the split's first n sentences")
+    parser.add_argument("--steps", type=int, default=32, help="integrated gradients' points")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", help="also write the summary as JSON here")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    translator = load_checkpoint(args.checkpoint)
+    model = translator.model
+    best_head = best_aligning_head(translator.head_report)
+    pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+    results = []
+    for text in tqdm(list(pairs["src"])[:args.n], desc="faithfulness", unit="sentence"):
+        try:
+            traced = translator.trace(text)
+        except InputError:
+            continue
+        results += sentence_faithfulness(model, traced.trace.src_ids, traced.trace.token_ids, best_head, args.steps)
+    result = summary(results) | {"checkpoint": args.checkpoint, "split": args.split, "sentences": args.n,
+                                 "removal": "<unk> in place; <eos> kept",
+                                 "best_head": None if best_head is None else f"cross.{best_head[0] + 1}.{best_head[1] + 1}",
+                                 "seconds": round(time.perf_counter() - started, 1)}
+    print_table(result)
+    print(f"{len(results):,} words of {args.n} sentences in {result['seconds']:.0f} s; best head by AER: "
+          f"{result['best_head']}")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Which explanation to trust (model/faithfulness.py): ERASER's comprehensiveness and sufficiency of each
+method's ranking of the source tokens, checked by hand, for the Transformer and the GRU, and the command line."""
+
+import numpy as np
+import pytest
+import torch
+
+from model import faithfulness
+from model.faithfulness import KS, METHODS, log_probabilities, sentence_faithfulness, step_faithfulness, summary
+from model.rnn import RNNConfig, RNNSeq2Seq
+from model.transformer import Transformer
+from model.vocab import EOS_ID, UNK_ID
+from tests.conftest import tiny_config
+
+pytest.importorskip("captum")
+SRC = [5, 6, 7, 8, 9, 10, 11, EOS_ID]
+TGT = [12, 13, 14, EOS_ID]
+
+
+def test_comprehensiveness_and_sufficiency_by_hand():
+    torch.manual_seed(0)
+    model = Transformer(tiny_config()).eval()
+    scores = {"first": np.array([0.0, 0.0, 0.9, 0.5, 0.1, 0.0, 0.0, 1.0])}  # <eos>'s score never counts
+    result = step_faithfulness(model, SRC, TGT, 2, scores)
+    full = log_probabilities(model, torch.tensor([SRC]), TGT[:2], TGT[2])[0]
+    without = log_probabilities(model, torch.tensor([[5, 6, UNK_ID, 8, 9, 10, 11, EOS_ID]]), TGT[:2], TGT[2])[0]
+    only = log_probabilities(model, torch.tensor([[UNK_ID, UNK_ID, 7, UNK_ID, UNK_ID, UNK_ID, UNK_ID, EOS_ID]]),
+                             TGT[:2], TGT[2])[0]
+    assert result.comprehensiveness["first"][0] == pytest.approx(full - without, abs=1e-5)  # k = 1: token 2
+    assert result.sufficiency["first"][0] == pytest.approx(full - only, abs=1e-5)
+    # 50% of the 7 removable tokens, rounded up: 4, the tokens ranked 2, 3, 4 and then the first of the zeros
+    half = [UNK_ID, 6, UNK_ID, UNK_ID, UNK_ID, 10, 11, EOS_ID]
+    assert result.comprehensiveness["first"][KS.index(0.5)] == pytest.approx(
+        full - log_probabilities(model, torch.tensor([half]), TGT[:2], TGT[2])[0], abs=1e-5)
+
+
+@pytest.mark.parametrize("architecture", ["transformer", "gru"])
+def test_every_method_is_measured_at_every_step(architecture):
+    torch.manual_seed(0)
+    model = (Transformer(tiny_config()) if architecture == "transformer" else
+             RNNSeq2Seq(RNNConfig(23, 29, embedding_dim=16, hidden_size=32, n_heads=2, dropout=0.0))).eval()
+    results = sentence_faithfulness(model, SRC, TGT, best_head=(0, 1), steps=8)
+    assert [r.step for r in results] == list(range(len(TGT)))
+    expected = set(METHODS) if architecture == "transformer" else set(METHODS) - {"rollout", "alti_plus"}
+    assert set(results[0].scores) == expected
+    for result in results:
+        for method in expected:
+            assert result.scores[method].shape == (len(SRC),)
+            assert result.comprehensiveness[method].shape == result.sufficiency[method].shape == (len(KS),)
+    table = summary(results)
+    assert table["words"] == len(TGT) and set(table["methods"]) == expected
+    rho = table["rank_correlation"]["attention/best_head"]
+    assert -1 <= rho <= 1
+
+
+def test_the_command_prints_a_table_per_method(toy_checkpoints, tmp_path, capsys):
+    import json
+
+    root, data = toy_checkpoints
+    out = tmp_path / "faithfulness.json"
+    faithfulness.main(["--checkpoint", str(root / "toy-en-de"), "--data", str(data), "--split", "val", "--n", "3",
+                       "--steps", "8", "--threads", "1", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "comprehensiveness (higher: more faithful)" in printed and "integrated_gradients" in printed
+    result = json.loads(out.read_text())
+    assert result["sentences"] == 3 and result["words"] > 3
+    assert set(result["methods"]["alti_plus"]["comprehensiveness"]) == {"1", "2", "3", "20%", "50%"}
+
+
+def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
+    import json
+
+    from ui.tabs.sources import explanations_compared
+
+    for model, methods in (("toy-en-de", 6), ("toy-rnn", 4)):  # no heads.json: no best head; the GRU: no residual
+        session = events.translate("A dog runs in the park.", model=model)["session"]
+        (figure, table), said = explanations_compared(events.services, session, 2)
+        assert said.startswith(f'Step 2, "{session.trace.target_tokens[1]}": most faithful here')
+        curves = json.loads(figure)["data"]
+        assert len(curves) == 2 * methods and curves[0]["x"] == ["1", "2", "3", "20%", "50%"]
+        rows = table["value"]
+        assert len(rows) == methods and all(row[1 + i] == 1.0 for i, row in enumerate(rows))
