@@ -114,6 +114,43 @@ def main() -> None:
     what_if(page, args.checkpoint, SENTENCES[1], args.runs)
     new_users(page, args.checkpoint, SENTENCES[1], args.runs)
     against_matmuls(translator, SENTENCES[1], args.runs)
+    attributions(page, args.checkpoint, SENTENCES[1], args.runs)
+
+
+def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
+    """Each gradient attribution of the middle step (the page's button, in the server) against a translation, and
+    integrated gradients (32 points) against 32 teacher-forced passes of the sentence, batched and looped."""
+    from model.attribution import METHODS, Prediction
+    from ui.tabs.sources import attribute_step, explanations_compared
+
+    session = page.translate(checkpoint, sentence)[page.page.session]
+    step = session.trace.steps // 2 + 1
+    services = page.services
+    translation = median_ms(lambda: page.translate(checkpoint, sentence, session), runs)
+    print(f"\nattributions of step {step} of {session.trace.steps} (server side), one thread")
+    print("| request | ms | x a translation |")
+    print("|---|---|---|")
+    print(f"| a translation (trace, charts, view) | {translation:.1f} | 1.00 |")
+    for method in METHODS:
+        ms = median_ms(lambda method=method: attribute_step(services, session, step, method, ""), runs)
+        print(f"| {method} | {ms:.1f} | {ms / translation:.2f} |")
+    ms = median_ms(lambda: explanations_compared(services, session, step), max(3, runs // 3))
+    print(f"| which explanation to trust (7 methods, ERASER at 5 k) | {ms:.1f} | {ms / translation:.2f} |")
+    translator = services.translators[checkpoint]
+    src_ids, tgt_ids = translator.given_translation(sentence, session.trace.target_tokens)
+    prediction = Prediction(translator.model, src_ids, tgt_ids[:step - 1], tgt_ids[step - 1])
+    source, target = prediction.embeddings()
+
+    def passes(batch: int) -> float:  # one forward and backward pass of `batch` copies, as integrated gradients does
+        inputs = [t.expand(batch, -1, -1).clone().requires_grad_() for t in (source, target)]
+        with torch.enable_grad():
+            prediction(*inputs).sum().backward()
+
+    batched = median_ms(lambda: passes(32), runs)
+    looped = median_ms(lambda: [passes(1) for _ in range(32)], max(3, runs // 3))
+    integrated = median_ms(lambda: attribute_step(services, session, step, "integrated_gradients", ""), runs)
+    print(f"integrated gradients, 32 points: {integrated:.1f} ms; 32 passes with gradients batched {batched:.1f} ms, "
+          f"looped {looped:.1f} ms")
 
 
 def new_users(page: Page, checkpoint: str, sentence: str, runs: int) -> None:

@@ -8,7 +8,8 @@ Methods (those the model has):
 - `rollout`: cross-attention rollout through every layer (model/contributions.py);
 - `alti_plus`: the step's ALTI+ shares of the source tokens (Ferrando et al., 2022);
 - `saliency`, `input_x_gradient`, `integrated_gradients` (model/attribution.py; integrated gradients from zero
-  embeddings, 32 points).
+  embeddings, 32 points);
+- `random`: a control, a random ranking (seeded by the sentence), which any method worth trusting must beat.
 Rollout and ALTI+ need a residual stream: the GRU models have neither.
 
 Removing a token replaces it by <unk>, keeping every position (the sentence's length and the positions of the rest
@@ -44,8 +45,8 @@ from model.seq2seq import Seq2Seq
 from model.transformer import Transformer
 from model.vocab import SOS_ID, UNK_ID
 
-ATTENTION, BEST_HEAD, ALTI_PLUS = "attention", "best_head", "alti_plus"
-METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS)
+ATTENTION, BEST_HEAD, ALTI_PLUS, RANDOM = "attention", "best_head", "alti_plus", "random"
+METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, RANDOM)
 KS = (1, 2, 3, 0.2, 0.5)  # whole numbers of tokens, or fractions of the sentence
 
 
@@ -100,6 +101,8 @@ def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_h
     for method in (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS):
         scores[method] = [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source
                           if only in (None, t) else None for t in range(len(tgt_ids))]
+    generator = np.random.default_rng(src_ids)
+    scores[RANDOM] = [generator.random(len(src_ids)) for _ in tgt_ids]
     return scores
 
 

@@ -124,3 +124,29 @@ def test_the_app_exports_the_alignments_of_the_decoding_on_screen(events, servic
         assert name == "cross.2.1"
         assert parse_pharaoh(links[0])[0] == read_links(trace.cross[1, 0], reading)
     assert "not 'sideways'" in read_alignments(services, session, "sideways")[1]
+
+
+def test_alignments_in_words_index_words_of_merged_pieces():
+    """The shipped en-de writes pieces: in words, each word's pieces are merged before reading, so the indices are
+    words' (a hand check on the layer mean: the word row is its pieces' rows averaged, the keys summed)."""
+    from dataclasses import replace
+
+    from model.words import merge, word_spans
+    from ui.services import Services
+    from ui.session import Decoding, Session, View, to_arrays
+    from ui.tabs.statistics import read_alignments
+
+    translator = load_checkpoint(SHIPPED / "en-de")
+    services = Services({"en-de": translator}, root=SHIPPED)
+    text = "The archaeologist photographed a colourful hummingbird."
+    traced = translator.trace(text)
+    trace = to_arrays(traced)
+    assert trace.scheme == "bpe" and any(t.endswith("@@") for t in traced.target_tokens + traced.source_tokens)
+    session = Session("en-de", text, (Decoding("original", trace, traced.text),), 0, View(units="words"))
+    (words_text,), said = read_alignments(services, session, "output")
+    assert "(indices of words: pieces merged)" in said
+    (pieces_text,), _ = read_alignments(services, replace(session, view=View()), "output")
+    assert words_text != pieces_text
+    merged = merge(trace.cross, word_spans(traced.target_tokens, "bpe"), word_spans(traced.source_tokens, "bpe"))
+    mean = next(line for line in words_text.splitlines() if line.startswith("cross.3.mean"))
+    assert parse_pharaoh(mean.split(maxsplit=1)[1])[0] == read_links(merged[2].mean(0), "output")

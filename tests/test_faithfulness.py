@@ -72,7 +72,7 @@ def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
 
     from ui.tabs.sources import explanations_compared
 
-    for model, methods in (("toy-en-de", 6), ("toy-rnn", 4)):  # no heads.json: no best head; the GRU: no residual
+    for model, methods in (("toy-en-de", 7), ("toy-rnn", 5)):  # no heads.json: no best head; the GRU: no residual
         session = events.translate("A dog runs in the park.", model=model)["session"]
         (figure, table), said = explanations_compared(events.services, session, 2)
         assert said.startswith(f'Step 2, "{session.trace.target_tokens[1]}": most faithful here')

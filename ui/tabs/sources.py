@@ -49,7 +49,8 @@ def build(page: Page, services: Services) -> None:
                     "source tokens; removing its top k (replaced by `<unk>`) should cost the word much of its "
                     "log-probability (comprehensiveness), and keeping only them little (sufficiency: ERASER, "
                     "DeYoung et al. 2020). Attention, the best-aligning head, rollout, ALTI+ and the three gradient "
-                    "methods, side by side, with how far their rankings agree.")
+                    "methods, side by side, with a random ranking as the control any of them must beat, and how far "
+                    "their rankings agree.")
         page.faithfulness = gr.Button("Which explanation to trust for this word", elem_id="faithfulness")
         page.faithfulness_plot = plot("faithfulness-curves")
         page.faithfulness_table = gr.Dataframe(label="Rank correlation (Spearman) of the methods' source rankings",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gradio as gr
 
 from model.align import pharaoh_lines
 from model.head_stats import STATISTICS, head_statistics
 from model.keys import CROSS, DECODER, ENCODER, READINGS
+from model.words import merge, word_spans
 from ui.listeners import tab_answer
 from ui.operations import operation, shown
 from ui.page import Page
@@ -59,14 +62,17 @@ def read_alignments(services: Services, session: Session, reading: object) -> tu
     if reading not in READINGS:
         return session, f"Read alignments at the {' or '.join(READINGS)} step, not {shown(reading)}."
     trace = session.trace
-    cross = trace.cross
-    if trace.target_tokens[-1] != "<eos>":  # stopped at the length limit: its last word is read like an <eos>
-        cross = cross[:, :, :-1]
+    cross, targets = trace.cross, trace.target_tokens
+    if targets[-1] != "<eos>":  # stopped at the length limit: its last word is read like an <eos>
+        cross, targets = cross[:, :, :-1], targets[:-1]
+    in_words = replace(trace, units=session.view.units).in_words
+    if in_words:  # indices of words, each word's pieces merged as the views merge them
+        cross = merge(cross, word_spans(targets, trace.scheme), word_spans(trace.source_tokens, trace.scheme))
     lines = pharaoh_lines(cross, reading)
     width = max(len(name) for name in lines)
     return ("\n".join(f"{name:<{width}}  {links}" for name, links in lines.items()),), (
-        f"Alignments of {len(trace.target_tokens) - 1} words, read at the {reading} step, from {len(lines)} heads "
-        "and layer means.")
+        f"Alignments of {cross.shape[2] - 1} {'words' if in_words else 'tokens'}, read at the {reading} step, from "
+        f"{len(lines)} heads and layer means" + (" (indices of words: pieces merged)." if in_words else "."))
 
 
 def wire(page: Page, services: Services) -> None:
