@@ -225,9 +225,14 @@ def t5_languages(config: dict, src_lang: str | None, tgt_lang: str | None) -> La
     if not prompts:
         prompts = {("en", target): f"translate English to {T5_LANGUAGES[target]}: " for target in ("de", "fr", "ro")}
     codes = {code: T5_LANGUAGES.get(code, code) for pair in prompts for code in pair}
-    source, target = src_lang or "en", tgt_lang or ("de" if ("en", "de") in prompts else None)
-    source, target = (source, target) if (source, target) in prompts else min(prompts)
-    return Languages(codes, source, target, target_first=False, prompts=prompts)
+    default = ("en", "de") if ("en", "de") in prompts else min(prompts)
+    pair = (src_lang or default[0], tgt_lang or default[1])
+    if pair not in prompts:
+        if (src_lang or tgt_lang) and all(language in codes for language in pair):  # (unknown codes: said below)
+            known = ", ".join(f"{s}→{t}" for s, t in sorted(prompts))
+            raise ConversionError(f"This model does not translate {pair[0]}→{pair[1]}; it translates {known}.")
+        pair = default
+    return Languages(codes, *pair, target_first=False, prompts=prompts)
 
 
 def _json(path: Path, optional: bool = False) -> dict:

@@ -85,6 +85,11 @@ def merge(maps: np.ndarray, query_spans: list[range] | None, key_spans: list[ran
     return merged
 
 
+def summed(values: np.ndarray, spans: list[range]) -> np.ndarray:
+    """Per-piece values that add up (gradient attributions) added up per word."""
+    return np.array([np.asarray(values)[span.start:span.stop].sum() for span in spans])
+
+
 def _membership(spans: list[range], size: int) -> np.ndarray:
     """(size, words): 1 where a piece belongs to a word."""
     if sum(map(len, spans)) != size:

@@ -320,3 +320,5 @@ def test_t5_reads_the_prompt_of_each_direction_its_config_names(hub, tmp_path):
     assert "Romanian:" in "".join(romanian.source_tokens(TEXT)).replace("▁", " ")
     with pytest.raises(ConversionError, match="no target language 'es'"):
         convert(str(folder), tmp_path / "es", tgt_lang="es")
+    with pytest.raises(ConversionError, match="does not translate de→fr; it translates en→de, en→fr, en→ro"):
+        convert(str(folder), tmp_path / "de-fr", src_lang="de", tgt_lang="fr")

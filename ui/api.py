@@ -11,7 +11,7 @@ import numpy as np
 
 from model.attribution import INTEGRATED_GRADIENTS
 from model.translator import InputError
-from model.words import PIECES, UNITS, WORDS, merge, word_label, word_spans
+from model.words import PIECES, UNITS, WORDS, merge, summed, word_label, word_spans
 from ui.operations import shown
 from ui.services import Services
 
@@ -155,15 +155,15 @@ def endpoints(services: Services) -> list:
                      "decoder_input_words": [word_label(inputs[s.start:s.stop], traced.scheme)
                                              for s in word_spans(inputs, traced.scheme)]}
 
-        def summed(values: np.ndarray, spans: list[range] | None) -> list[float]:
-            return rounded(values if spans is None else np.array([values[s.start:s.stop].sum() for s in spans]))
+        def per_unit(values: np.ndarray, spans: list[range] | None) -> list[float]:
+            return rounded(values if spans is None else summed(values, spans))
 
         return {"method": method, "units": units or PIECES, "source_tokens": traced.source_tokens,
                 "decoder_input_tokens": inputs, "target_tokens": traced.target_tokens, **words,
                 "steps": [{"step": result.step + 1, "token": traced.target_tokens[result.step], "contrast": contrast,
-                           "source": summed(result.source, source_spans),
-                           "target": summed(result.target, None if units != WORDS else
-                                            word_spans(inputs[:result.step + 1], traced.scheme)),
+                           "source": per_unit(result.source, source_spans),
+                           "target": per_unit(result.target, None if units != WORDS else
+                                              word_spans(inputs[:result.step + 1], traced.scheme)),
                            "score": round(result.score, 6),
                            "baseline_score": None if result.baseline_score is None else round(result.baseline_score, 6),
                            "completeness_error": None if result.delta is None else round(result.delta, 6)}

@@ -4,11 +4,10 @@ gradient attributions of the word at the step on screen (model/attribution.py)."
 from __future__ import annotations
 
 import gradio as gr
-import numpy as np
 
 from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
 from model.faithfulness import KS, k_label, word_faithfulness
-from model.words import WORDS, word_label, word_spans
+from model.words import WORDS, summed, word_label, word_spans
 from ui.listeners import tab_answer
 from ui.operations import operation, shown
 from ui.page import Page
@@ -90,8 +89,7 @@ def attribute_step(services: Services, session: Session, step: object, method: o
     source, target = result.source, result.target
     if session.view.units == WORDS:  # attributions add up: a word's is the sum of its pieces'
         source_spans, prefix_spans = word_spans(source_tokens, trace.scheme), word_spans(prefix, trace.scheme)
-        source = np.array([source[span.start:span.stop].sum() for span in source_spans])
-        target = np.array([target[span.start:span.stop].sum() for span in prefix_spans])
+        source, target = summed(source, source_spans), summed(target, prefix_spans)
         source_tokens = [word_label(source_tokens[span.start:span.stop], trace.scheme) for span in source_spans]
         prefix = [word_label(prefix[span.start:span.stop], trace.scheme) for span in prefix_spans]
     chosen = trace.target_tokens[step - 1]
@@ -103,9 +101,8 @@ def attribute_step(services: Services, session: Session, step: object, method: o
         said = (f"{ATTRIBUTION_LABELS[method]}: {asked}; the bars sum to {total:+.3f}, the change from the baseline "
                 f"{result.score - result.baseline_score:+.3f} (completeness error {result.delta:+.1e}).")
     value_label = "gradient norm" if method == SALIENCY else "attribution"
-    figure = attribution_figure(source_tokens, prefix, source, target,
-                                [f"{ATTRIBUTION_LABELS[method]}: {asked}", "source tokens, then the target prefix (tgt)"],
-                                value_label)
+    title = [f"{ATTRIBUTION_LABELS[method]}: {asked}", "source tokens, then the target prefix (tgt)"]
+    figure = attribution_figure(source_tokens, prefix, source, target, title, value_label)
     return (figure_json(figure),), said
 
 
