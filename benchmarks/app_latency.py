@@ -135,7 +135,7 @@ def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
         ms = median_ms(lambda method=method: attribute_step(services, session, step, method, ""), runs)
         print(f"| {method} | {ms:.1f} | {ms / translation:.2f} |")
     ms = median_ms(lambda: explanations_compared(services, session, step), max(3, runs // 3))
-    print(f"| which explanation to trust (7 methods, ERASER at 5 k) | {ms:.1f} | {ms / translation:.2f} |")
+    print(f"| which explanation to trust (8 rankings, ERASER at 5 k) | {ms:.1f} | {ms / translation:.2f} |")
     translator = services.translators[checkpoint]
     src_ids, tgt_ids = translator.given_translation(sentence, session.trace.target_tokens)
     prediction = Prediction(translator.model, src_ids, tgt_ids[:step - 1], tgt_ids[step - 1])

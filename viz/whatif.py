@@ -211,7 +211,8 @@ def attribution_figure(source_tokens: list[str], target_tokens: list[str], sourc
     ))
 
 
-FAITHFULNESS_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
+FAITHFULNESS_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+CONTROL = "random"  # model/faithfulness.py's control ranking: drawn grey and dotted
 
 
 def faithfulness_figure(comprehensiveness: dict[str, np.ndarray], sufficiency: dict[str, np.ndarray],
@@ -221,11 +222,12 @@ def faithfulness_figure(comprehensiveness: dict[str, np.ndarray], sufficiency: d
     more faithful), over k."""
     data = []
     for index, method in enumerate(comprehensiveness):
-        colour = FAITHFULNESS_COLOURS[index % len(FAITHFULNESS_COLOURS)]
+        line = dict(color="#7f7f7f", dash="dot") if method == CONTROL else \
+            dict(color=FAITHFULNESS_COLOURS[index % len(FAITHFULNESS_COLOURS)])
         for axis, values, shown in (("", comprehensiveness[method], True), ("2", sufficiency[method], False)):
             data.append(dict(type="scatter", mode="lines+markers", x=ks, y=np.round(values, 4).tolist(),
                              name=escape_text(method), legendgroup=method, showlegend=shown,
-                             line=dict(color=colour), xaxis=f"x{axis}", yaxis=f"y{axis}",
+                             line=line, xaxis=f"x{axis}", yaxis=f"y{axis}",
                              hovertemplate=escape_text(method) + " k=%{x}: %{y:+.3f}<extra></extra>"))
     lines = [title, "left: comprehensiveness (higher: more faithful); right: sufficiency (lower: more faithful)"]
     return plain_figure(data, dict(
