@@ -11,15 +11,14 @@ f is log p(token | source, target prefix) over the tokens the model may emit (<p
 decoding does), or, contrastive (Yin & Neubig, 2022), log p(token) − log p(alternative): why this token and not
 that one.
 
-The embeddings are those the model's token tables give (before the Transformer's √d_model and positions), put
-in place of the tables' outputs by forward hooks: the same code serves the Transformer, the GRU models (whose
-decoder reads one target token per step) and converted Hub models (one table for both sides).
+The embeddings are those the model's token tables give (before the Transformer's √d_model and positions), handed
+to `encode` and `decode` (their `embedded` argument) in place of the tables' rows: the same code serves the
+Transformer, the GRU models and converted Hub models (one table for both sides), and the shared model is never
+changed, so attributions run beside other users' requests. The model is in eval mode, as a loaded checkpoint is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,22 +56,6 @@ def token_tables(model: Seq2Seq) -> tuple[nn.Embedding, nn.Embedding]:
     return getattr(source, "tokens", source), getattr(target, "tokens", target)
 
 
-@contextmanager
-def replaced(table: nn.Embedding, embeddings: Tensor) -> Iterator[None]:
-    """While open, `table` returns `embeddings` (B, T, d) instead of looking ids up: all of them for a call with
-    (B, T) ids, and column t at the t-th call with (B,) ids (a GRU decoder reads one token a step)."""
-    calls = iter(range(embeddings.size(1)))
-
-    def hook(_module, inputs, _output):
-        return embeddings if inputs[0].dim() == 2 else embeddings[:, next(calls)]
-
-    handle = table.register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 class Prediction:
     """f(source embeddings, target embeddings) for one sentence and the target prefix before a step: a function of
     batched embeddings (B, S, d) and (B, step + 1, d), as Captum calls it."""
@@ -97,11 +80,8 @@ class Prediction:
     def __call__(self, source: Tensor, target: Tensor) -> Tensor:
         batch = source.size(0)
         src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
-        source_table, target_table = self.tables
-        with replaced(source_table, source):
-            memory, src_mask, _ = self.model.encode(src, gates=self.gates)
-        with replaced(target_table, target):
-            logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates)
+        memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
+        logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target)
         log_probs = next_token_logits(logits).log_softmax(-1)  # the last position: step t's prediction
         score = log_probs[:, self.token]
         return score if self.contrast is None else score - log_probs[:, self.contrast]
@@ -122,27 +102,22 @@ def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
     token = tgt_ids[step] if token is None else token
     from captum.attr import InputXGradient, IntegratedGradients, Saliency  # imports matplotlib: on first use only
 
-    was_training = model.training
-    model.eval()
     prediction = Prediction(model, src_ids, tgt_ids[:step], token, contrast, gates)
     inputs = tuple(e.requires_grad_() for e in prediction.embeddings())
-    try:
-        with torch.enable_grad():
-            score = float(prediction(*inputs).detach())
-            baseline_score = delta = None
-            if method == SALIENCY:
-                gradients = Saliency(prediction).attribute(inputs, abs=False)
-                per_token = [g.norm(dim=-1)[0] for g in gradients]
-            elif method == INPUT_X_GRADIENT:
-                per_token = [a.sum(-1)[0] for a in InputXGradient(prediction).attribute(inputs)]
-            else:
-                baselines = prediction.embeddings(baseline)
-                attributions, error = IntegratedGradients(prediction).attribute(
-                    inputs, baselines=baselines, n_steps=steps, method="gausslegendre", internal_batch_size=steps,
-                    return_convergence_delta=True)
-                per_token = [a.sum(-1)[0] for a in attributions]
-                baseline_score, delta = float(prediction(*baselines).detach()), float(error[0])
-    finally:
-        model.train(was_training)
+    with torch.enable_grad():
+        score = float(prediction(*inputs).detach())
+        baseline_score = delta = None
+        if method == SALIENCY:
+            gradients = Saliency(prediction).attribute(inputs, abs=False)
+            per_token = [g.norm(dim=-1)[0] for g in gradients]
+        elif method == INPUT_X_GRADIENT:
+            per_token = [a.sum(-1)[0] for a in InputXGradient(prediction).attribute(inputs)]
+        else:
+            baselines = prediction.embeddings(baseline)
+            attributions, error = IntegratedGradients(prediction).attribute(
+                inputs, baselines=baselines, n_steps=steps, method="gausslegendre", internal_batch_size=steps,
+                return_convergence_delta=True)
+            per_token = [a.sum(-1)[0] for a in attributions]
+            baseline_score, delta = float(prediction(*baselines).detach()), float(error[0])
     source, target = (t.detach().numpy() for t in per_token)
     return Attributions(method, step, token, contrast, source, target, score, baseline_score, delta)

@@ -103,11 +103,12 @@ class RNNSeq2Seq(nn.Module):
         return {CROSS: (1, self.config.n_heads)}
 
     def encode(self, src: Tensor, need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False) -> tuple[Tensor, Tensor, None]:
-        """src (B, S) -> memory (B, S, hidden), src_mask (B, 1, 1, S), and no encoder attention."""
+               need_vectors: bool = False, embedded: Tensor | None = None) -> tuple[Tensor, Tensor, None]:
+        """src (B, S) -> memory (B, S, hidden), src_mask (B, 1, 1, S), and no encoder attention; `embedded`
+        (B, S, embedding_dim): token vectors to read instead of the table's."""
         src_mask = padding_mask(src, self.config.pad_id)
         lengths = (src != self.config.pad_id).sum(1).clamp(min=1).cpu()
-        embedded = self.dropout(self.src_embedding(src))
+        embedded = self.dropout(self.src_embedding(src) if embedded is None else embedded)
         packed = nn.utils.rnn.pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         memory, _ = self.encoder(packed)
         memory, _ = nn.utils.rnn.pad_packed_sequence(memory, batch_first=True, total_length=src.size(1))
@@ -121,11 +122,13 @@ class RNNSeq2Seq(nn.Module):
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[RNNCache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False, teacher_forcing: float = 1.0) -> tuple[Tensor, Attention | None]:
+               need_vectors: bool = False, teacher_forcing: float = 1.0, embedded: Tensor | None = None
+               ) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, the cross-`Attention` (1, B, H, T, S).
 
         With `cache`, decoding continues from the cached state. With `teacher_forcing` < 1 each step after the
-        first reads the gold token with that probability, else the model's own best guess.
+        first reads the gold token with that probability, else the model's own best guess. `embedded`
+        (B, T, embedding_dim): the gold tokens' vectors to read instead of the table's (teacher forcing only).
         """
         need_weights = need_weights or need_vectors
         state = cache[0] if cache is not None else RNNCache()
@@ -143,7 +146,8 @@ class RNNSeq2Seq(nn.Module):
             if t > 0:
                 use_gold = teacher_forcing >= 1.0 or random.random() < teacher_forcing
                 token = tgt[:, t] if use_gold else logits[-1].argmax(-1)
-            step_input = torch.cat([self.dropout(self.tgt_embedding(token)), feed], dim=-1)
+            vector = self.tgt_embedding(token) if embedded is None else embedded[:, t]
+            step_input = torch.cat([self.dropout(vector), feed], dim=-1)
             hidden = self.decoder(step_input, hidden)
             context, weights = self.cross_attention(hidden[:, None], state.cross_keys, state.cross_values, src_mask,
                                                     fused and not need_weights, gate)

@@ -82,15 +82,17 @@ class Seq2Seq(Protocol):
         """(layers, heads) of each attention kind the network has."""
 
     def encode(self, src: Tensor, need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False) -> tuple[Tensor, Tensor, Attention | None]:
-        """src (B, S) -> memory (B, S, d), src_mask (B, 1, 1, S) and, if asked, the encoder side of `Attention`."""
+               need_vectors: bool = False, embedded: Tensor | None = None) -> tuple[Tensor, Tensor, Attention | None]:
+        """src (B, S) -> memory (B, S, d), src_mask (B, 1, 1, S) and, if asked, the encoder side of `Attention`;
+        `embedded`: the source tokens' vectors to read instead of the token table's (gradient attributions)."""
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[Cache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False) -> tuple[Tensor, Attention | None]:
+               need_vectors: bool = False, embedded: Tensor | None = None) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, the decoder side of `Attention`.
 
-        With `cache`, `tgt` holds only the new positions, and the cache is extended with them.
+        With `cache`, `tgt` holds only the new positions, and the cache is extended with them. `embedded`: the
+        target tokens' vectors to read instead of the token table's.
         """
 
     def new_cache(self) -> list[Cache]:

@@ -408,9 +408,10 @@ class Embedding(nn.Module):
         table = self.positions.weight if self.positions is not None else self.sinusoid
         return None if table is None else table.detach()
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        """Embed ids (B, T) whose first position is `offset` (non-zero in cached decoding)."""
-        x = self.tokens(ids) * self.scale
+    def forward(self, ids: Tensor, offset: int = 0, tokens: Tensor | None = None) -> Tensor:
+        """Embed ids (B, T) whose first position is `offset` (non-zero in cached decoding); `tokens` (B, T, d):
+        the token vectors to use instead of the table's rows (gradient attributions)."""
+        x = (self.tokens(ids) if tokens is None else tokens) * self.scale
         if self.positions is not None or self.sinusoid is not None:
             positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
             x = x + (self.positions(positions) if self.positions is not None else self.sinusoid[positions])
@@ -455,11 +456,12 @@ class Transformer(nn.Module):
                 CROSS: (c.n_decoder_layers, c.n_heads)}
 
     def encode(self, src: Tensor, need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False) -> tuple[Tensor, Tensor, Attention | None]:
-        """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S) and, if asked, encoder `Attention`."""
+               need_vectors: bool = False, embedded: Tensor | None = None) -> tuple[Tensor, Tensor, Attention | None]:
+        """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S) and, if asked, encoder `Attention`;
+        `embedded` (B, S, d_model): token vectors to read instead of the table's."""
         need_weights = need_weights or need_vectors
         src_mask = padding_mask(src, self.config.pad_id)
-        x = self.src_embedding(src)
+        x = self.src_embedding(src, tokens=embedded)
         position_bias = None
         if self.encoder_position_bias is not None:
             positions = torch.arange(src.size(1), device=src.device)
@@ -481,10 +483,11 @@ class Transformer(nn.Module):
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[LayerCache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False) -> tuple[Tensor, Attention | None]:
+               need_vectors: bool = False, embedded: Tensor | None = None) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, decoder self- and cross-`Attention`.
 
-        With `cache`, `tgt` holds only the new positions, which follow those already in the cache.
+        With `cache`, `tgt` holds only the new positions, which follow those already in the cache. `embedded`
+        (B, T, d_model): token vectors to read instead of the table's.
         """
         need_weights = need_weights or need_vectors
         offset = 0 if cache is None or cache[0].self_keys is None else cache[0].self_keys.size(2)
@@ -493,7 +496,7 @@ class Transformer(nn.Module):
         tgt_mask = torch.ones(length, offset + length, dtype=torch.bool, device=tgt.device).tril(offset)[None, None]
         if cache is None:
             tgt_mask = tgt_mask & padding_mask(tgt, self.config.pad_id)  # (B, 1, T, T)
-        x = self.tgt_embedding(tgt, offset)
+        x = self.tgt_embedding(tgt, offset, embedded)
         position_bias = None
         if self.decoder_position_bias is not None:
             keys = torch.arange(offset + length, device=tgt.device)
