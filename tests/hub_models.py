@@ -151,7 +151,7 @@ T5_SMALL = dict(d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layer
 
 
 def t5(folder: Path, seed: int = 4, gated: bool = False, config: dict | None = None) -> Path:
-    """A T5-like model: relative position bias, RMSNorm, no biases, heads narrower than d_model / heads (as in
+    """A T5-like model: relative position bias, RMSNorm, no biases, heads whose width is not d_model / heads (as in
     flan-t5-small). Original T5: ReLU, the output tied to the embedding and scaled, and t5-small's translation
     prompts in task_specific_params. `gated`: v1.1 / flan-t5, gated GELU and an output matrix of its own (saved as
     transformers 4 saved it), no prompts in the config (the paper's three are used). `config`: other sizes."""
