@@ -307,7 +307,7 @@ def test_beam_and_branch_through_raw_http(server, services):
     assert event == "error" and "beam size" in answer
     # A branch through /trace: force a prefix, the rest is greedy.
     greedy = translator.trace(SENTENCE)
-    data = [MODEL, SENTENCE, greedy.target_tokens[:2], None, None, None, None]
+    data = [MODEL, SENTENCE, greedy.target_tokens[:2], None, None, None, None, None]
     event, answer = call(server, "trace", json.dumps({"data": data}))
     assert event == "complete" and answer[0]["target_tokens"] == greedy.target_tokens and answer[0]["forced"] == 2
     assert httpx.get(f"{server.rstrip('/')}/gradio_api/info", timeout=30).json()["named_endpoints"]["/beam"]
