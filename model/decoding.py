@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from model.seq2seq import CROSS, DECODER, HeadGates, Seq2Seq
-from model.transformer import StepDecoder, Transformer
+from model.step_decoder import StepDecoder
+from model.transformer import Transformer
 from model.vocab import EOS_ID, PAD_ID, SOS_ID
 
 NEVER_EMITTED = (PAD_ID, SOS_ID)

@@ -16,7 +16,8 @@ from model.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceReque
                             greedy_decode, greedy_trace, output_limit, teacher_forced_log_probs)
 from model.hub import Languages
 from model.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
-from model.transformer import StepDecoder, Transformer
+from model.step_decoder import StepDecoder
+from model.transformer import Transformer
 from model.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 from model.words import WHOLE
 from model.words import scheme as word_scheme

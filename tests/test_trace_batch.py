@@ -1,4 +1,4 @@
-"""Continuous batching of traces (model/decoding.py `TraceBatch`, model/transformer.py `StepDecoder`): every
+"""Continuous batching of traces (model/decoding.py `TraceBatch`, model/step_decoder.py `StepDecoder`): every
 sentence's trace is what a lone `greedy_trace` records, whatever joins or leaves the batch around it.
 
 The step decoder multiplies by its weights in another layout than the modules (transposed, queries pre-scaled),
