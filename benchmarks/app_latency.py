@@ -136,6 +136,9 @@ def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
         print(f"| {method} | {ms:.1f} | {ms / translation:.2f} |")
     ms = median_ms(lambda: explanations_compared(services, session, step), max(3, runs // 3))
     print(f"| which explanation to trust (8 rankings, ERASER at 5 k) | {ms:.1f} | {ms / translation:.2f} |")
+    for method in METHODS:  # the view's first showing of a method: every step, then kept with the decoding
+        ms = median_ms(lambda method=method: page.view(session, CROSS, 0, MEAN, method), max(3, runs // 3))
+        print(f"| *Show* {method}: every step's attributions and the view | {ms:.1f} | {ms / translation:.2f} |")
     translator = services.translators[checkpoint]
     src_ids, tgt_ids = translator.given_translation(sentence, session.trace.target_tokens)
     prediction = Prediction(translator.model, src_ids, tgt_ids[:step - 1], tgt_ids[step - 1])

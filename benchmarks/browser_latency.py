@@ -17,9 +17,12 @@ Then what-if and every tab's answer, on the same 5 sentences, each against a pla
 sentence: a branch (Branch with the second candidate at the step on screen -> its heatmap drawn), a head switched
 off (a tick in the cross-attention grid -> the masked translation and its per-token chart drawn), the beam view
 (Run beam search -> the n-best table filled), head statistics (-> the table filled), word alignments (-> the
-Pharaoh lines), where each word came from (-> its chart drawn), then a measure (ALTI+ chosen -> its heatmap,
-computed on the server) and another layer of it (reusing the maps kept with the decoding), timed from the click
-by Python's clock like the translations; each line gives p50 and p95 as multiples of the translation's.
+Pharaoh lines), where each word came from (-> its chart drawn), gradient attributions of the step on screen
+(Attribute this step, integrated gradients -> its chart) and which explanation to trust (-> its curves), then a
+measure (ALTI+ chosen -> its heatmap, computed on the server) and another layer of it (reusing the maps kept with
+the decoding), saliency and integrated gradients chosen in *Show* (every step's attributions -> the heatmap), and
+*Words* (-> the heatmap in words), timed from the click by Python's clock like the translations; each line gives
+p50 and p95 as multiples of the translation's.
 """
 
 from __future__ import annotations
@@ -181,8 +184,10 @@ def what_if(page, translator, sentences: list[str]) -> None:
     from ui.operations import FIRST_STEP
 
     times = {"translate": [], "branch": [], "one head off": [], "beam view": [], "head statistics": [],
-             "word alignments": [], "where each word came from": [], "show ALTI+ instead of weights": [],
-             "ALTI+ of another layer": []}
+             "word alignments": [], "where each word came from": [], "attribute this step (integrated gradients)": [],
+             "which explanation to trust for this word": [], "show ALTI+ instead of weights": [],
+             "ALTI+ of another layer": [], "show saliency at every step": [],
+             "show integrated gradients at every step": [], "words instead of pieces": []}
     for text in sentences:
         page.fill("#source textarea", text)
         times["translate"].append(timed(page, lambda: page.click("#translate"), TRANSLATED,
@@ -215,6 +220,13 @@ def what_if(page, translator, sentences: list[str]) -> None:
         times["where each word came from"].append(timed(page, lambda: page.click("#contributions"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Contributions of')
             && document.querySelector('#source-share .js-plotly-plot')"""))
+        times["attribute this step (integrated gradients)"].append(timed(page, lambda: page.click("#attribute"),
+                                                                         """() =>
+            document.querySelector('#status textarea')?.value.startsWith('integrated gradients')
+            && document.querySelector('#attribution .js-plotly-plot')"""))
+        times["which explanation to trust for this word"].append(timed(page, lambda: page.click("#faithfulness"), """() =>
+            document.querySelector('#status textarea')?.value.startsWith('Step ')
+            && document.querySelector('#faithfulness-curves .js-plotly-plot')"""))
         # A measure: computed on the server the first time, then kept with the decoding for other views.
         times["show ALTI+ instead of weights"].append(timed(
             page, lambda: choose(page, "measure", "contributions (ALTI+)"), """() =>
@@ -222,7 +234,17 @@ def what_if(page, translator, sentences: list[str]) -> None:
         times["ALTI+ of another layer"].append(timed(page, lambda: choose(page, "layer", "Layer 2"), """() => {
             const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text;
             return title && title.includes('ALTI+') && title.includes('layer 2,'); }"""))
+        for method, label in (("saliency", "saliency (gradient)"), ("integrated gradients", "integrated gradients")):
+            times[f"show {method} at every step"].append(timed(page, lambda label=label: choose(page, "measure", label),
+                                                               """(method) => {
+                const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text;
+                return title && title.startsWith('Attribution of each step') && title.includes(method); }""", method))
         choose(page, "measure", "weights")
+        page.wait_for_timeout(300)
+        times["words instead of pieces"].append(timed(page, lambda: page.click("#units input[value=words]"), """() => {
+            const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '';
+            return /<br>(the word|building|ends the word) /.test(title); }"""))
+        page.click("#units input[value=pieces]")
         page.wait_for_timeout(300)
     plain, plain_p95 = statistics.median(times["translate"]), p95(times["translate"])
     for name, values in times.items():

@@ -26,11 +26,11 @@ import torch
 from torch import Tensor, nn
 
 from model.decoding import next_token_logits
+from model.keys import GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY
 from model.seq2seq import HeadGates, Seq2Seq
 from model.vocab import PAD_ID, SOS_ID
 
-SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS = "saliency", "input_x_gradient", "integrated_gradients"
-METHODS = (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS)
+METHODS = GRADIENTS
 BASELINES = ("zero", "pad")
 
 
@@ -85,6 +85,72 @@ class Prediction:
         log_probs = next_token_logits(logits).log_softmax(-1)  # the last position: step t's prediction
         score = log_probs[:, self.token]
         return score if self.contrast is None else score - log_probs[:, self.contrast]
+
+
+class EveryStep(Prediction):
+    """f at every step of a translation in one batch: row b explains the token chosen at step `rows[b]`, from a
+    decoder that reads the whole translation (<sos> and every generated token but the last). The decoder is causal
+    (masked self-attention, or a recurrence), so the tokens after a step do not move its prediction: their
+    gradients are zero, and each row equals `Prediction` of its step."""
+
+    def __init__(self, model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], contrast: int | None = None,
+                 gates: HeadGates | None = None):
+        super().__init__(model, src_ids, tgt_ids[:-1], tgt_ids[-1], contrast, gates)
+        self.tokens = torch.tensor(tgt_ids)
+
+    def __call__(self, source: Tensor, target: Tensor, rows: Tensor) -> Tensor:
+        batch = source.size(0)
+        src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
+        memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
+        logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target)
+        log_probs = next_token_logits(logits[torch.arange(batch), rows][:, None]).log_softmax(-1)  # (B, V)
+        score = log_probs.gather(1, self.tokens[rows, None])[:, 0]
+        return score if self.contrast is None else score - log_probs[:, self.contrast]
+
+
+def attribute_steps(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], method: str = SALIENCY,
+                    contrast: int | None = None, steps: int = 32, baseline: str = "zero",
+                    gates: HeadGates | None = None) -> list[Attributions]:
+    """`attribute` at every step of `tgt_ids`. Saliency and input × gradient take one batch, a row per step
+    (`EveryStep`); integrated gradients one batch of its points per step (one batch of every step's points is
+    larger and slower on a CPU: 7.8 s against 4.9 s for 19 steps of en-de, one thread)."""
+    if method == INTEGRATED_GRADIENTS or len(tgt_ids) == 0:
+        return [attribute(model, src_ids, tgt_ids, t, method, contrast=contrast, steps=steps, baseline=baseline,
+                          gates=gates) for t in range(len(tgt_ids))]
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    from captum.attr import InputXGradient, Saliency
+
+    prediction = EveryStep(model, src_ids, tgt_ids, contrast, gates)
+    count = len(tgt_ids)
+    rows = torch.arange(count)
+    inputs = tuple(e.expand(count, -1, -1).clone().requires_grad_() for e in prediction.embeddings())
+    with torch.enable_grad():
+        scores = prediction(*inputs, rows).detach().tolist()
+        if method == SALIENCY:
+            gradients = Saliency(prediction).attribute(inputs, additional_forward_args=(rows,), abs=False)
+            source, target = (g.norm(dim=-1) for g in gradients)
+        else:
+            source, target = (a.sum(-1) for a in InputXGradient(prediction).attribute(
+                inputs, additional_forward_args=(rows,)))
+    source, target = source.detach().numpy(), target.detach().numpy()
+    return [Attributions(method, t, tgt_ids[t], contrast, source[t], target[t, :t + 1], scores[t])
+            for t in range(count)]
+
+
+def step_shares(results: list[Attributions]) -> tuple[np.ndarray, np.ndarray]:
+    """Every step's attributions as shares of its own total: each divided by the sum of the step's absolute
+    attributions over the source and the target prefix, so that steps of larger and smaller log-probability
+    changes read alike and a token's sign is kept. (T, S) to the source tokens, (T, T) to the decoder inputs, zero
+    after each step's own."""
+    count = len(results)
+    source = np.stack([r.source for r in results]) if results else np.zeros((0, 0))
+    target = np.zeros((count, count))
+    for t, result in enumerate(results):
+        target[t, :t + 1] = result.target
+    total = np.abs(source).sum(1) + np.abs(target).sum(1)
+    total = np.where(total > 0, total, 1.0)[:, None]
+    return source / total, target / total
 
 
 def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int, method: str = SALIENCY,

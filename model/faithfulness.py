@@ -37,10 +37,10 @@ import numpy as np
 import torch
 
 from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute
-from model.contributions import measure_maps
+from model.contributions import alti_plus, rollout
 from model.decoding import next_token_logits
 from model.head_stats import best_aligning_head
-from model.keys import ALTI, CROSS, ROLLOUT
+from model.keys import ROLLOUT
 from model.seq2seq import Seq2Seq
 from model.transformer import Transformer
 from model.vocab import SOS_ID, UNK_ID
@@ -95,9 +95,9 @@ def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_h
     if best_head is not None:
         layer, head = best_head
         scores[BEST_HEAD] = list(cross[layer, head])
-    if isinstance(model, Transformer):
-        maps = measure_maps(model, src_ids, tgt_ids)  # through every layer: the last layer's maps, (T, S)
-        scores[ROLLOUT], scores[ALTI_PLUS] = list(maps[ROLLOUT][CROSS][-1, 0]), list(maps[ALTI][CROSS][-1, 0])
+    if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
+        scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
+        scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
     for method in (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS):
         scores[method] = [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source
                           if only in (None, t) else None for t in range(len(tgt_ids))]

@@ -15,11 +15,18 @@ KIND_LABELS = {ENCODER: "Encoder self-attention", DECODER: "Decoder self-attenti
 MEAN, ALL_HEADS = "mean", "all"
 HEAD_LABELS = {MEAN: "Mean of heads", ALL_HEADS: "All heads"}
 
-# What an attention view can show: the weights, or a measure computed from the same pass (model/contributions.py).
+# What an attention view can show: the weights, a measure computed from the same pass through the residual stream
+# (model/contributions.py: a Transformer's only), or gradient attributions of each step's prediction
+# (model/attribution.py): a measure of the whole model, to the source tokens (shown as cross-attention) and to the
+# target prefix (as decoder self-attention).
 WEIGHTS, VALUE_NORM, ROLLOUT, ALTI = "weights", "value_norm", "rollout", "alti"
-MEASURES = (WEIGHTS, VALUE_NORM, ROLLOUT, ALTI)
+RESIDUAL_MEASURES = (VALUE_NORM, ROLLOUT, ALTI)
+SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS = "saliency", "input_x_gradient", "integrated_gradients"
+GRADIENTS = (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS)
+MEASURES = (WEIGHTS, *RESIDUAL_MEASURES, *GRADIENTS)
 MEASURE_LABELS = {WEIGHTS: "weights", VALUE_NORM: "weight × value norm", ROLLOUT: "rollout",
-                  ALTI: "contributions (ALTI+)"}
+                  ALTI: "contributions (ALTI+)", SALIENCY: "saliency (gradient)", INPUT_X_GRADIENT: "input × gradient",
+                  INTEGRATED_GRADIENTS: "integrated gradients"}
 
 # Where a word alignment is read from cross-attention: at the step that outputs the word, or where it is the
 # decoder's input (shift-att).

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from model.attribution import INTEGRATED_GRADIENTS, Attributions, attribute
+from model.attribution import INTEGRATED_GRADIENTS, Attributions, attribute, attribute_steps
 from model.attribution import METHODS as ATTRIBUTION_METHODS
 from model.batching import pad, token_batches
 from model.contributions import Contributions, alti_plus, measure_maps
@@ -302,8 +302,9 @@ class Translator:
                                  f"{reprlib.repr(contrast)}.")
             other = self.tgt_vocab.stoi[pieces[0]]
         gates = self.gates(checked_strings(mask, "mask"))
-        return [attribute(self.model, src_ids, tgt_ids, t, method, contrast=other, steps=steps, gates=gates)
-                for t in (range(len(tgt_ids)) if step is None else [step])]
+        if step is None:
+            return attribute_steps(self.model, src_ids, tgt_ids, method, contrast=other, steps=steps, gates=gates)
+        return [attribute(self.model, src_ids, tgt_ids, step, method, contrast=other, steps=steps, gates=gates)]
 
     def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
                  src_lang: str | None = None, tgt_lang: str | None = None) -> dict[str, dict[str, np.ndarray]] | None:

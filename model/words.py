@@ -85,6 +85,12 @@ def merge(maps: np.ndarray, query_spans: list[range] | None, key_spans: list[ran
     return merged
 
 
+def words(tokens: list[str], how: str) -> tuple[list[str], list[range]]:
+    """The words `tokens` make, as text, and the pieces of each."""
+    spans = word_spans(tokens, how)
+    return [word_label(tokens[span.start:span.stop], how) for span in spans], spans
+
+
 def summed(values: np.ndarray, spans: list[range]) -> np.ndarray:
     """Per-piece values that add up (gradient attributions) added up per word."""
     return np.array([np.asarray(values)[span.start:span.stop].sum() for span in spans])

@@ -6,7 +6,7 @@ Each is what the screen shows without scrolling (1400x900 and 390x844), a transl
 one desktop screenshot per what-if view, scrolled to it: a branch (the second candidate at step 4, beside the
 original), three cross-attention heads of layer 2 switched off, the beam, where each word came from, and the
 cross-attention view of layer 3 showing ALTI+ contributions, rollout and (all heads) weight × value norm instead
-of weights; last, a shared link that opens the two EN→FR GRU models compared at step 4 (a sentence they translate alike, so
+of weights, then integrated gradients of every step in words at the last step; last, a shared link that opens the two EN→FR GRU models compared at step 4 (a sentence they translate alike, so
 the difference map shows).
 """
 
@@ -95,6 +95,21 @@ def what_if(page, out: Path) -> None:
     page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
                            ".includes('all 8 heads')", timeout=60000)
     save(page, out, "value-norm.png", "#step-bar")
+    gradients(page, out)
+
+
+def gradients(page, out: Path) -> None:
+    """Integrated gradients of every step over the source, in words, at the last step."""
+    choose(page, "measure", "integrated gradients")
+    page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout.title.text"
+                           ".startsWith('Attribution of each step')", timeout=60000)
+    page.click("#units input[value=words]")
+    page.click("#last")
+    page.wait_for_function("() => / of (\\d+):/.exec(document.querySelector('#attention .js-plotly-plot')?.layout"
+                           ".title.text || '')?.[1] === document.querySelector('#step input[type=number]').value"
+                           " && document.querySelector('#attention .js-plotly-plot').layout.title.text"
+                           ".includes('the word')", timeout=60000)
+    save(page, out, "gradients.png", "#step-bar")
 
 
 def compare(page, out: Path, url: str) -> None:

@@ -5,7 +5,10 @@ vocabulary (as converted Hub models have) and the GRU models, plain and contrast
 import pytest
 import torch
 
-from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, Prediction, attribute
+import numpy as np
+
+from model.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, Prediction, attribute,
+                               attribute_steps, step_shares)
 from model.rnn import RNNConfig, RNNSeq2Seq
 from model.transformer import Transformer
 from model.vocab import EOS_ID
@@ -57,6 +60,32 @@ def test_saliency_and_input_x_gradient_are_the_gradients_by_hand(name):
     assert saliency.score == pytest.approx(float(prediction(*prediction.embeddings()).detach()))
 
 
+@pytest.mark.parametrize("name", list(models()))
+@pytest.mark.parametrize("contrast", [None, 14])
+def test_every_step_in_one_batch_equals_each_step_alone(name, contrast):
+    model = models()[name]
+    for method in (SALIENCY, INPUT_X_GRADIENT):
+        every = attribute_steps(model, SRC, TGT, method, contrast=contrast)
+        assert [r.step for r in every] == list(range(len(TGT)))
+        for step, result in enumerate(every):
+            alone = attribute(model, SRC, TGT, step, method, contrast=contrast)
+            assert result.token == TGT[step] and result.score == pytest.approx(alone.score, abs=1e-5)
+            np.testing.assert_allclose(result.source, alone.source, atol=1e-5)
+            np.testing.assert_allclose(result.target, alone.target, atol=1e-5)  # (step + 1,): none after it
+
+
+def test_step_shares_keep_each_sign_and_sum_to_one_in_absolute_value():
+    model = models()["transformer"]
+    results = attribute_steps(model, SRC, TGT, INTEGRATED_GRADIENTS, steps=8)
+    source, target = step_shares(results)
+    assert source.shape == (len(TGT), len(SRC)) and target.shape == (len(TGT), len(TGT))
+    np.testing.assert_allclose(np.abs(source).sum(1) + np.abs(target).sum(1), 1.0)
+    assert np.all(np.triu(target, 1) == 0)
+    total = np.abs(results[2].source).sum() + np.abs(results[2].target).sum()
+    np.testing.assert_allclose(source[2], results[2].source / total)
+    np.testing.assert_allclose(target[2, :3], results[2].target / total)
+
+
 def test_contrast_explains_the_difference_of_two_log_probabilities():
     model = models()["transformer"]
     plain = attribute(model, SRC, TGT, step=1, method=INTEGRATED_GRADIENTS, steps=128)
@@ -97,3 +126,50 @@ def test_the_page_attributes_the_step_on_screen_for_both_architectures(events):
                                       (SALIENCY, "zebra☃", "The contrast must be one token")):
         refused, said = attribute_step(services, session, 2, method, contrast)
         assert message in said and refused is session
+
+
+def test_every_gradient_method_is_a_choice_of_show_over_the_source_and_the_prefix(events, services, monkeypatch):
+    """*Show* offers the three methods: the cross view holds every step's attributions to the source tokens, the
+    decoder view to the target prefix, each step's shares of its total, computed once per decoding and method."""
+    import json
+
+    from model.keys import CROSS, DECODER, ENCODER, GRADIENTS, MEAN, WEIGHTS
+    from ui.operations import GRADIENTS_OF_PREDICTIONS
+    from ui.render import view_menus
+
+    session = events.translate("A man plays with a red ball.")["session"]
+    trace = session.trace
+    translator = services.translators["toy-en-de"]
+    for method in GRADIENTS:
+        expected = step_shares(translator.attributions(session.source, trace.target_tokens, method))
+        for kind, shares in ((CROSS, expected[0]), (DECODER, expected[1])):
+            shown = events.view(session, kind, 1, MEAN, method, 2, False)
+            figure = json.loads(shown["attention"])
+            heatmap = figure["data"][0]
+            np.testing.assert_allclose(heatmap["z"], shares, atol=1e-5)
+            assert "Attribution of each step's prediction to the " in figure["layout"]["title"]["text"]
+            menus = view_menus(shown["session"])  # the layer and head chosen stay for the weights
+            assert menus["layers"] == [("Whole model", 1)] and menus["heads"] == [("Whole model", MEAN)]
+            top = float(np.abs(shares).max())
+            assert heatmap["zmax"] == pytest.approx(top)
+            assert heatmap["zmin"] == pytest.approx(0.0 if method == SALIENCY else -top)
+            assert (heatmap["colorscale"][0][1] == "#b2182b") == (method != SALIENCY)  # red below zero
+        session = shown["session"]
+        assert method in session.current.measure_maps
+    calls = []
+    original = type(translator).attributions
+    monkeypatch.setattr(type(translator), "attributions",
+                        lambda self, *args, **kwargs: calls.append(args) or original(self, *args, **kwargs))
+    events.view(session, CROSS, 0, MEAN, SALIENCY, 3, True)  # kept with the decoding: no model work
+    assert calls == []
+    encoder = events.view(session, ENCODER, 0, MEAN, SALIENCY, 2, False)
+    assert encoder["session"].view.kind == CROSS and encoder["status"] == GRADIENTS_OF_PREDICTIONS
+    weights = events.view(encoder["session"], CROSS, 1, MEAN, WEIGHTS, 2, False)
+    assert weights["session"].view.layer == 1 and "layer 2" in json.loads(weights["attention"])["layout"]["title"]["text"]
+    gru = events.translate("a dog runs .", model="toy-rnn")["session"]
+    shown = events.view(gru, CROSS, 0, 0, INTEGRATED_GRADIENTS, 2, False)
+    attributed = services.translators["toy-rnn"].attributions(gru.source, gru.trace.target_tokens,
+                                                              INTEGRATED_GRADIENTS)
+    np.testing.assert_allclose(json.loads(shown["attention"])["data"][0]["z"], step_shares(attributed)[0],
+                               atol=1e-5)
+    assert "completeness error ≤ " in json.loads(shown["attention"])["layout"]["title"]["text"]

@@ -267,6 +267,32 @@ def test_click_a_candidate_to_branch_and_switch_a_head_off(page, services):
     assert page.locator("#translation textarea").input_value() == translator.trace(text).text
 
 
+def test_with_the_sources_tab_open_a_candidate_click_asks_why_not_that_one(page, services):
+    """The same click that branches asks for a contrastive attribution while "Where each word came from" is open,
+    and the attribution is the one the server computes for that step and candidate."""
+    translator = services.translators[MODEL]
+    text = "A man plays with a red ball in the park."
+    translate(page, services, text)
+    page.click("#first")
+    page.click("#next")
+    wait_for_step(page, 2)
+    bars_shown(page, "candidates", 2)
+    traced = translator.trace(text)
+    other = traced.top_tokens[1][1]
+    page.get_by_role("tab", name="Where each word came from").click()
+    bar = page.locator("#candidates .js-plotly-plot .bars .point path").nth(1).bounding_box()
+    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2 - 20)
+    page.mouse.down()
+    page.mouse.up()
+    status = status_starts(page, "integrated gradients")
+    assert f'why step 2 wrote "{traced.target_tokens[1]}" and not "{other}"' in status
+    assert page.locator("#translation textarea").input_value() == traced.text  # no branch was made
+    page.wait_for_function("() => document.querySelector('#attribution .js-plotly-plot')")
+    bars = page.evaluate("() => Array.from(document.querySelector('#attribution .js-plotly-plot').data[0].y)")
+    [expected] = translator.attributions(text, traced.target_tokens, "integrated_gradients", 1, other)
+    assert bars == pytest.approx([*expected.source, *expected.target], abs=1e-3)
+
+
 def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page, services):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

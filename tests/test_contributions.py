@@ -203,7 +203,7 @@ def test_every_view_can_show_a_measure_instead_of_the_weights(events, services):
     import json
 
     from model.contributions import measure_maps
-    from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
+    from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
     from ui.operations import MEASURE_LINES
 
     session = events.translate("A man plays with a red ball.")["session"]
@@ -239,11 +239,12 @@ def test_every_view_can_show_a_measure_instead_of_the_weights(events, services):
             mean = json.loads(events.view(session, ENCODER, 1, MEAN, key, 1, False)["attention"])
             np.testing.assert_allclose(mean["data"][0]["z"], maps["value_norm_together"]["encoder"][1], atol=1e-5)
             assert "all heads together" in mean["layout"]["title"]["text"]
-    # A new decoding shows its weights again; the GRU model has no measures but its weights.
+    # A new decoding shows its weights again; the GRU model has no measures of the residual stream, only
+    # its weights and gradients.
     measured = events.view(session, CROSS, 1, 0, ROLLOUT, 1, False)["session"]
     assert events.translate("A dog.", session=measured)["measure"] == WEIGHTS
     gru = events.translate("a dog runs .", model="toy-rnn")
-    assert gru["measure"]["choices"] == [("weights", WEIGHTS)]
+    assert [key for _, key in gru["measure"]["choices"]] == [WEIGHTS, *GRADIENTS]
     answer = events.view(gru["session"], CROSS, 0, 0, ROLLOUT, 1, False)
     assert answer["session"].view.measure == WEIGHTS and answer["measure"] == WEIGHTS and "GRU" in answer["status"]
 

@@ -190,7 +190,8 @@ UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it
     "an old display label for the measure": ("kind", '["cross", 0, "mean", "contributions (ALTI+)", 1, false, '
                                                      '"pieces"]',
                                              "Unknown measure 'contributions (ALTI+)'; choose one of: weights, "
-                                             "value_norm, rollout, alti.", False),
+                                             "value_norm, rollout, alti, saliency, input_x_gradient, "
+                                             "integrated_gradients.", False),
     "a layer the model does not have": ("translate", f'["{MODEL}", "A dog.", "cross", 9, "mean", "weights", 1, '
                                         'false, "pieces"]', "Translated.", False),
     "a word for the layer": ("layer", '["cross", "three", "mean", "weights", 1, false, "pieces"]',

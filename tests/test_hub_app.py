@@ -9,7 +9,7 @@ import pytest
 
 from model.checkpoint import load_checkpoint
 from model.convert_hf import convert
-from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, MEASURES
+from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, GRADIENTS, MEAN, MEASURES
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
@@ -48,7 +48,8 @@ def test_every_view_and_measure_draws_a_converted_model(hub_events):
             for measure in MEASURES:
                 shown = hub_events.view(session, kind, 1, head, measure, 2, False)
                 assert "Unknown" not in (shown.get("status") or ""), (kind, head, measure)
-                assert shown["session"].view.kind == kind
+                # Gradients explain the decoder's predictions: the encoder's view shows them over the source.
+                assert shown["session"].view.kind == (CROSS if kind == ENCODER and measure in GRADIENTS else kind)
     model_view = hub_events.view(session, CROSS, 0, MEAN, "weights", 2, True)
     assert model_view["attention"] is not None
     second = session.trace.top_tokens[1][1]  # the runner-up at step 2
@@ -156,15 +157,19 @@ def test_the_language_menus_in_the_browser(hub_events):
 def test_a_view_in_words_steps_in_the_browser_as_python_builds_it(hub_events):
     """In Chromium: a link with units=words opens the flan-t5-like model's cross-attention in words (its
     sentencepiece pieces merged); every step the browser draws from the frames it holds is the figure Python builds
-    for that step, word in the making included."""
+    for that step, word in the making included; and so is every step of integrated gradients chosen in *Show*."""
     import json
     import os
     import shutil
     from dataclasses import replace
 
+    import numpy as np
     from conftest import CHROMIUM, CHROMIUM_ARGS
+
+    from model.keys import INTEGRATED_GRADIENTS
     from ui import launch_options
-    from ui.session import to_arrays
+    from ui.operations import attribution_maps, gradient_trace
+    from ui.session import Decoding, to_arrays
     from viz.views import attention_figure
 
     if not shutil.which(CHROMIUM) and not os.environ.get("CI"):
@@ -199,6 +204,23 @@ def test_a_view_in_words_steps_in_the_browser_as_python_builds_it(hub_events):
                 assert shown["title"] == figure["layout"]["title"]["text"]
                 assert (shown["z"], shown["y"], shown["x"]) == (heatmap["z"], heatmap["y"], heatmap["x"])
                 assert shown["shapes"] == [[s["x0"], s["x1"], s["y0"], s["y1"]] for s in figure["layout"]["shapes"]]
+            # Show: integrated gradients at every step, in words, stepped in the browser as Python builds it.
+            page.click("#measure input")
+            page.get_by_role("option", name="integrated gradients", exact=True).click()
+            page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
+                                   ".startsWith('Attribution of each step')", timeout=60000)
+            results = hub_events.services.translators["flan"].attributions(TEXT, trace.target_tokens,
+                                                                           INTEGRATED_GRADIENTS)
+            decoding = Decoding("original", trace, "", measure_maps={INTEGRATED_GRADIENTS: attribution_maps(results)})
+            attributed = replace(gradient_trace(decoding, INTEGRATED_GRADIENTS), units="words")
+            for step in (2, trace.steps):
+                page.fill("#step input[type=number]", str(step))
+                page.press("#step input[type=number]", "Enter")
+                page.wait_for_function(drawn, arg=step, timeout=15000)
+                shown = page.evaluate(drawn, step)
+                heatmap = json.loads(attention_figure(attributed, CROSS, 0, 0, step - 1).to_json())["data"][0]
+                assert (shown["y"], shown["x"]) == (heatmap["y"], heatmap["x"])
+                np.testing.assert_allclose(shown["z"], heatmap["z"], atol=1e-6)
             browser.close()
     finally:
         demo.close()
@@ -221,3 +243,40 @@ def test_a_t5_model_reads_its_prompt_and_every_view_and_measure_draws_it(hub_eve
     assert "Romanian:" in "".join(changed.trace.source_tokens).replace("▁", " ")
     refused = hub_events.run(listeners.change_languages, changed, "flan", TEXT, "de", "ro")
     assert "does not translate de→ro; it translates en→de, en→fr, en→ro" in refused["status"] and refused["session"].tgt_lang == "ro"
+
+
+def test_a_branch_and_heads_off_compare_in_words(hub_events):
+    """With *Words* on, the branch comparison and the effect of heads switched off show words: a word's probability
+    is its pieces' product, its change in log-probability their sum, and the word chosen is marked."""
+    import json
+
+    import numpy as np
+
+    from model.words import words
+    from ui import operations
+    from viz.whatif import FORCED
+
+    in_pieces = (CROSS, 0, MEAN, "weights", 2, False, "pieces")
+    session = hub_events.translate(TEXT, model="flan")["session"]
+    second = session.trace.top_tokens[1][1]
+    branched = hub_events.run(operations.branch, session, second, view=in_pieces)["session"]
+    masked = hub_events.run(operations.set_mask, branched, ["cross.1.2"], view=in_pieces)["session"]
+    shown = hub_events.view(masked, *in_pieces[:-1], "words")
+    parent, child = masked.decodings[-2:]
+    labels, spans = words(child.trace.target_tokens, child.trace.scheme)
+    assert any(len(span) > 1 for span in spans)  # a word of several pieces, so words differ from pieces
+    figure = json.loads(shown["comparison_plot"])
+    np.testing.assert_allclose(figure["data"][1]["y"], [np.prod(child.trace.probabilities[s.start:s.stop])
+                                                        for s in spans], rtol=1e-5)
+    assert "each word's probability" in figure["layout"]["annotations"][0]["text"]
+    effect = child.effect
+    base, base_spans = words(effect.base_tokens, child.trace.scheme)
+    change = json.loads(shown["mask_effect_plot"])["data"][0]["y"]
+    np.testing.assert_allclose(change, [effect.change[s.start:s.stop].sum() for s in base_spans], rtol=1e-5)
+    new = words(effect.new_tokens, child.trace.scheme)[0]
+    assert [text for text, _ in shown["masked_translation"]] == [f"{word} " for word in new]
+    # The branch's comparison marks the word the user chose.
+    branch_view = hub_events.view(branched, *in_pieces[:-1], "words")
+    chosen = [text for text, mark in branch_view["comparison"] if mark == FORCED]
+    labels, spans = words(branched.trace.target_tokens, branched.trace.scheme)
+    assert chosen == [labels[next(i for i, s in enumerate(spans) if 1 in s)] + " "]

@@ -3,7 +3,7 @@
 from urllib.parse import parse_qs
 
 from model.keys import ALL_HEADS, CROSS, DECODER, MEAN, ROLLOUT, WEIGHTS
-from ui.links import LinkSpec, open_link
+from ui.links import LinkSpec, link_of, open_link
 
 MODEL = "toy-en-de"
 
@@ -26,7 +26,8 @@ def test_malformed_parameters_take_their_default_with_a_note():
     assert (spec.step, spec.kind, spec.layer, spec.head, spec.measure) == (None, CROSS, None, MEAN, WEIGHTS)
     assert notes == ["kind 'sideways' is none of encoder, decoder, cross",
                      "head '<b>9</b>' is no head number, mean or all",
-                     "measure 'contributions (ALTI+)' is none of weights, value_norm, rollout, alti",
+                     "measure 'contributions (ALTI+)' is none of weights, value_norm, rollout, alti, saliency, "
+                     "input_x_gradient, integrated_gradients",
                      "step '0' is no number from 1 up", "layer 'zero' is no number from 1 up"]
 
 
@@ -62,3 +63,13 @@ def test_a_rollout_link_keeps_its_head_for_the_weights(services):
     session, _ = open_link(services, *LinkSpec.parse({"text": ["A dog runs."], "head": ["3"],
                                                       "measure": ["rollout"]}))
     assert session.view.measure == ROLLOUT and session.view.head == 2
+
+
+def test_a_link_opens_a_gradient_method_and_gives_it_back(services):
+    from model.keys import INTEGRATED_GRADIENTS
+
+    session, status = open_link(services, *LinkSpec.parse({"text": ["A dog runs."], "kind": ["decoder"],
+                                                           "layer": ["2"], "measure": [INTEGRATED_GRADIENTS]}))
+    assert session.view.measure == INTEGRATED_GRADIENTS and session.view.kind == DECODER
+    assert INTEGRATED_GRADIENTS in session.current.measure_maps and session.view.layer == 1
+    assert f"measure={INTEGRATED_GRADIENTS}" in link_of(session).url_query()

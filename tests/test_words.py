@@ -1,10 +1,12 @@
 """Words from pieces (model/words.py): grouping by each tokenizer's convention, and maps merged as Clark et al.
 (2019) do, by hand."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from model.words import BPE, CHARACTERS, SENTENCEPIECE, WHOLE, merge, word_label, word_spans
+from model.words import BPE, CHARACTERS, PIECES, SENTENCEPIECE, WHOLE, merge, word_label, word_spans
 
 
 def labels(tokens, how):
@@ -70,7 +72,7 @@ def piece_trace(units: str = "words", scheme: str = "bpe"):
 
 
 def test_a_view_in_words_merges_the_pieces_and_the_step_says_which_word_is_being_built():
-    from viz.views import CROSS, DECODER, ENCODER, attention_figure, query_labels, step_title
+    from viz.views import CROSS, DECODER, ENCODER, attention_figure, query_labels, step_heading, step_title
 
     trace = piece_trace()
     weights, _, keys, highlight = trace.at_step(CROSS, 2)  # step 3 outputs "les@@": "zeitungsles" so far
@@ -82,6 +84,12 @@ def test_a_view_in_words_merges_the_pieces_and_the_step_says_which_word_is_being
     np.testing.assert_allclose(weights.sum(-1), 1, rtol=1e-5)
     assert step_title(trace, 2).endswith(', building "zeitungsles…"')
     assert step_title(trace, 3).endswith(', word "zeitungsleserin"') and step_title(trace, 4).endswith(")")
+    # A figure's title names the word on a line of its own at every step, so the step's line fits a phone and
+    # stepping keeps the title's height.
+    assert [step_heading(trace, t)[1] for t in (2, 3, 4)] == [
+        'building "zeitungsles…"', 'ends the word "zeitungsleserin"', 'the word "liest"']
+    assert step_heading(replace(trace, units=PIECES), 2) == [
+        f'step 3 of 7: "zeitungs@@" → "les@@" (p = {trace.probabilities[2]:.2f})']
     decoder, _, keys, _ = trace.at_step(DECODER, 4)  # "liest": keys are the words read, the rows those written
     assert keys == ["<sos>", "die", "zeitungsleserin"] and decoder.shape[-2:] == (3, 3)
     np.testing.assert_allclose(decoder.sum(-1), 1, rtol=1e-5)

@@ -11,7 +11,7 @@ import numpy as np
 
 from model.attribution import INTEGRATED_GRADIENTS
 from model.translator import InputError
-from model.words import PIECES, UNITS, WORDS, merge, summed, word_label, word_spans
+from model.words import PIECES, UNITS, WORDS, merge, summed, word_spans, words
 from ui.operations import shown
 from ui.services import Services
 
@@ -57,7 +57,7 @@ def endpoints(services: Services) -> list:
         result = traced.trace
         maps = {"encoder": result.encoder_attention, "decoder": result.decoder_attention,
                 "cross": result.cross_attention}
-        words = {}
+        labelled = {}
         if units == WORDS:
             spans = {name: word_spans(tokens, traced.scheme) for name, tokens in (
                 ("source", traced.source_tokens), ("target", traced.target_tokens),
@@ -66,13 +66,13 @@ def endpoints(services: Services) -> list:
                     "cross": ("target", "source")}
             maps = {kind: None if array is None else merge(array, spans[axes[kind][0]], spans[axes[kind][1]])
                     for kind, array in maps.items()}
-            words = {f"{name}_words": [{"word": word_label(tokens[span.start:span.stop], traced.scheme),
-                                        "pieces": list(span)} for span in spans[name]]
-                     for name, tokens in (("source", traced.source_tokens), ("target", traced.target_tokens),
-                                          ("decoder_input", traced.decoder_input_tokens))}
+            labelled = {f"{name}_words": [{"word": word, "pieces": list(span)} for word, span in zip(*words(
+                tokens, traced.scheme))] for name, tokens in (("source", traced.source_tokens),
+                                                              ("target", traced.target_tokens),
+                                                              ("decoder_input", traced.decoder_input_tokens))}
         return {"translation": traced.text, "source_tokens": traced.source_tokens, "unknown": traced.unknown,
                 "target_tokens": traced.target_tokens, "decoder_input_tokens": traced.decoder_input_tokens,
-                "forced": result.forced, "mask": sorted(set(mask or [])), "units": units or PIECES, **words,
+                "forced": result.forced, "mask": sorted(set(mask or [])), "units": units or PIECES, **labelled,
                 "probabilities": rounded(result.probabilities), "top_tokens": traced.top_tokens,
                 "top_probabilities": rounded(result.top_probabilities),
                 "encoder_attention": rounded(maps["encoder"]),
@@ -147,19 +147,17 @@ def endpoints(services: Services) -> list:
         except InputError as error:
             raise gr.Error(str(error)) from None
         inputs = traced.decoder_input_tokens
-        source_spans = word_spans(traced.source_tokens, traced.scheme) if units == WORDS else None
-        words = {}
+        source_spans, labelled = None, {}
         if units == WORDS:
-            words = {"source_words": [word_label(traced.source_tokens[s.start:s.stop], traced.scheme)
-                                      for s in source_spans],
-                     "decoder_input_words": [word_label(inputs[s.start:s.stop], traced.scheme)
-                                             for s in word_spans(inputs, traced.scheme)]}
+            (source_words, source_spans), (input_words, _) = (words(tokens, traced.scheme)
+                                                              for tokens in (traced.source_tokens, inputs))
+            labelled = {"source_words": source_words, "decoder_input_words": input_words}
 
         def per_unit(values: np.ndarray, spans: list[range] | None) -> list[float]:
             return rounded(values if spans is None else summed(values, spans))
 
         return {"method": method, "units": units or PIECES, "source_tokens": traced.source_tokens,
-                "decoder_input_tokens": inputs, "target_tokens": traced.target_tokens, **words,
+                "decoder_input_tokens": inputs, "target_tokens": traced.target_tokens, **labelled,
                 "steps": [{"step": result.step + 1, "token": traced.target_tokens[result.step], "contrast": contrast,
                            "source": per_unit(result.source, source_spans),
                            "target": per_unit(result.target, None if units != WORDS else

@@ -79,9 +79,10 @@ def decoding_outputs(page: Page) -> list:
 
 
 def view_outputs(page: Page) -> list:
-    """What a view change can update."""
+    """What a view change can update (a change of units: the what-if views in words too)."""
     return [page.session, page.status, page.attention, page.overview, page.compare_plot, page.step, page.kind,
-            page.measure, page.layer, page.head, page.model_view, page.units]
+            page.measure, page.layer, page.head, page.model_view, page.units, page.comparison, page.comparison_plot,
+            page.masked_translation, page.mask_effect_plot]
 
 
 def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int) -> Callable:

@@ -12,7 +12,9 @@ from functools import wraps
 import numpy as np
 
 from model.contributions import VALUE_NORM_TOGETHER
-from model.keys import (ALL_HEADS, ALTI, CROSS, KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, ROLLOUT, VALUE_NORM,
+from model.attribution import step_shares
+from model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS,
+                        KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT, SALIENCY, VALUE_NORM,
                         WEIGHTS, head_name, parse_head_name)
 from model.translator import InputError, TracedTranslation
 from ui.services import Services
@@ -26,9 +28,15 @@ MEASURE_LINES = {
     VALUE_NORM: ("‖α·f(x)‖: weight × value norm (Kobayashi et al. 2020)", "‖α f‖"),
     ROLLOUT: ("attention rollout up to this layer (Abnar & Zuidema 2020)", "share"),
     ALTI: ("ALTI+ shares up to this layer, residuals and norms in (Ferrando et al. 2022)", "share"),
+    SALIENCY: ("saliency ‖∂log p/∂embedding‖, a share of the step's total", "share"),
+    INPUT_X_GRADIENT: ("input × gradient, a signed share of the step's total", "share"),
+    INTEGRATED_GRADIENTS: ("integrated gradients (32 points), a signed share of the step's total", "share"),
 }
 GRU_MEASURES = ("The GRU models have no residual stream: value norms, rollout and contributions need a "
-                "Transformer; only the weights can be shown.")
+                "Transformer; the weights and the gradient attributions can be shown.")
+GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
+                            "tokens (Cross-attention) or the target prefix (Decoder self-attention), not the "
+                            "encoder's; showing cross.")
 
 
 def shown(value: object, limit: int = 60) -> str:
@@ -115,36 +123,71 @@ def with_view(session: Session | None, view: View) -> tuple[Session | None, str]
         return None, NOTHING_YET
     if view.measure not in MEASURE_LABELS:
         return session, f"Unknown measure {shown(view.measure)}; choose one of: {', '.join(MEASURE_LABELS)}."
-    if view.measure in (ROLLOUT, ALTI):  # the heads combined: the head menu offers one entry, the choice stays
+    if view.measure in (ROLLOUT, ALTI, *GRADIENTS):  # one map for the heads: the head menu's choice stays
         view = replace(view, head=session.view.head)
-    if view.measure != WEIGHTS and session.trace.encoder is None:
+    if view.measure in RESIDUAL_MEASURES and session.trace.encoder is None:
         return session.with_view(replace(view, measure=WEIGHTS)), GRU_MEASURES
+    if view.measure in GRADIENTS and view.kind == ENCODER:
+        return session.with_view(view), GRADIENTS_OF_PREDICTIONS
     return session.with_view(view), ""
 
 
 def measured(decoding: Decoding, measure: str) -> bool:
     """Whether `decoding` can be drawn as `measure` without model work: the weights, or its maps already kept."""
-    return measure == WEIGHTS or decoding.measure_maps is not None
+    return measure == WEIGHTS or measure in (decoding.measure_maps or {})
 
 
 def with_measures(services: Services, session: Session) -> Session:
-    """The session with the maps of the measure it shows computed for the decoding on screen (one teacher-forced
-    pass, once per decoding, kept with it); a session that shows the weights as it is."""
-    decoding = session.current
-    if measured(decoding, session.view.measure):
+    """The session with the maps of the measure it shows computed for the decoding on screen and kept with it (once
+    per decoding: one teacher-forced pass for every residual-stream measure, or one gradient method at every step);
+    a session that shows the weights as it is."""
+    decoding, measure = session.current, session.view.measure
+    if measured(decoding, measure):
         return session
-    maps = services.translators[session.model].measures(session.source, decoding.trace.target_tokens,
-                                                        list(decoding.mask), **session.direction)
+    translator = services.translators[session.model]
+    arguments = (session.source, decoding.trace.target_tokens)
+    if measure in GRADIENTS:
+        maps = {measure: attribution_maps(translator.attributions(*arguments, measure, mask=list(decoding.mask),
+                                                                  **session.direction))}
+    else:
+        maps = translator.measures(*arguments, list(decoding.mask), **session.direction)
     decodings = list(session.decodings)
-    decodings[session.shown] = replace(decoding, measure_maps=maps)
+    decodings[session.shown] = replace(decoding, measure_maps={**(decoding.measure_maps or {}), **maps})
     return replace(session, decodings=tuple(decodings))
+
+
+def attribution_maps(results: list) -> dict:
+    """Every step's gradient attributions (model/attribution.py) as maps shaped like one head of one layer: to the
+    source tokens (cross, (1, 1, T, S)) and to the decoder's inputs (decoder, (1, 1, T, T)), each step's a share of
+    its total (`step_shares`); integrated gradients' largest completeness error relative to a step's change; and
+    the attributions themselves (exports)."""
+    source, target = step_shares(results)
+    errors = [abs(r.delta) / max(abs(r.score - r.baseline_score), 1e-9) for r in results if r.delta is not None]
+    return {CROSS: source[None, None], DECODER: target[None, None], "error": max(errors) if errors else None,
+            "results": results}
+
+
+def gradient_trace(decoding: Decoding, measure: str) -> TraceArrays:
+    """The decoding's trace with its maps replaced by a gradient method's (`attribution_maps`): one map of the whole
+    model per kind, signed but for saliency, coloured up to the largest share the view shows. A GRU model's trace
+    has no decoder self-attention, so its attributions to the target prefix are not drawn."""
+    maps, trace = decoding.measure_maps[measure], decoding.trace
+    line, unit = MEASURE_LINES[measure]
+    if maps["error"] is not None:
+        line += f"; completeness error ≤ {maps['error']:.1%}"
+    decoder = maps[DECODER] if trace.decoder is not None else None
+    return replace(trace, encoder=None, decoder=decoder, cross=maps[CROSS], measure=line, value_label=unit,
+                   scale_max=max(float(np.abs(m).max(initial=0.0)) for m in (maps[CROSS], decoder) if m is not None),
+                   signed=measure != SALIENCY, whole_model=True, together=None, raw=None, switched_off=frozenset())
 
 
 def measured_trace(decoding: Decoding, measure: str) -> TraceArrays:
     """The decoding's trace with its attention maps replaced by `measure`'s (its weights where it has none)."""
     maps = decoding.measure_maps
-    if measure == WEIGHTS or not maps:
+    if measure == WEIGHTS or not maps or measure not in maps:
         return decoding.trace
+    if measure in GRADIENTS:
+        return gradient_trace(decoding, measure)
     arrays = maps[measure]
     per_head = measure == VALUE_NORM
     together = {kind: maps[VALUE_NORM_TOGETHER][kind] for kind in KINDS} if per_head else None
@@ -159,11 +202,14 @@ def measured_trace(decoding: Decoding, measure: str) -> TraceArrays:
                    switched_off=decoding.trace.switched_off if per_head else frozenset())
 
 
-def drawn(session: Session) -> tuple[TraceArrays, int | str]:
-    """What the attention view draws: the decoding's trace (a measure's, if one is shown) and the head to draw,
-    which is the one head a measure of the whole layer (rollout, ALTI+) has."""
-    trace = replace(measured_trace(session.current, session.view.measure), units=session.view.units)
-    return trace, 0 if trace.heads(session.view.kind) == 1 else session.view.head
+def drawn(session: Session) -> tuple[TraceArrays, int, int | str]:
+    """What the attention view draws: the decoding's trace (a measure's, if one is shown), the layer to draw, which
+    is the one "layer" of a measure of the whole model (gradients), and the head, which is the one head of a
+    measure of the heads together (rollout, ALTI+, gradients)."""
+    view = session.view
+    trace = replace(measured_trace(session.current, view.measure), units=view.units)
+    return (trace, min(view.layer, trace.layers(view.kind) - 1),
+            0 if trace.heads(view.kind) == 1 else view.head)
 
 
 @operation
@@ -334,9 +380,9 @@ def compare(services: Services, session: Session, other: object) -> tuple[Sessio
 def head_menu(trace: TraceArrays, kind: str, chosen: int | str) -> list[tuple[str, int | str]]:
     """Head menu entries for one attention kind: (label, value), the value a head index or MEAN / ALL_HEADS.
     A single-head model (dot-product attention) has nothing to average or lay side by side. A measure of the whole
-    layer (rollout, ALTI+) has one entry, whose value is the head `chosen` for the weights, so that going back to
-    the weights shows that head again."""
+    layer (rollout, ALTI+) or of the whole model (gradients) has one entry, whose value is the head `chosen` for the
+    weights, so that going back to the weights shows that head again."""
     heads = [(f"Head {h + 1}", h) for h in range(trace.heads(kind))]
     if len(heads) == 1 and trace.measure:
-        return [("Every head, combined", chosen)]
+        return [("Whole model" if trace.whole_model else "Every head, combined", chosen)]
     return heads if len(heads) == 1 else [("Mean of heads", MEAN), ("All heads", ALL_HEADS)] + heads

@@ -14,8 +14,10 @@ import re
 from dataclasses import replace
 
 import gradio as gr
+import numpy as np
 
-from model.keys import KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
+from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
+from model.words import WHOLE, WORDS, summed, words
 from ui.operations import drawn, head_menu, plural
 from ui.plots import figure_json
 from ui.services import Services
@@ -50,23 +52,26 @@ def view_identity(session: Session | None) -> tuple | None:
         return None
     view = session.view
     return (id(session.current), view.kind, view.layer, view.head, view.measure, view.model_view, view.units,
-            session.compare and session.compare.model, session.current.measure_maps is not None)
+            session.compare and session.compare.model, view.measure in (session.current.measure_maps or {}))
 
 
 def offered(trace) -> tuple[list, list]:
     """The attention kind and measure menus' entries for a decoding: the kinds its model has, and the measures (the
-    GRU models have no residual stream: weights only)."""
-    measures = list(MEASURE_LABELS) if trace.encoder is not None else [WEIGHTS]
+    GRU models have no residual stream: weights and gradients only)."""
+    measures = list(MEASURE_LABELS) if trace.encoder is not None else [WEIGHTS, *GRADIENTS]
     return choices(KIND_LABELS, trace.available()), choices(MEASURE_LABELS, measures)
 
 
 def view_menus(session: Session) -> dict:
     """The layer and head menus of the view on screen, the trace the view draws (a measure's, if shown) and the
     head it draws."""
-    trace, head = drawn(session)
-    kind = session.view.kind
-    return {"layers": [(f"Layer {i + 1}", i) for i in range(trace.layers(kind))],
-            "heads": head_menu(trace, kind, session.view.head), "trace": trace, "head": head}
+    trace, layer, head = drawn(session)
+    view = session.view
+    # A map of the whole model has one entry, whose value is the layer chosen for the weights (as `head_menu` does).
+    layers = ([("Whole model", view.layer)] if trace.whole_model else
+              [(f"Layer {i + 1}", i) for i in range(trace.layers(view.kind))])
+    return {"layers": layers, "heads": head_menu(trace, view.kind, view.head), "trace": trace, "layer": layer,
+            "head": head}
 
 
 def render(page, services: Services, before: Session | None, after: Session | None, message: str | None) -> dict:
@@ -98,7 +103,8 @@ def render(page, services: Services, before: Session | None, after: Session | No
                     if before is None or before.current.trace.steps != steps else view.step),
     })
     if view_identity(before) != view_identity(after):
-        frames = view_frames(menus["trace"], view.kind, view.layer, menus["head"], view.model_view, file_stem(after))
+        frames = view_frames(menus["trace"], view.kind, menus["layer"], menus["head"], view.model_view,
+                             file_stem(after))
         updates.update({page.attention: frames["attention"], page.overview: frames["overview"],
                         page.compare_plot: None})
         if after.compare is not None:  # the weights of both, whatever measure the view shows
@@ -106,6 +112,8 @@ def render(page, services: Services, before: Session | None, after: Session | No
                 [(after.model, replace(decoding.trace, units=view.units)),
                  (after.compare.model, replace(after.compare.trace, units=view.units))],
                 view.kind, view.layer, view.head, file_stem(after))
+    if not new_decoding and before.view.units != view.units:
+        updates.update(written_updates(page, after))
     if new_decoding:
         updates.update(decoding_updates(page, after))
         shown_before = before is not None and before.current.effect is not None
@@ -155,38 +163,53 @@ def decoding_updates(page, session: Session) -> dict:
     trace = decoding.trace
     grids = {grid: sorted(name for name in decoding.mask if name.startswith(kind + "."))
              for grid, kind in zip(page.mask_grids, KINDS)}
-    effect = decoding.effect
     frames = translation_frames(trace)
     return {page.translation: decoding.text, page.candidates: frames["candidates"],
             page.probabilities: frames["probabilities"], page.step_text: json.dumps(frames["description"]),
-            **grids, **comparison_updates(page, session), page.branch_word: "",
-            page.masked_translation: None if effect is None else token_differences(effect.base_tokens,
-                                                                                    effect.new_tokens),
-            page.mask_effect_plot: None if effect is None else figure_json(log_prob_change_figure(
-                effect.base_tokens, effect.change,
-                f"each token of {effect.base}: log-probability with {plural(effect.heads_off, 'head')} off minus "
-                "with them on")),
+            **grids, **written_updates(page, session), page.branch_word: "",
             page.head_table: None, page.alignment_text: "", page.source_share_plot: None,
             page.contribution_plot: None, page.attribution_plot: None, page.faithfulness_plot: None,
             page.faithfulness_table: None, page.link_box: "", page.export_file: None}
 
 
-def comparison_updates(page, session: Session) -> dict:
-    """The decoding on screen beside the one it came from: both token sequences with the differences marked, and
-    both per-token probabilities."""
+def written(tokens: list[str], scheme: str, units: str) -> tuple[list[str], list[range]]:
+    """A decoding's output as the what-if views show it: its tokens, or in words its words; with the pieces of
+    each."""
+    return words(tokens, scheme) if units == WORDS else (list(tokens), [range(i, i + 1) for i in range(len(tokens))])
+
+
+def written_updates(page, session: Session) -> dict:
+    """The decoding on screen beside the one it came from, and what switching heads off did to it, in the view's
+    units: tokens, or words, each word's probability that of its pieces together (their product) and its change
+    in log-probability their sum."""
+    decoding, units = session.current, session.view.units
+    unit = "word" if units == WORDS and decoding.trace.scheme != WHOLE else "token"
+    effect = decoding.effect
+    updates = {page.masked_translation: None, page.mask_effect_plot: None}
+    if effect is not None:
+        base, spans = written(effect.base_tokens, decoding.trace.scheme, units)
+        updates = {page.masked_translation: token_differences(base, written(effect.new_tokens,
+                                                                             decoding.trace.scheme, units)[0]),
+                   page.mask_effect_plot: figure_json(log_prob_change_figure(
+                       base, summed(effect.change, spans), f"each {unit} of {effect.base}: log-probability with "
+                       f"{plural(effect.heads_off, 'head')} off minus with them on"))}
     if session.shown == 0:
-        return {page.comparison: [(GREEDY, None)], page.comparison_plot: None}
-    parent, child = session.decodings[session.shown - 1], session.current
-    before, after = parent.trace.target_tokens, child.trace.target_tokens
+        return {**updates, page.comparison: [(GREEDY, None)], page.comparison_plot: None}
+    parent, child = session.decodings[session.shown - 1], decoding
+    (before, before_spans), (after, after_spans) = (written(d.trace.target_tokens, d.trace.scheme, units)
+                                                    for d in (parent, child))
+    chosen = next((i for i, span in enumerate(after_spans) if child.chosen in span), None)
     parent_marks = token_differences(after, before)
-    child_marks = token_differences(before, after, child.chosen)
+    child_marks = token_differences(before, after, chosen)
     differing = [{i for i, (_, mark) in enumerate(marks) if mark in (DIFFERS, FORCED)}
                  for marks in (parent_marks, child_marks)]
-    return {page.comparison: [(f"{parent.name}: ", None), *parent_marks, ("\n", None), (f"{child.name}: ", None),
-                              *child_marks],
-            page.comparison_plot: figure_json(comparison_figure([(parent.name, before, parent.trace.probabilities),
-                                                                 (child.name, after, child.trace.probabilities)],
-                                                                differing))}
+    probabilities = [np.exp(summed(np.log(np.clip(d.trace.probabilities, 1e-30, None)), spans))
+                     for d, spans in ((parent, before_spans), (child, after_spans))]
+    return {**updates, page.comparison: [(f"{parent.name}: ", None), *parent_marks, ("\n", None),
+                                         (f"{child.name}: ", None), *child_marks],
+            page.comparison_plot: figure_json(comparison_figure([(parent.name, before, probabilities[0]),
+                                                                 (child.name, after, probabilities[1])],
+                                                                differing, unit))}
 
 
 def head_switches(trace, kind: str) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from model.keys import ALL_HEADS, CROSS, MEAN, MEASURES, WEIGHTS
+from model.keys import ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES, WEIGHTS
 from model.translator import TracedTranslation
 from model.words import PIECES, UNITS
 from viz.views import TraceArrays
@@ -54,8 +54,12 @@ class View:
 
     def normalize(self, trace: TraceArrays) -> View:
         """The nearest view that `trace` has: a kind it lacks becomes its last, a layer or head out of range the last
-        layer or the mean, a step out of range the nearest one; a GRU model shows weights only."""
-        kinds = trace.available()
+        layer or the mean, a step out of range the nearest one; a GRU model shows no measure of the residual stream;
+        gradient attributions explain the decoder's predictions, so the encoder's view becomes cross-attention's."""
+        measure = self.measure if self.measure in MEASURES else WEIGHTS
+        if measure in RESIDUAL_MEASURES and trace.encoder is None:
+            measure = WEIGHTS
+        kinds = [k for k in trace.available() if not (measure in GRADIENTS and k == ENCODER)]
         kind = self.kind if self.kind in kinds else kinds[-1]
         layers, heads = trace.layers(kind), trace.heads(kind)
         layer = clamp(self.layer, 0, layers - 1, layers - 1)
@@ -66,7 +70,6 @@ class View:
         else:
             head = self.head if isinstance(self.head, int) and not isinstance(self.head, bool) \
                 and 0 <= self.head < heads else MEAN
-        measure = self.measure if self.measure in MEASURES and trace.encoder is not None else WEIGHTS
         return View(kind, layer, head, measure, clamp(self.step, 1, trace.steps, 1), bool(self.model_view),
                     self.units if self.units in UNITS else PIECES)
 
@@ -94,8 +97,9 @@ class Decoding:
     mask: tuple[str, ...] = ()  # the heads switched off, kind.layer.head, sorted
     chosen: int | None = None  # a branch: the step (0-based) whose token the user chose
     effect: MaskEffect | None = None  # made by switching heads off: what that did (a new mask replaces it)
-    # Every measure's maps (model/contributions.py `measure_maps`), computed the first time one is shown and kept
-    # with the decoding, so later view changes reuse them. A cache of a pure function of the decoding.
+    # Each measure's maps, by key, computed the first time the measure is shown and kept with the decoding, so later
+    # view changes reuse them: every residual-stream measure at once (model/contributions.py `measure_maps`), a
+    # gradient method alone (ui/operations.py `attribution_maps`). A cache of a pure function of the decoding.
     measure_maps: dict | None = field(default=None, repr=False, compare=False)
 
 

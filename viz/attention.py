@@ -196,7 +196,7 @@ def colorbar_title(value_label: str, zmax: float) -> str:
 
 
 def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], label: str = "", zmax: float = 1.0,
-             value_label: str = "weight", raw: np.ndarray | None = None, **extra) -> dict:
+             value_label: str = "weight", raw: np.ndarray | None = None, zmin: float = 0.0, **extra) -> dict:
     """A heatmap trace; with `raw` (the attention weights behind a measure, same shape), the hover shows both."""
     hover = (HOVER_NAMED if label else HOVER).replace("weight", escape_text(value_label))
     if raw is not None:
@@ -205,7 +205,7 @@ def _heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str]
     named = dict(meta=escape_text(label)) if label else {}
     # z as nested lists, not plotly's base64 arrays, so the browser can slice rows when stepping.
     return dict(type="heatmap", z=np.asarray(weights, dtype=float).tolist(), x=positions(key_tokens),
-                y=positions(query_tokens), zmin=0.0, zmax=zmax, hovertemplate=hover, **named, **extra)
+                y=positions(query_tokens), zmin=zmin, zmax=zmax, hovertemplate=hover, **named, **extra)
 
 
 def title_text(lines: list[str]) -> str:
@@ -234,12 +234,13 @@ def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: 
                       highlight_row: int | None = None, query_label: str = "query", key_label: str = "key",
                       height: int | None = None, note: str | None = None, value_label: str = "weight",
                       zmax: float = 1.0, raw: np.ndarray | None = None,
-                      view_shape: tuple[int, int] | None = None) -> PlainFigure:
+                      view_shape: tuple[int, int] | None = None, signed: bool = False) -> PlainFigure:
     """One attention map (Q, K) as a heatmap; `highlight_row` outlines the current step's row.
 
     `title` may be several lines; `height` defaults to `heatmap_height`. `note` is written across the map (for a
     switched-off head, whose weights are NaN: no colour at all). `value_label` names what the cells hold (a weight,
-    a share) in the colour bar and the hover; `zmax` tops its colour scale (named in the colour bar unless 1); `raw`:
+    a share) in the colour bar and the hover; `zmax` tops its colour scale (named in the colour bar unless 1), which
+    `signed` makes red below zero and blue above, from −zmax; `raw`:
     the attention weights behind a measure, shown beside it on hover. `view_shape`: (rows, keys) of the whole view
     when this map is one step of it (default: this map's); the height and which labels show depend on it alone, so
     every step of a view is drawn alike."""
@@ -251,7 +252,8 @@ def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: 
     height = height or heatmap_height(rows, lines)
     top = title_room(lines)
     heatmap = _heatmap(weights, query_tokens, key_tokens, zmax=zmax, value_label=value_label, raw=raw,
-                       colorscale=COLORSCALE, colorbar=_colorbar(value_label, zmax))
+                       colorscale=DIVERGING if signed else COLORSCALE, colorbar=_colorbar(value_label, zmax),
+                       zmin=-zmax if signed else 0.0)
     return plain_figure([heatmap], dict(
         title=title_layout(lines), margin=dict(l=10, r=10, t=top, b=10), height=height, plot_bgcolor="white",
         xaxis=token_axis(key_tokens, label_every(keys, KEY_LABELS), title=dict(text=key_label), automargin=True,
@@ -278,13 +280,13 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
               row_labels: list[str], col_labels: list[str], highlight_row: int | None = None,
               panel_height: int | None = None, off: np.ndarray | None = None, value_label: str = "weight",
               zmax: float = 1.0, raw: np.ndarray | None = None,
-              view_shape: tuple[int, int] | None = None) -> PlainFigure:
+              view_shape: tuple[int, int] | None = None, signed: bool = False) -> PlainFigure:
     """Small multiples: weights (R, C, Q, K) as an R x C grid, e.g. all heads of a layer (R = 1) or layers x heads.
 
     Each column's label names its panels above them (the first row's below the title), each row's label stands beside
     the row; the first column labels the queries, the bottom row the keys, each as many as its panel has room for.
     `off` (R, C): panels of switched-off heads, drawn empty with a note instead of their unused weights.
-    `view_shape`: as for `attention_heatmap`."""
+    `view_shape` and `signed`: as for `attention_heatmap`."""
     weights = np.asarray(weights, dtype=float)
     rows, cols = weights.shape[:2]
     queries, keys = view_shape or weights.shape[2:]
@@ -327,7 +329,8 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
     bottom = X_LABEL_ROOM - 25  # the bottom row's key labels (no axis title)
     layout.update(
         title=title_layout(lines),
-        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=zmax, colorbar=_colorbar(value_label, zmax)),
+        coloraxis=dict(colorscale=DIVERGING if signed else COLORSCALE, cmin=-zmax if signed else 0.0, cmax=zmax,
+                       colorbar=_colorbar(value_label, zmax)),
         height=top + paper + bottom, margin=dict(l=10, r=10, t=top, b=10),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
     )

@@ -20,6 +20,9 @@ from viz.attention import (COLORSCALE, DIVERGING, KEY_LABELS, MAX_PLOT_PX, MIN_P
                             probability_bars, step_labels, title_layout, title_room, title_text, token_axis)
 
 OFF = "switched off"
+# A map of the whole model (gradient attributions) in the view of a kind: what it holds instead of a layer's heads.
+WHOLE_MODEL = {CROSS: "Attribution of each step's prediction to the source", DECODER: "Attribution of each step's "
+               "prediction to the target prefix"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class TraceArrays:
     # 1.0: the values have a fixed 0..1 colour scale (weights, shares). Anything else marks a measure with no fixed
     # top (weight x value norm): each figure is then scaled to the largest value its view shows (`view_scale`).
     scale_max: float = 1.0
+    signed: bool = False  # the values have signs (gradient attributions): a red-white-blue scale around zero
+    whole_model: bool = False  # one map per kind of the whole model, not of a layer (gradient attributions)
     together: dict[str, np.ndarray] | None = None  # per kind, (L, Q, K): a measure of the heads together
     raw: dict[str, np.ndarray] | None = None  # per kind, the attention weights behind the measure (hover)
     # Pieces or words (model/words.py): how the tokenizer's pieces make words, and which of the two the views show.
@@ -167,11 +172,11 @@ def view_shape(trace: TraceArrays, kind: str) -> tuple[int, int]:
 
 
 def view_scale(trace: TraceArrays, kind: str, layer: int | None, head: int | str) -> dict:
-    """A view's colour scale (`value_label`, `zmax`): 0..1 for weights and shares; for a measure with no fixed top,
-    0 to the largest value the view shows at any step (`layer` None: every layer, the model view), so that stepping,
-    which keeps the colour axis, keeps one scale."""
+    """A view's colour scale (`value_label`, `zmax`, `signed`): 0..1 for weights and shares; for a measure with no
+    fixed top, 0 (or, signed, −zmax) to the largest value (absolute value) the view shows at any step (`layer`
+    None: every layer, the model view), so that stepping, which keeps the colour axis, keeps one scale."""
     if trace.scale_max == 1.0:
-        return dict(value_label=trace.value_label, zmax=1.0)
+        return dict(value_label=trace.value_label, zmax=1.0, signed=trace.signed)
     last = trace.steps - 1  # every step: the last one shows every row
     maps, off = trace.sliced(kind, trace.maps(kind), last), trace.heads_off(kind)
     if layer is None:
@@ -184,8 +189,8 @@ def view_scale(trace: TraceArrays, kind: str, layer: int | None, head: int | str
         shown = maps[layer, head] if not off[layer, head] else np.empty(0)
     finite = np.asarray(shown, dtype=float)
     finite = finite[np.isfinite(finite)]
-    top = float(finite.max()) if finite.size else 0.0
-    return dict(value_label=trace.value_label, zmax=top if top > 0 else 1.0)
+    top = float(np.abs(finite).max() if trace.signed else finite.max()) if finite.size else 0.0
+    return dict(value_label=trace.value_label, zmax=top if top > 0 else 1.0, signed=trace.signed)
 
 
 def step_title(trace: TraceArrays, step: int) -> str:
@@ -196,10 +201,22 @@ def step_title(trace: TraceArrays, step: int) -> str:
             f"{chooses} \"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f}){_building(trace, step)}")
 
 
-def step_heading(trace: TraceArrays, step: int) -> str:
-    """The step in a figure title, short enough for a phone: 'step 3 of 9: "hund" → "läuft" (p = 0.91)'."""
-    return (f"step {step + 1} of {trace.steps}: \"{trace.decoder_tokens[step]}\" → \"{trace.target_tokens[step]}\" "
-            f"(p = {trace.probabilities[step]:.2f}){_building(trace, step)}")
+def step_heading(trace: TraceArrays, step: int) -> list[str]:
+    """The step in a figure title, lines short enough for a phone: 'step 3 of 9: "hund" → "läuft" (p = 0.91)'; in
+    words, a second line at every step names the word the step's output belongs to (`word_line`)."""
+    line = (f"step {step + 1} of {trace.steps}: \"{trace.decoder_tokens[step]}\" → \"{trace.target_tokens[step]}\" "
+            f"(p = {trace.probabilities[step]:.2f})")
+    return [line, word_line(trace, step)] if trace.in_words else [line]
+
+
+def word_line(trace: TraceArrays, step: int) -> str:
+    """The word a step's output belongs to: 'the word "läuft"', 'building "zeitungsles…"' or 'ends the word
+    "zeitungsleserin"'."""
+    word = trace.word_at(step)
+    if word is None:
+        return f"the word \"{trace.target_tokens[step]}\""
+    text, finished = word
+    return f"ends the word \"{text}\"" if finished else f"building \"{text}…\""
 
 
 def _building(trace: TraceArrays, step: int) -> str:
@@ -246,7 +263,7 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
         heads = weights.shape[1]
         return head_grid(weights[layer][None], queries, keys,
                          [f"{KIND_LABELS[kind]}, layer {layer + 1}, all {heads} heads", *measured,
-                          step_heading(trace, step)],
+                          *step_heading(trace, step)],
                          row_labels=[""], col_labels=[f"head {h + 1}" if heads <= 4 else f"H{h + 1}"
                                                       for h in range(heads)],
                          highlight_row=highlight, panel_height=max(150, 14 * shape[0]), off=off[None],
@@ -255,7 +272,7 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
         together = trace.together_at_step(kind, layer, step)
         return attention_heatmap(together, queries, keys,
                                  [f"{KIND_LABELS[kind]}, layer {layer + 1}, all heads together", *measured,
-                                  step_heading(trace, step)], highlight, query_label, key_label,
+                                  *step_heading(trace, step)], highlight, query_label, key_label,
                                  raw=None if raw is None else raw[~off].mean(0) if (~off).any() else None, **scale)
     if head == MEAN:
         # Switched-off heads added nothing to the layer's output: the mean is over the heads that were on.
@@ -265,15 +282,15 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
                 else f"all {off.sum()} heads {OFF}")
         return attention_heatmap(mean, queries, keys,
                                  [f"{KIND_LABELS[kind]}, layer {layer + 1}, {name}", *measured,
-                                  step_heading(trace, step)],
+                                  *step_heading(trace, step)],
                                  highlight, query_label, key_label, note=None if on.any() else OFF, **scale)
     named = "every head, combined" if trace.measure and weights.shape[1] == 1 else f"head {head + 1}"
     if off[head]:  # its weights were computed but never used: shown as no attention, not as attention
         return attention_heatmap(np.full(weights.shape[2:], np.nan), queries, keys,
                                  [f"{KIND_LABELS[kind]}, layer {layer + 1}, head {head + 1}: {OFF}", *measured,
-                                  step_heading(trace, step)], highlight, query_label, key_label, note=OFF, **scale)
-    return attention_heatmap(weights[layer, head], queries, keys,
-                             [f"{KIND_LABELS[kind]}, layer {layer + 1}, {named}", *measured, step_heading(trace, step)],
+                                  *step_heading(trace, step)], highlight, query_label, key_label, note=OFF, **scale)
+    heading = WHOLE_MODEL[kind] if trace.whole_model else f"{KIND_LABELS[kind]}, layer {layer + 1}, {named}"
+    return attention_heatmap(weights[layer, head], queries, keys, [heading, *measured, *step_heading(trace, step)],
                              highlight, query_label, key_label,
                              raw=None if raw is None else raw[min(head, raw.shape[0] - 1)], **scale)
 
@@ -283,8 +300,9 @@ def overview_figure(trace: TraceArrays, kind: str, step: int) -> PlainFigure:
     weights, _, keys, highlight = trace.at_step(kind, step)
     layers, heads = weights.shape[:2]
     return head_grid(weights, query_labels(trace, kind, step), keys,
-                     [f"{KIND_LABELS[kind]}: all layers x heads", *([trace.measure] if trace.measure else []),
-                      step_heading(trace, step)],
+                     [WHOLE_MODEL[kind] if trace.whole_model else f"{KIND_LABELS[kind]}: all layers x heads",
+                      *([trace.measure] if trace.measure else []),
+                      *step_heading(trace, step)],
                      row_labels=[f"L{i + 1}" for i in range(layers)],
                      col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight,
                      panel_height=max(150, 14 * query_rows(trace, kind)), off=trace.heads_off(kind),
@@ -368,9 +386,10 @@ def _steppable(figure: PlainFigure, trace: TraceArrays, kind: str, file: str = "
     In pieces, step t's figure is the last step's cut to its first t + 1 rows (and keys). In words it is not (the
     word being written is the mean of its pieces so far), so every step's cells, labels and outline are sent
     (`figure_at`, "frames")."""
-    heading = "<br>".join(figure.layout["title"]["text"].split("<br>")[:-1])  # all but the step's line
+    step_lines = len(step_heading(trace, 0))  # the same at every step
+    heading = "<br>".join(figure.layout["title"]["text"].split("<br>")[:-step_lines])  # all but the step's lines
     meta = {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
-            "titles": [f"{heading}<br>{title_text([step_heading(trace, t)])}" for t in range(trace.steps)],
+            "titles": [f"{heading}<br>{title_text(step_heading(trace, t))}" for t in range(trace.steps)],
             "file": file}
     if trace.in_words and kind != ENCODER and figure_at is not None:
         meta.update(grows=None, frames=[_frame(figure_at(t)) for t in range(trace.steps)])
@@ -435,7 +454,7 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
     takens = {taken for _, taken, *_, difference in panels if not difference}
     same = takens.pop() if len(takens) == 1 else None  # named once, in the title, when both took the same
     lines = [KIND_LABELS[kind] + (f", {same}" if same else ""), f"{first_name} and {second_name} compared (weights)",
-             *notes, step_heading(first, step)]
+             *notes, *step_heading(first, step)]
     shape = max((view_shape(trace, kind) for _, trace in decodings if kind in trace.available()), default=(1, 1))
     plot_height = min(2 * MAX_PLOT_PX, max(MIN_PLOT_PX, ROW_PX * shape[0]))
     columns = max(len(panels), 1) if side_by_side else 1

@@ -40,10 +40,11 @@ def token_differences(original: list[str], other: list[str], chosen: int | None 
             for i, token in enumerate(other)]
 
 
-def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: list[set[int]]) -> PlainFigure:
-    """Each decoding's per-token probabilities, one bar chart per row (name, tokens, probabilities) above the
-    next; tokens at the positions in `differing[row]` in red. Each chart's heading gives its total
-    log-probability."""
+def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: list[set[int]],
+                      unit: str = "token") -> PlainFigure:
+    """Each decoding's per-token (or per-word: `unit`) probabilities, one bar chart per row (name, tokens,
+    probabilities) above the next; tokens at the positions in `differing[row]` in red. Each chart's heading gives
+    its total log-probability."""
     data, layout = [], {}
     gap, count = 0.3, len(rows)
     height = (1 - gap * (count - 1)) / count
@@ -62,7 +63,7 @@ def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: 
         layout[f"yaxis{suffix}"] = dict(domain=[max(top - height, 0), top], range=[0, 1.2], anchor=f"x{suffix}",
                                         title=dict(text="p"))
         total = float(np.log(np.clip(probabilities, 1e-30, None)).sum())
-        annotations.append(dict(text=title_text([f"{name}: log-probability {total:.2f}; each token's probability, "
+        annotations.append(dict(text=title_text([f"{name}: log-probability {total:.2f}; each {unit}'s probability, "
                                                  "those that differ in red"]), x=0, y=top,
                                 xref="paper", yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
                                 font=dict(size=12)))

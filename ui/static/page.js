@@ -8,15 +8,21 @@
     if (button && document.querySelector(button)) { event.preventDefault(); document.querySelector(button).click(); }
   });
 
-  // A click on a candidate's bar branches there; a click on a head of the importance heatmap opens it: the click
-  // fills the text field beside the plot and presses its button, as a user would.
-  const targets = {candidates: ["#branch-word", "#branch"], importance: ["#open-head", "#open-head-button"]};
+  // A click on a candidate's bar branches there, or, while the tab "Where each word came from" is open, asks why
+  // the model chose its word and not that one (contrastive attribution); a click on a head of the importance
+  // heatmap opens it: the click fills the text field beside the plot and presses its button, as a user would.
+  const contrasting = () => document.querySelector("#sources-tab")?.checkVisibility() === true;
+  const targets = {
+    candidates: () => contrasting() ? ["#attribution-contrast", "#attribute"] : ["#branch-word", "#branch"],
+    importance: () => ["#open-head", "#open-head-button"],
+  };
   const bind = () => {
-    for (const [id, [field, button]] of Object.entries(targets)) {
+    for (const [id, target] of Object.entries(targets)) {
       const plot = document.querySelector(`#${id} .js-plotly-plot`);
       if (!plot || !plot.on || plot.dataset.clicks) continue;
       plot.dataset.clicks = "bound";
       plot.on("plotly_click", (event) => {
+        const [field, button] = target();
         const value = event.points && event.points[0] && event.points[0].customdata;
         const input = document.querySelector(`${field} textarea, ${field} input`);
         if (typeof value !== "string" || !input) return;

@@ -11,6 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from model.inspect import FORMATS, encode, trace_record
+from model.keys import GRADIENTS
 from ui.links import link_of
 from ui.listeners import STATIC, tab_answer
 from ui.operations import drawn, operation, shown
@@ -57,28 +58,31 @@ def export_trace(services: Services, session: Session, file_format: object) -> t
     if file_format not in FORMATS:
         return session, f"Export as {' or '.join(FORMATS)}, not {shown(file_format)}."
     decoding, translator = session.current, services.translators[session.model]
-    trace = decoding.trace
+    trace, kept = decoding.trace, decoding.measure_maps or {}
     record = trace_record(session.model, translator.model.config.to_dict(), session.source, decoding.text,
                           source_tokens=trace.source_tokens, target_tokens=trace.target_tokens,
                           top_tokens=trace.top_tokens, probabilities=trace.probabilities,
                           top_probabilities=trace.top_probabilities, encoder_attention=trace.encoder,
                           decoder_attention=trace.decoder, cross_attention=trace.cross, forced=trace.forced,
-                          force=list(decoding.force), mask=list(decoding.mask), measures=decoding.measure_maps,
-                          scheme=trace.scheme, units=session.view.units)
+                          force=list(decoding.force), mask=list(decoding.mask), scheme=trace.scheme,
+                          units=session.view.units, measures={measure: maps for measure, maps in kept.items()
+                                                              if measure not in GRADIENTS} or None,
+                          attributions={measure: maps["results"] for measure, maps in kept.items()
+                                        if measure in GRADIENTS} or None)
     path = Path(tempfile.mkdtemp(prefix="trace-")) / f"{file_stem(session)}.{file_format}"
     path.write_bytes(encode(record, file_format))
     return (str(path),), (f"Trace of {decoding.name} as {file_format.upper()}: {path.stat().st_size / 1000:,.0f} kB"
-                          + ("" if decoding.measure_maps is None else ", with its measures") + ".")
+                          + ("" if not kept else ", with its measures") + ".")
 
 
 @operation
 def export_view(services: Services, session: Session, step: object) -> tuple[tuple, str]:
     """The attention view on screen, at the step on screen, as a self-contained interactive HTML file."""
     session = session.with_view(replace(session.view, step=step))
-    trace, head = drawn(session)
+    trace, layer, head = drawn(session)
     view = session.view
-    figure = attention_figure(trace, view.kind, view.layer, head, view.step - 1)
-    name = f"{file_stem(session)}_{view_name(view.kind, view.layer, head)}_step{view.step}"
+    figure = attention_figure(trace, view.kind, layer, head, view.step - 1)
+    name = f"{file_stem(session)}_{view_name(view.kind, layer, head)}_step{view.step}"
     path = Path(tempfile.mkdtemp(prefix="view-")) / f"{name}.html"
     path.write_text(standalone_html(figure, f"{session.model}: {session.source}", name), encoding="utf-8")
     return (str(path),), (f"This view as an interactive HTML file that opens offline: "

@@ -7,7 +7,7 @@ import gradio as gr
 
 from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
 from model.faithfulness import KS, k_label, word_faithfulness
-from model.words import WORDS, summed, word_label, word_spans
+from model.words import WORDS, summed, words
 from ui.listeners import tab_answer
 from ui.operations import operation, shown
 from ui.page import Page
@@ -33,8 +33,9 @@ def build(page: Page, services: Services) -> None:
         gr.Markdown("Gradient attributions of the word chosen at the step on screen: how much each source token "
                     "and each word before it moved that word's log-probability (saliency: the gradient's norm; "
                     "input × gradient; integrated gradients from zero embeddings, Sundararajan et al. 2017, whose "
-                    "bars sum to the change in log-probability). Name a candidate to ask why this word and not "
-                    "that one (Yin & Neubig 2022).")
+                    "bars sum to the change in log-probability). To ask why this word and not another (Yin & Neubig "
+                    "2022), click a candidate in the top-5 chart while this tab is open, or type it. *Show* above "
+                    "the heatmap draws each method at every step.")
         with gr.Row(equal_height=True):
             page.attribution_method = gr.Radio([(label, key) for key, label in ATTRIBUTION_LABELS.items()],
                                                value=INTEGRATED_GRADIENTS, label="Method",
@@ -88,10 +89,9 @@ def attribute_step(services: Services, session: Session, step: object, method: o
     source_tokens, prefix = trace.source_tokens, trace.decoder_tokens[:step]
     source, target = result.source, result.target
     if session.view.units == WORDS:  # attributions add up: a word's is the sum of its pieces'
-        source_spans, prefix_spans = word_spans(source_tokens, trace.scheme), word_spans(prefix, trace.scheme)
+        (source_tokens, source_spans), (prefix, prefix_spans) = words(source_tokens, trace.scheme), words(
+            prefix, trace.scheme)
         source, target = summed(source, source_spans), summed(target, prefix_spans)
-        source_tokens = [word_label(source_tokens[span.start:span.stop], trace.scheme) for span in source_spans]
-        prefix = [word_label(prefix[span.start:span.stop], trace.scheme) for span in prefix_spans]
     chosen = trace.target_tokens[step - 1]
     asked = f'why step {step} wrote "{chosen}"' + (f' and not "{contrast}"' if contrast else "")
     total = float(source.sum() + target.sum())
