@@ -315,3 +315,23 @@ def test_drawn_titles_names_mode_bar_and_labels_do_not_overlap(browser_page, val
             if "xtick" in axis and min(np.diff(centres), default=99) < 7:  # upright where crowded: 7 px apart
                 problems.append((name, "key labels on each other"))
     assert not problems, "; ".join(f"{name}: {what}" for name, what in sorted(set(problems)))
+
+
+@pytest.mark.slow
+def test_every_title_line_fits_a_phones_heatmap(browser_page):
+    """Titles are not wrapped by Plotly: on a 390 px phone the attention plot is 330 px wide, and each line of a
+    measure's title, integrated gradients' completeness line and a word's line must fit it whole."""
+    from ui.operations import COMPLETENESS, MEASURE_LINES
+
+    base = sentence(6, 5)
+    pieces = dataclasses.replace(base, target_tokens=["die", "zeitungs@@", "les@@", "erin", "<eos>"],
+                                 decoder_tokens=["<sos>", "die", "zeitungs@@", "les@@", "erin"], scheme="bpe",
+                                 units="words")
+    figures = {line: attention_figure(dataclasses.replace(base, measure=line), CROSS, 0, 1, 4)
+               for line, _ in MEASURE_LINES.values()}
+    figures["completeness"] = attention_figure(dataclasses.replace(base, measure="x\n" + COMPLETENESS.format(0.123)),
+                                               CROSS, 0, 1, 4)
+    figures["a word being built"] = attention_figure(pieces, CROSS, 0, MEAN, 2)
+    wide = {name: browser_page.evaluate(BOXES, [json.loads(figure.to_json()), 330])["title"][0][2]
+            for name, figure in figures.items()}
+    assert all(right <= 330 for right in wide.values()), wide

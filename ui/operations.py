@@ -24,14 +24,15 @@ from viz.whatif import beam_step_rows, n_best_rows
 
 FIRST_STEP = 4  # a new translation opens a few tokens in, where a row shows more than <sos>'s attention
 # What each measure's maps hold, for the view's title line and colour bar: (line, unit).
-MEASURE_LINES = {
-    VALUE_NORM: ("‖α·f(x)‖: weight × value norm (Kobayashi et al. 2020)", "‖α f‖"),
-    ROLLOUT: ("attention rollout up to this layer (Abnar & Zuidema 2020)", "share"),
-    ALTI: ("ALTI+ shares up to this layer, residuals and norms in (Ferrando et al. 2022)", "share"),
-    SALIENCY: ("saliency ‖∂log p/∂embedding‖, a share of the step's total", "share"),
-    INPUT_X_GRADIENT: ("input × gradient, a signed share of the step's total", "share"),
-    INTEGRATED_GRADIENTS: ("integrated gradients (32 points), a signed share of the step's total", "share"),
+MEASURE_LINES = {  # each line fits the title of a phone's heatmap (tests/test_viz_readability.py)
+    VALUE_NORM: ("weight × value norm ‖α·f(x)‖ (Kobayashi et al. 2020)", "‖α f‖"),
+    ROLLOUT: ("rollout up to this layer (Abnar & Zuidema 2020)", "share"),
+    ALTI: ("ALTI+ shares up to this layer (Ferrando et al. 2022)", "share"),
+    SALIENCY: ("saliency ‖∂ log p / ∂x‖, each step's shares", "share"),
+    INPUT_X_GRADIENT: ("input × gradient, each step's signed shares", "share"),
+    INTEGRATED_GRADIENTS: ("integrated gradients, each step's signed shares", "share"),
 }
+COMPLETENESS = "32 points from zero; completeness error ≤ {:.1%}"  # integrated gradients' second line
 GRU_MEASURES = ("The GRU models have no residual stream: value norms, rollout and contributions need a "
                 "Transformer; the weights and the gradient attributions can be shown.")
 GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
@@ -174,7 +175,7 @@ def gradient_trace(decoding: Decoding, measure: str) -> TraceArrays:
     maps, trace = decoding.measure_maps[measure], decoding.trace
     line, unit = MEASURE_LINES[measure]
     if maps["error"] is not None:
-        line += f"; completeness error ≤ {maps['error']:.1%}"
+        line += "\n" + COMPLETENESS.format(maps["error"])
     decoder = maps[DECODER] if trace.decoder is not None else None
     return replace(trace, encoder=None, decoder=decoder, cross=maps[CROSS], measure=line, value_label=unit,
                    scale_max=max(float(np.abs(m).max(initial=0.0)) for m in (maps[CROSS], decoder) if m is not None),

@@ -41,7 +41,7 @@ class TraceArrays:
     switched_off: frozenset[str] = frozenset()  # heads switched off while decoding, named as by `head_name`
     forced: int = 0  # how many first steps were chosen by the user, not the model
     # What the maps hold when they are a measure rather than attention weights (see MEASURES).
-    measure: str = ""  # one line saying what it is
+    measure: str = ""  # a line (or two, split by "\n") saying what it is
     value_label: str = "weight"
     # 1.0: the values have a fixed 0..1 colour scale (weights, shares). Anything else marks a measure with no fixed
     # top (weight x value norm): each figure is then scaled to the largest value its view shows (`view_scale`).
@@ -256,7 +256,7 @@ def attention_figure(trace: TraceArrays, kind: str, layer: int, head: int | str,
     key_label = "source token" if kind != DECODER else "decoder input"
     shape = view_shape(trace, kind)
     scale = dict(view_scale(trace, kind, layer, head), view_shape=shape)
-    measured = [trace.measure] if trace.measure else []
+    measured = trace.measure.splitlines()
     raw = trace.raw_at_step(kind, step)  # (L, H or 1, Q, K), behind a measure
     raw = None if raw is None else raw[layer]
     if head == ALL_HEADS:
@@ -301,7 +301,7 @@ def overview_figure(trace: TraceArrays, kind: str, step: int) -> PlainFigure:
     layers, heads = weights.shape[:2]
     return head_grid(weights, query_labels(trace, kind, step), keys,
                      [WHOLE_MODEL[kind] if trace.whole_model else f"{KIND_LABELS[kind]}: all layers x heads",
-                      *([trace.measure] if trace.measure else []),
+                      *trace.measure.splitlines(),
                       *step_heading(trace, step)],
                      row_labels=[f"L{i + 1}" for i in range(layers)],
                      col_labels=[f"H{h + 1}" for h in range(heads)], highlight_row=highlight,

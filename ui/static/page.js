@@ -9,11 +9,13 @@
   });
 
   // A click on a candidate's bar branches there, or, while the tab "Where each word came from" is open, asks why
-  // the model chose its word and not that one (contrastive attribution); a click on a head of the importance
-  // heatmap opens it: the click fills the text field beside the plot and presses its button, as a user would.
+  // the model chose its word and not that one (contrastive attribution, its chart then scrolled into view); a
+  // click on a head of the importance heatmap opens it: the click fills the text field beside the plot and
+  // presses its button, as a user would.
   const contrasting = () => document.querySelector("#sources-tab")?.checkVisibility() === true;
   const targets = {
-    candidates: () => contrasting() ? ["#attribution-contrast", "#attribute"] : ["#branch-word", "#branch"],
+    candidates: () => contrasting() ? ["#attribution-contrast", "#attribute", "#attribution"]
+                                    : ["#branch-word", "#branch"],
     importance: () => ["#open-head", "#open-head-button"],
   };
   const bind = () => {
@@ -22,13 +24,16 @@
       if (!plot || !plot.on || plot.dataset.clicks) continue;
       plot.dataset.clicks = "bound";
       plot.on("plotly_click", (event) => {
-        const [field, button] = target();
+        const [field, button, answer] = target();
         const value = event.points && event.points[0] && event.points[0].customdata;
         const input = document.querySelector(`${field} textarea, ${field} input`);
         if (typeof value !== "string" || !input) return;
         input.value = value;
         input.dispatchEvent(new Event("input", {bubbles: true}));
-        setTimeout(() => document.querySelector(button).click(), 50);
+        setTimeout(() => {
+          document.querySelector(button).click();
+          if (answer) document.querySelector(answer)?.scrollIntoView({block: "start"});
+        }, 50);
       });
     }
   };
