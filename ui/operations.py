@@ -36,8 +36,8 @@ COMPLETENESS = "32 points from zero; completeness error ≤ {:.1%}"  # integrate
 GRU_MEASURES = ("The GRU models have no residual stream: value norms, rollout and contributions need a "
                 "Transformer; the weights and the gradient attributions can be shown.")
 GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
-                            "tokens (Cross-attention) or the target prefix (Decoder self-attention), not the "
-                            "encoder's; showing cross.")
+                            "tokens (Cross-attention) or the target prefix (Decoder self-attention), not in the "
+                            "encoder's view; showing them over the source.")
 
 
 def shown(value: object, limit: int = 60) -> str:
