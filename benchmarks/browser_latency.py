@@ -97,7 +97,7 @@ def expected_view(translator, text: str) -> tuple[str, str]:
 
     traced = translator.trace(text)
     trace = to_arrays(traced)
-    return traced.text, escape_text(step_heading(trace, min(FIRST_STEP, trace.steps) - 1))
+    return traced.text, escape_text(step_heading(trace, min(FIRST_STEP, trace.steps) - 1)[0])
 
 
 def wait_translated(page, translator, text: str) -> None:
@@ -244,7 +244,10 @@ def what_if(page, translator, sentences: list[str]) -> None:
         times["words instead of pieces"].append(timed(page, lambda: page.click("#units input[value=words]"), """() => {
             const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '';
             return /<br>(the word|building|ends the word) /.test(title); }"""))
-        page.click("#units input[value=pieces]")
+        page.click("#units input[value=pieces]")  # back in pieces: the word line is gone
+        page.wait_for_function("""() => !/<br>(the word|building|ends the word) /.test(
+            document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '<br>the word ')""",
+                               timeout=60000)
         page.wait_for_timeout(300)
     plain, plain_p95 = statistics.median(times["translate"]), p95(times["translate"])
     for name, values in times.items():

@@ -91,7 +91,8 @@ def test_view_changes_read_the_stored_session(events, services, monkeypatch):
 def test_a_view_change_that_changes_nothing_draws_nothing_again(events):
     session = events.translate("A man plays with a red ball.")["session"]
     again = events.view(session, session.view.kind, session.view.layer, session.view.head, WEIGHTS, 3, False)
-    assert "attention" not in again and again["step"] == 3  # the same figure: only the values
+    assert "attention" not in again and again["kind"] == session.view.kind  # the same figure: only the values
+    assert "step" not in again  # the step the page sent is not sent back: it may have moved on meanwhile
 
 
 @pytest.mark.parametrize("text,message", [

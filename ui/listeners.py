@@ -102,6 +102,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
         if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
             after = operations.with_measures(services, after)
         updates = render(page, services, before, after, message)
+        if updates.get(page.step) == view.step:  # the step the page sent: sent back, it could only undo a step
+            del updates[page.step]                # taken in the browser while this request ran (a slow measure)
         return {component: value for component, value in updates.items() if component in outputs}
     run.__name__ = getattr(operation, "__name__", "run")  # as Gradio's messages name the event
     return run
