@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute
+from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
 from model.contributions import alti_plus, rollout
 from model.decoding import next_token_logits
 from model.head_stats import best_aligning_head
@@ -99,8 +99,12 @@ def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_h
         scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
         scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
     for method in (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS):
-        scores[method] = [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source
-                          if only in (None, t) else None for t in range(len(tgt_ids))]
+        if only is None:  # every step: saliency and input × gradient in one batch
+            scores[method] = [result.source for result in attribute_steps(model, src_ids, tgt_ids, method,
+                                                                          steps=steps)]
+        else:
+            scores[method] = [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source if t == only
+                              else None for t in range(len(tgt_ids))]
     generator = np.random.default_rng(src_ids)
     scores[RANDOM] = [generator.random(len(src_ids)) for _ in tgt_ids]
     return scores
