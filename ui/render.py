@@ -17,7 +17,7 @@ import gradio as gr
 import numpy as np
 
 from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
-from model.words import WHOLE, WORDS, summed, words
+from model.words import WHOLE, summed, words
 from ui.operations import drawn, head_menu, plural
 from ui.plots import figure_json
 from ui.services import Services
@@ -172,32 +172,25 @@ def decoding_updates(page, session: Session) -> dict:
             page.faithfulness_table: None, page.link_box: "", page.export_file: None}
 
 
-def written(tokens: list[str], scheme: str, units: str) -> tuple[list[str], list[range]]:
-    """A decoding's output as the what-if views show it: its tokens, or in words its words; with the pieces of
-    each."""
-    return words(tokens, scheme) if units == WORDS else (list(tokens), [range(i, i + 1) for i in range(len(tokens))])
-
-
 def written_updates(page, session: Session) -> dict:
     """The decoding on screen beside the one it came from, and what switching heads off did to it, in the view's
     units: tokens, or words, each word's probability that of its pieces together (their product) and its change
-    in log-probability their sum."""
-    decoding, units = session.current, session.view.units
-    unit = "word" if units == WORDS and decoding.trace.scheme != WHOLE else "token"
+    in log-probability their sum. (In pieces, every token is a word of its own: `words` with WHOLE.)"""
+    decoding = session.current
+    in_words = replace(decoding.trace, units=session.view.units).in_words
+    scheme, unit = (decoding.trace.scheme, "word") if in_words else (WHOLE, "token")
     effect = decoding.effect
     updates = {page.masked_translation: None, page.mask_effect_plot: None}
     if effect is not None:
-        base, spans = written(effect.base_tokens, decoding.trace.scheme, units)
-        updates = {page.masked_translation: token_differences(base, written(effect.new_tokens,
-                                                                             decoding.trace.scheme, units)[0]),
+        base, spans = words(effect.base_tokens, scheme)
+        updates = {page.masked_translation: token_differences(base, words(effect.new_tokens, scheme)[0]),
                    page.mask_effect_plot: figure_json(log_prob_change_figure(
                        base, summed(effect.change, spans), f"each {unit} of {effect.base}: log-probability with "
                        f"{plural(effect.heads_off, 'head')} off minus with them on"))}
     if session.shown == 0:
         return {**updates, page.comparison: [(GREEDY, None)], page.comparison_plot: None}
     parent, child = session.decodings[session.shown - 1], decoding
-    (before, before_spans), (after, after_spans) = (written(d.trace.target_tokens, d.trace.scheme, units)
-                                                    for d in (parent, child))
+    (before, before_spans), (after, after_spans) = (words(d.trace.target_tokens, scheme) for d in (parent, child))
     chosen = next((i for i, span in enumerate(after_spans) if child.chosen in span), None)
     parent_marks = token_differences(after, before)
     child_marks = token_differences(before, after, chosen)
