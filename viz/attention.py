@@ -251,9 +251,9 @@ def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: 
     rows, keys = view_shape or weights.shape
     height = height or heatmap_height(rows, lines)
     top = title_room(lines)
+    colorscale, zmin = _colour_range(zmax, signed)
     heatmap = _heatmap(weights, query_tokens, key_tokens, zmax=zmax, value_label=value_label, raw=raw,
-                       colorscale=DIVERGING if signed else COLORSCALE, colorbar=_colorbar(value_label, zmax),
-                       zmin=-zmax if signed else 0.0)
+                       colorscale=colorscale, colorbar=_colorbar(value_label, zmax), zmin=zmin)
     return plain_figure([heatmap], dict(
         title=title_layout(lines), margin=dict(l=10, r=10, t=top, b=10), height=height, plot_bgcolor="white",
         xaxis=token_axis(key_tokens, label_every(keys, KEY_LABELS), title=dict(text=key_label), automargin=True,
@@ -268,6 +268,11 @@ def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: 
 def _colorbar(value_label: str, zmax: float, **extra) -> dict:
     """A colour bar titled along its side (a named maximum is long: on top it would take a phone's plot width)."""
     return dict(title=dict(text=colorbar_title(value_label, zmax), side="right"), thickness=14, **extra)
+
+
+def _colour_range(zmax: float, signed: bool) -> tuple[list, float]:
+    """A colour scale and its bottom: 0..zmax in blues, or, `signed`, −zmax..zmax red below zero and blue above."""
+    return (DIVERGING, -zmax) if signed else (COLORSCALE, 0.0)
 
 
 def _note(text: str, x: float, y: float) -> dict:
@@ -327,10 +332,10 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
                 shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
     top = title_room(lines) + NAME_ROOM  # the first row's panel names sit between the title and the panels
     bottom = X_LABEL_ROOM - 25  # the bottom row's key labels (no axis title)
+    colorscale, cmin = _colour_range(zmax, signed)
     layout.update(
         title=title_layout(lines),
-        coloraxis=dict(colorscale=DIVERGING if signed else COLORSCALE, cmin=-zmax if signed else 0.0, cmax=zmax,
-                       colorbar=_colorbar(value_label, zmax)),
+        coloraxis=dict(colorscale=colorscale, cmin=cmin, cmax=zmax, colorbar=_colorbar(value_label, zmax)),
         height=top + paper + bottom, margin=dict(l=10, r=10, t=top, b=10),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
     )
