@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reprlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -284,10 +285,12 @@ class Translator:
 
     def attributions(self, text: str, target_tokens: list[str], method: str = INTEGRATED_GRADIENTS,
                      step: int | None = None, contrast: str | None = None, mask: list[str] | None = None,
-                     src_lang: str | None = None, tgt_lang: str | None = None, steps: int = 32) -> list[Attributions]:
+                     src_lang: str | None = None, tgt_lang: str | None = None, steps: int = 32,
+                     progress: Callable[[int, int], None] | None = None) -> list[Attributions]:
         """Gradient attributions (model/attribution.py) of each step's token of `target_tokens` (spelled as in a
         trace) as the translation of `text`, or of step `step` alone (0-based), to every source token and every
-        earlier decoder input; `contrast`: a token of the model's, explained against (Yin & Neubig, 2022)."""
+        earlier decoder input; `contrast`: a token of the model's, explained against (Yin & Neubig, 2022);
+        `progress(done, total)`: told as every step's are done (it may raise to stop)."""
         if method not in ATTRIBUTION_METHODS:
             raise InputError(f"Unknown attribution method {reprlib.repr(method)}; choose one of: "
                              f"{', '.join(ATTRIBUTION_METHODS)}.")
@@ -303,7 +306,8 @@ class Translator:
             other = self.tgt_vocab.stoi[pieces[0]]
         gates = self.gates(checked_strings(mask, "mask"))
         if step is None:
-            return attribute_steps(self.model, src_ids, tgt_ids, method, contrast=other, steps=steps, gates=gates)
+            return attribute_steps(self.model, src_ids, tgt_ids, method, contrast=other, steps=steps, gates=gates,
+                                   progress=progress)
         return [attribute(self.model, src_ids, tgt_ids, step, method, contrast=other, steps=steps, gates=gates)]
 
     def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None,

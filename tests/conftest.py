@@ -162,12 +162,13 @@ class Events:
     def named(self, updates: dict) -> dict:
         return {self.names[id(component)]: value for component, value in updates.items()}
 
-    def run(self, operation, session, *extras, view=VIEW, outputs=None) -> dict:
-        """`operation(services, session, *extras)` as an event with the page's view settings `view`."""
+    def run(self, operation, session, *extras, view=VIEW, outputs=None, writes=True) -> dict:
+        """`operation(services, session, *extras)` as an event with the page's view settings `view` (`writes`: it
+        makes a new state, as all but view changes do)."""
         from ui import listeners
 
         answer = listeners.answer(self.page, self.services, operation,
-                                  outputs or listeners.session_outputs(self.page), len(extras))
+                                  outputs or listeners.session_outputs(self.page), len(extras), writes=writes)
         return self.named(answer(session, *extras, *view))
 
     def translate(self, text, model="toy-en-de", session=None, view=VIEW) -> dict:
@@ -179,7 +180,8 @@ class Events:
         """A view change (kind, layer, head, measure, step, model view) of the stored session."""
         from ui import listeners
 
-        return self.run(listeners.view_changed, session, view=view, outputs=listeners.view_outputs(self.page))
+        return self.run(listeners.view_changed, session, view=view, outputs=listeners.view_outputs(self.page),
+                        writes=False)
 
 
 @pytest.fixture(scope="session")

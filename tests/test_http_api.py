@@ -184,33 +184,33 @@ def test_malformed_bodies_are_refused_with_a_reason(server, still_serving, body,
 UI_CASES = {  # endpoint, data, a phrase of the expected message, and whether it arrives as an error or a status
     "too few values": ("translate", f'["{MODEL}", "A dog."]', "didn't receive enough input values", True),
     "an old display label for the kind": ("translate", f'["{MODEL}", "A dog.", "Cross-attention", 0, "mean", '
-                                          '"weights", 1, false, "pieces"]',
+                                          '"weights", 1, false, "pieces", null]',
                                           "Unknown attention kind 'Cross-attention'; choose one of: encoder, decoder, "
                                           "cross.", False),
     "an old display label for the measure": ("kind", '["cross", 0, "mean", "contributions (ALTI+)", 1, false, '
-                                                     '"pieces"]',
+                                                     '"pieces", null]',
                                              "Unknown measure 'contributions (ALTI+)'; choose one of: weights, "
                                              "value_norm, rollout, alti, saliency, input_x_gradient, "
                                              "integrated_gradients.", False),
     "a layer the model does not have": ("translate", f'["{MODEL}", "A dog.", "cross", 9, "mean", "weights", 1, '
-                                        'false, "pieces"]', "Translated.", False),
-    "a word for the layer": ("layer", '["cross", "three", "mean", "weights", 1, false, "pieces"]',
+                                        'false, "pieces", null]', "Translated.", False),
+    "a word for the layer": ("layer", '["cross", "three", "mean", "weights", 1, false, "pieces", null]',
                              "Translate a sentence first", False),
     "a lone surrogate to translate": ("translate", f'["{MODEL}", {SURROGATE}, "cross", 0, "mean", "weights", 1, '
-                                                   'false, "pieces"]', "lone surrogate", False),
+                                                   'false, "pieces", null]', "lone surrogate", False),
     "an unknown model to translate": ("translate", '["nope", "A dog.", "cross", 0, "mean", "weights", 1, false, '
-                                                   '"pieces"]',
+                                                   '"pieces", null]',
                                       "Choose a model: 'nope' is not loaded.", False),
-    "a view before any translation": ("kind", '["cross", 0, "mean", "weights", 1, false, "pieces"]',
+    "a view before any translation": ("kind", '["cross", 0, "mean", "weights", 1, false, "pieces", null]',
                                       "Translate a sentence first", False),
-    "a word for the step": ("head", '["cross", 0, "mean", "weights", "three", false, "pieces"]',
+    "a word for the step": ("head", '["cross", 0, "mean", "weights", "three", false, "pieces", null]',
                             "The step must be a number, not 'three'.", False),
-    "null everywhere": ("translate", "[null, null, null, null, null, null, null, null, null]",
+    "null everywhere": ("translate", "[null, null, null, null, null, null, null, null, null, null]",
                         "Unknown attention kind None; choose one of: encoder, decoder, cross.", False),
-    "unknown units": ("units", '["cross", 0, "mean", "weights", 1, false, "letters"]',
+    "unknown units": ("units", '["cross", 0, "mean", "weights", 1, false, "letters", null]',
                       "Unknown units 'letters'; choose one of: pieces, words.", False),
     "a list for the sentence": ("translate", f'["{MODEL}", ["A", "dog"], "cross", 0, "mean", "weights", 1, false, '
-                                             '"pieces"]',
+                                             '"pieces", null]',
                                 "The text to translate must be a string, not list.", False),
 }
 
@@ -268,14 +268,14 @@ def rows(view_outputs: list) -> list[str]:
 def test_each_page_session_keeps_its_own_session(server, services):
     sentences = {"page-one": "A dog runs.", "page-two": "A man sits in the park."}
     for session, text in sentences.items():
-        status, answer = predict(server, "translate", [MODEL, text, "cross", 0, "mean", "weights", 1, False, "pieces"],
+        status, answer = predict(server, "translate", [MODEL, text, "cross", 0, "mean", "weights", 1, False, "pieces", None],
                                  session)
         assert status == 200 and services.translators[MODEL].trace(text).text in answer["data"]
     for session, text in sentences.items():
         expected = services.translators[MODEL].trace(text).decoder_input_tokens
-        status, answer = predict(server, "head", ["cross", 0, 1, "weights", 1, False, "pieces"], session)
+        status, answer = predict(server, "head", ["cross", 0, 1, "weights", 1, False, "pieces", None], session)
         assert status == 200 and len(rows(answer["data"])) == len(expected)
-        event, answer = call(server, "head", json.dumps({"data": ["decoder", 0, 1, "weights", 1, False, "pieces"],
+        event, answer = call(server, "head", json.dumps({"data": ["decoder", 0, 1, "weights", 1, False, "pieces", None],
                                                         "session_hash": session}))  # through the queue too
         assert event == "complete" and len(rows(answer)) == len(expected)
 

@@ -276,7 +276,8 @@ def test_a_branch_and_heads_off_compare_in_words(hub_events):
     new = words(effect.new_tokens, child.trace.scheme)[0]
     assert [text for text, _ in shown["masked_translation"]] == [f"{word} " for word in new]
     # The branch's comparison marks the word the user chose.
-    branch_view = hub_events.view(branched, *in_pieces[:-1], "words")
+    back = hub_events.run(operations.go_to, masked, 1, view=in_pieces)["session"]  # the breadcrumb's branch
+    branch_view = hub_events.view(back, *in_pieces[:-1], "words")
     chosen = [text for text, mark in branch_view["comparison"] if mark == FORCED]
     labels, spans = words(branched.trace.target_tokens, branched.trace.scheme)
     assert chosen == [labels[next(i for i, s in enumerate(spans) if 1 in s)] + " "]

@@ -10,9 +10,10 @@ import pytest
 from gradio_client import Client
 
 from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, MEAN, WEIGHTS
+from model.words import PIECES
 from ui import operations
 from ui.listeners import first_visit, translate_or_example
-from ui.session import NOTHING_YET, View
+from ui.session import NOTHING_YET, Revisions, View
 
 MODEL = "toy-en-de"
 
@@ -146,7 +147,8 @@ def test_a_single_head_model_offers_just_that_head(events):
 
 def test_views_without_a_translation_say_so(events):
     out = events.view(None, ENCODER, 0, MEAN, WEIGHTS, 1, False)
-    assert out == {"session": None, "status": NOTHING_YET}
+    assert isinstance(out.pop("session"), Revisions)  # nothing translated: the state keeps the user's revisions
+    assert out == {"status": NOTHING_YET}
 
 
 def test_switching_the_model_translates_the_sentence_again_or_its_first_example(events, services):
@@ -195,7 +197,7 @@ def test_server_answers_gradio_client(server, services):
     with pytest.raises(Exception, match="empty"):
         client.predict(MODEL, "  ", api_name="/trace")
     answer = client.predict(MODEL, "A dog.", CROSS, 0, MEAN, WEIGHTS, 1, False, api_name="/translate")
-    assert answer[1] == translator.trace("A dog.").text  # status, then the translation
+    assert answer[2] == translator.trace("A dog.").text  # the revision, the status, then the translation
 
 
 def test_menus_get_their_choices_only_when_they_change(events):
@@ -320,7 +322,8 @@ def test_the_busiest_events_answer_in_gradios_form_without_its_processing(demo, 
                               ((CROSS, 0, MEAN, WEIGHTS, True, False), "The step must be a number")]:
         with pytest.raises(operations.InputError, match=message):
             view_of(*settings)
-    assert view_of(CROSS, 1, 2, None, 3.0, 0) == View(CROSS, 1, 2, WEIGHTS, 3.0, False)
+    assert view_of(CROSS, 1, 2, None, 3.0, 0) == (View(CROSS, 1, 2, WEIGHTS, 3.0, False), None)
+    assert view_of(CROSS, 1, 2, None, 3.0, 0, PIECES, 7)[1] == 7  # the revision the page shows
 
 
 def test_a_view_change_runs_in_the_event_loop_only_when_it_needs_no_model_work(events):

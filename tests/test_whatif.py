@@ -16,7 +16,7 @@ from model.translator import InputError
 from ui import operations
 from ui.tabs.heads import from_grids
 from ui.listeners import translate_or_example, use_example
-from ui.session import to_arrays
+from ui.session import Revisions, to_arrays
 from viz.views import TraceArrays
 from viz.whatif import DIFFERS, FORCED, token_differences
 
@@ -235,7 +235,7 @@ def test_a_model_switch_shows_nothing_of_the_last_models_results(events, service
     assert out["head_table"] is None and out["alignment_text"] == "" and out["link_box"] == ""
     assert out["importance_plot"] is None and out["source_tokens"]
     nothing = events.run(translate_or_example, session, "no-such-model", "A dog.")
-    assert nothing["session"] is None and nothing["translation"] == "" and nothing["attention"] is None
+    assert isinstance(nothing["session"], Revisions) and nothing["translation"] == "" and nothing["attention"] is None
 
 
 def test_an_example_already_on_screen_is_not_translated_again(events, services):

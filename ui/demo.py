@@ -16,6 +16,7 @@ from ui.listeners import QUEUE_SIZE, STATIC
 from ui.page import Page
 from ui.plots import serve_plotly
 from ui.services import Services
+from ui.session import Revisions
 from ui.tabs import beam, branch, compare, heads, hub, inspect, share, sources, statistics
 
 TABS = (branch, heads, beam, statistics, compare, share, sources, hub)
@@ -31,7 +32,9 @@ def build_demo(services: Services) -> gr.Blocks:
         page = Page(demo=demo)
         gr.Markdown("**Transformer attention inspector**: translate, then step through greedy decoding (buttons, "
                     "slider or ←/→) and inspect every layer and head of every attention.")
-        page.session = gr.State(None, time_to_live=SESSION_TTL_S)
+        page.session = gr.State(Revisions(), time_to_live=SESSION_TTL_S)  # then a Session
+        # The revision of the state the page shows, sent with every event (ui/listeners.py `answer`).
+        page.revision = gr.Number(0, precision=0, visible=False, elem_id="revision")
         inspect.build(page, services)
         with gr.Tabs(elem_id="what-if"):
             for tab in TABS:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 import gradio as gr
 
-from model.keys import KINDS, MEASURES, WEIGHTS
+from model.keys import GRADIENTS, KINDS, MEASURE_LABELS, MEASURES, WEIGHTS
 from model.words import PIECES, UNITS
 from model.translator import InputError
 from ui import operations
@@ -24,10 +25,12 @@ from ui.links import LinkSpec, PARAMETERS, open_link, query_values
 from ui.page import Page
 from ui.render import render
 from ui.services import Busy, Services
-from ui.session import Session, View
+from ui.session import Session, View, clamp, packed, unpacked
 
 STATIC = Path(__file__).parent / "static"
 QUEUE_SIZE = 64
+COMPUTING = ("Computing {} at every step: the weights are shown meanwhile; stepping, the other views and the tabs "
+             "work. Stop gives it up.")
 # A new step: every plot and the step's text redraw themselves in the browser (ui/static/plot.js).
 STEP_JS = (STATIC / "step.js").read_text()
 # The step buttons: the slider's new value (the step's text holds every step's description, so their number).
@@ -40,14 +43,15 @@ VIEW_SETTINGS = ("kind", "layer", "head", "measure", "step", "model_view", "unit
 
 
 def settings(page: Page) -> list:
-    """The view's controls, in the order `view_of` takes them."""
-    return [getattr(page, name) for name in VIEW_SETTINGS]
+    """The view's controls, in the order `view_of` takes them, then the revision the page shows."""
+    return [*(getattr(page, name) for name in VIEW_SETTINGS), page.revision]
 
 
-def view_of(kind, layer, head, measure, step, model_view, units=PIECES) -> View:
-    """The view a request's settings ask for (normalized against a trace later). The busiest events skip Gradio's
-    checks of their values (`on`), so a kind or a measure that is not a key (an old display label, say), or a step
-    that is no number, is refused here with the keys; a layer or head the model lacks is left to `normalize`."""
+def view_of(kind, layer, head, measure, step, model_view, units=PIECES, revision=None) -> tuple[View, int | None]:
+    """The view a request's settings ask for (normalized against a trace later), and the revision of the state they
+    were chosen on (None: any, as an API call asks). The busiest events skip Gradio's checks of their values (`on`),
+    so a kind or a measure that is not a key (an old display label, say), or a step that is no number, is refused
+    here with the keys; a layer or head the model lacks is left to `normalize`."""
     if kind not in KINDS:
         raise InputError(f"Unknown attention kind {operations.shown(kind)}; choose one of: {', '.join(KINDS)}.")
     measure = WEIGHTS if measure is None else measure
@@ -57,7 +61,7 @@ def view_of(kind, layer, head, measure, step, model_view, units=PIECES) -> View:
         raise InputError(f"The step must be a number, not {operations.shown(step)}.")
     if units not in UNITS:
         raise InputError(f"Unknown units {operations.shown(units)}; choose one of: {', '.join(UNITS)}.")
-    return View(kind, layer, head, measure, step, bool(model_view), units)
+    return View(kind, layer, head, measure, step, bool(model_view), units), clamp(revision, 0, 2 ** 62, None)
 
 
 def session_outputs(page: Page) -> list:
@@ -69,7 +73,7 @@ def session_outputs(page: Page) -> list:
 def decoding_outputs(page: Page) -> list:
     """What a new decoding of the same model changes. (Gradio 6 rebuilds every output an answer leaves out, so each
     event lists what it updates, no more.)"""
-    return [page.session, page.status, page.translation, page.attention, page.overview, page.compare_plot,
+    return [page.session, page.revision, page.status, page.translation, page.attention, page.overview, page.compare_plot,
             page.candidates, page.probabilities, page.step_text, page.step, page.kind, page.measure, page.layer,
             page.head, page.model_view, page.units, page.breadcrumb, page.source, page.source_tokens, page.comparison,
             page.comparison_plot, *page.mask_grids, page.masked_translation, page.mask_effect_plot, page.n_best,
@@ -80,33 +84,59 @@ def decoding_outputs(page: Page) -> list:
 
 def view_outputs(page: Page) -> list:
     """What a view change can update (a change of units: the what-if views in words too)."""
-    return [page.session, page.status, page.attention, page.overview, page.compare_plot, page.step, page.kind,
+    return [page.session, page.revision, page.status, page.attention, page.overview, page.compare_plot, page.step, page.kind,
             page.measure, page.layer, page.head, page.model_view, page.units, page.comparison, page.comparison_plot,
             page.masked_translation, page.mask_effect_plot]
 
 
-def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int) -> Callable:
-    """An event's function: `(session, *extras, *settings) -> updates`. The page's view settings are taken first
-    (the step lives in the browser), then `operation(services, session, *extras)` runs, then `render`."""
-    def run(session: Session | None, *values) -> dict:
+def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int,
+           writes: bool = True, gradients_later: bool = False) -> Callable:
+    """An event's function: `(state, *extras, *settings) -> updates`. The page's view settings are taken first
+    (the step lives in the browser), then `operation(services, session, *extras)` runs, then `render`.
+
+    An operation that `writes` (another model, sentence or decoding) claims the user's next revision as it starts,
+    and its session is that revision (the page is told it); one that only reads (a view change, a measure) belongs
+    to the revision of the session it reads. Either is answered only while its revision is still the latest: a
+    slower answer to an older state is dropped (`stale`). The page's view settings apply only to the revision the
+    page showed when it sent them: sent from an older one, they were chosen for another state.
+    With `gradients_later`, a gradient method's maps are left to `measure_event` (the weights drawn meanwhile);
+    `progress` is told of a measure's steps."""
+    def run(state, *values, progress: Callable[[int, int], None] | None = None) -> dict:
         try:
-            arguments, view = values[:extras], view_of(*values[extras:])
+            arguments, (view, asked_of) = values[:extras], view_of(*values[extras:])
         except InputError as error:
             return {page.status: str(error)}
+        session, revisions = unpacked(state)
+        revision = revisions.claim() if writes else session.revision if session else revisions.latest
         before, note = session, ""
-        if session is not None:
+        if session is not None and asked_of in (None, session.revision):
             session, note = operations.with_view(session, view)
         after, message = operation(services, session, *arguments)
         if not message and note:  # what the view could not show, where the operation itself says nothing
             message = note
         if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
-            after = operations.with_measures(services, after)
+            after = operations.with_measures(services, after, progress, gradients_later)
+            if gradients_later and operations.pending(after):
+                message = COMPUTING.format(MEASURE_LABELS[operations.pending(after)])
+        if revisions.latest != revision:
+            return stale(page)
+        if writes and after is not None:
+            after = replace(after, revision=revision)
         updates = render(page, services, before, after, message)
+        updates[page.session] = packed(after, revisions)
+        if writes:
+            updates[page.revision] = revision
         if updates.get(page.step) == view.step:  # the step the page sent: sent back, it could only undo a step
             del updates[page.step]                # taken in the browser while this request ran (a slow measure)
         return {component: value for component, value in updates.items() if component in outputs}
     run.__name__ = getattr(operation, "__name__", "run")  # as Gradio's messages name the event
     return run
+
+
+def stale(page: Page) -> dict:
+    """The answer to a state the user has left: nothing on the page changes, and the stored session stays the
+    newer one (Gradio leaves every output it is not given a value for as it is)."""
+    return {page.session: gr.skip()}
 
 
 def serialized(component, value):
@@ -122,14 +152,15 @@ def serialized(component, value):
     return value.model_dump() if hasattr(value, "model_dump") else value
 
 
-def light(session: Session | None, *values) -> bool:
-    """Whether a view change can be answered without model work: the view shows weights, or the maps of its
-    measure are already computed for the decoding on screen."""
+def light(state, *values) -> bool:
+    """Whether a view change can be answered without model work: the view shows weights, a gradient method (whose
+    maps come later, `measure_event`), or a measure whose maps are already computed for the decoding on screen."""
     try:
-        view = view_of(*values[-len(VIEW_SETTINGS):])
+        view, _ = view_of(*values[-len(VIEW_SETTINGS) - 1:])
     except InputError:
         return True  # answered with the reason at once
-    return session is None or operations.measured(session.current, view.measure)
+    session, _ = unpacked(state)
+    return session is None or view.measure in GRADIENTS or operations.measured(session.current, view.measure)
 
 
 def admitted(page: Page, services: Services, function: Callable, inline: Callable | None = None) -> Callable:
@@ -180,27 +211,68 @@ def on(page: Page, services: Services, triggers: list, operation: Callable, extr
     each of ~35 outputs, it lengthened the page's own work before each request).
     """
     outputs = outputs or decoding_outputs(page)
-    run = answer(page, services, operation, outputs, len(extras))
+    run = answer(page, services, operation, outputs, len(extras), writes=not view_change,
+                 gradients_later=view_change)
     if not queued:
         run = admitted(page, services, run, light if view_change else None)
     if not queued:  # the progress shows where the answer will appear, not on each of its outputs (the page's work)
         options.setdefault("show_progress_on", [page.attention] if view_change else [page.translation])
+    # A new state asked for while another is on its way is sent at once (only the latest is answered: `answer`);
+    # a view chosen while another is drawn is sent once that is (Gradio's default would drop it).
+    options.setdefault("trigger_mode", "always_last" if view_change else "multiple")
     return [trigger(run, [page.session, *extras, *settings(page)], outputs, api_name=api_name,
                     queue=queued, preprocess=queued, postprocess=queued, **options)
             for trigger, api_name in zip(triggers, api_names)]
 
 
+class Stopped(Exception):
+    """A measure's computation given up: the user has moved on to another state (or pressed Stop)."""
+
+
+def measure_event(page: Page, services: Services) -> Callable:
+    """The function that computes the gradient method a view change left pending (`answer`'s `gradients_later`),
+    step by step with Gradio's progress, and draws it. It stops at the next step once the user has moved to another
+    state (another model, sentence or decoding, or Stop), and does nothing where nothing is pending."""
+    run = answer(page, services, view_changed, view_outputs(page), 0, writes=False)
+
+    def computed(state, kind, layer, head, measure, step, model_view, units, revision=None,
+                 progress=gr.Progress()) -> dict:
+        session, revisions = unpacked(state)
+        if operations.pending(session) is None:
+            return stale(page)
+        label = MEASURE_LABELS[session.view.measure]
+
+        def told(done: int, total: int) -> None:
+            if revisions.latest != session.revision:
+                raise Stopped
+            progress((done, total), desc=f"{label}: step {done} of {total}")
+        try:
+            answered = run(state, kind, layer, head, measure, step, model_view, units, revision, progress=told)
+        except Stopped:
+            return stale(page)
+        if page.status in answered:  # drawn, not dropped
+            answered[page.status] = f"{label[0].upper()}{label[1:]} at every step: computed."
+        return answered
+    return computed
+
+
 def tab_answer(page: Page, services: Services, function: Callable, inputs: list, outputs: list, api_name: str,
                trigger: Callable, **options):
     """Wire a tab's question about the decoding on screen: `function(services, session, *values)` is an
-    `operations.operation` that returns (its outputs' values, message)."""
-    def run(session: Session | None, *values) -> dict:
+    `operations.operation` that returns (its outputs' values, message), dropped where the user has moved on to
+    another state meanwhile (`answer`)."""
+    def run(state, *values) -> dict:
+        session, revisions = unpacked(state)
+        revision = session.revision if session else revisions.latest
         results, message = function(services, session, *values)
+        if revisions.latest != revision:
+            return stale(page)
         if not isinstance(results, tuple):  # nothing translated yet, or a refused input
             return {page.status: message}
         return {**dict(zip(outputs, results)), page.status: message}
     run.__name__ = getattr(function, "__name__", "run")
-    return trigger(run, [page.session, *inputs], [*outputs, page.status], api_name=api_name, **options)
+    return trigger(run, [page.session, *inputs], [page.session, *outputs, page.status], api_name=api_name,
+                   **options)
 
 
 @operations.operation
@@ -248,10 +320,12 @@ def use_example(services: Services, session: Session | None, sentence: object, m
     return operations.translate(services, session, model, sentence)
 
 
-def first_visit(page: Page, services: Services, request: gr.Request | None = None) -> dict:
+def first_visit(page: Page, services: Services, state=None, request: gr.Request | None = None) -> dict:
     """On page load: the view of the page's link (`?model=…&text=…`, ui/links.py), or else the default model's first
     example, translated, so a visitor sees what the app does."""
     query = request.query_params if request is not None else {}
+    _, revisions = unpacked(state)
+    revision = revisions.claim()
     if any(query_values(query, name) for name in PARAMETERS):
         session, message = open_link(services, *LinkSpec.parse(query))
     else:
@@ -259,7 +333,11 @@ def first_visit(page: Page, services: Services, request: gr.Request | None = Non
         if not examples:
             return {page.status: services.load_status() or "Type a sentence and press Enter."}
         session, message = operations.translate(services, None, services.default_model, examples[0])
-    return render(page, services, None, session, message)
+    if revisions.latest != revision:  # the user translated before the page's first answer came
+        return stale(page)
+    session = replace(session, revision=revision) if session is not None else None
+    return {**render(page, services, None, session, message), page.session: packed(session, revisions),
+            page.revision: revision}
 
 
 def wire(page: Page, services: Services) -> None:
@@ -276,14 +354,23 @@ def wire(page: Page, services: Services) -> None:
     # Typing a sentence of one's own leaves the examples (so closing their list never brings one back).
     page.source.input(None, None, page.example, js="() => null")
 
-    def visit(request: gr.Request) -> dict:  # Gradio hands an argument typed gr.Request the page's request
-        return first_visit(page, services, request)
-    page.demo.load(visit, None, session_outputs(page), api_name="first_visit", **services.trace_queue)
+    def visit(state, request: gr.Request) -> dict:  # Gradio hands an argument typed gr.Request the page's request
+        return first_visit(page, services, state, request)
+    page.demo.load(visit, page.session, session_outputs(page), api_name="first_visit", **services.trace_queue)
 
-    # A view change reads the user's stored trace (a few ms): the view's settings are the change.
+    # A view change reads the user's stored trace (a few ms): the view's settings are the change. A gradient method
+    # chosen is drawn with the weights at once, then computed step by step with progress, and can be stopped.
     for control in (page.kind, page.layer, page.head, page.measure, page.model_view, page.units):
-        on(page, services, [control.input], view_changed, [], [control.elem_id.replace("-", "_")],
-           outputs=view_outputs(page), queued=False, view_change=True)
+        [changed] = on(page, services, [control.input], view_changed, [], [control.elem_id.replace("-", "_")],
+                       outputs=view_outputs(page), queued=False, view_change=True)
+        if control is page.measure:
+            changed.then(measure_event(page, services), [page.session, *settings(page)], view_outputs(page),
+                         api_visibility="private", show_progress="minimal", show_progress_on=[page.attention],
+                         **services.trace_queue)
+    on(page, services, [page.stop_measure.click], operations.stop_measure, [], ["stop_measure"],
+       outputs=view_outputs(page), queued=False)
+    # Every status, also where the user looks (ui/static/page.js): a browser-side event, nothing is sent.
+    page.status.change(None, page.status, None, js="(text) => { window.attentionInspector?.said?.(text); }")
 
     # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
     # box) redraws the step in the browser, the slider itself kept within the steps.

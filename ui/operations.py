@@ -6,6 +6,7 @@ them touches Gradio: tests call them directly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import wraps
 
@@ -138,18 +139,38 @@ def measured(decoding: Decoding, measure: str) -> bool:
     return measure == WEIGHTS or measure in (decoding.measure_maps or {})
 
 
-def with_measures(services: Services, session: Session) -> Session:
+def pending(session: Session | None) -> str | None:
+    """The gradient method the session shows but has not computed yet (its weights drawn meanwhile), if any."""
+    if session is None or session.view.measure not in GRADIENTS or measured(session.current, session.view.measure):
+        return None
+    return session.view.measure
+
+
+@operation
+def stop_measure(services: Services, session: Session) -> tuple[Session, str]:
+    """Stop computing a gradient method (the event claims a new revision, which stops the computation at its next
+    step): the view goes back to the weights."""
+    measure = pending(session)
+    if measure is None:
+        return session, None
+    return session.with_view(replace(session.view, measure=WEIGHTS)), (
+        f"Stopped computing {MEASURE_LABELS[measure]}: the weights are shown.")
+
+
+def with_measures(services: Services, session: Session, progress: Callable[[int, int], None] | None = None,
+                  gradients_later: bool = False) -> Session:
     """The session with the maps of the measure it shows computed for the decoding on screen and kept with it (once
-    per decoding: one teacher-forced pass for every residual-stream measure, or one gradient method at every step);
-    a session that shows the weights as it is."""
+    per decoding: one teacher-forced pass for every residual-stream measure, or one gradient method at every step,
+    told to `progress(done, total)` step by step); a session that shows the weights as it is, and one that shows a
+    gradient method as it is where its maps come `gradients_later` (`pending`)."""
     decoding, measure = session.current, session.view.measure
-    if measured(decoding, measure):
+    if measured(decoding, measure) or (gradients_later and measure in GRADIENTS):
         return session
     translator = services.translators[session.model]
     arguments = (session.source, decoding.trace.target_tokens)
     if measure in GRADIENTS:
         maps = {measure: attribution_maps(translator.attributions(*arguments, measure, mask=list(decoding.mask),
-                                                                  **session.direction))}
+                                                                  progress=progress, **session.direction))}
     else:
         maps = translator.measures(*arguments, list(decoding.mask), **session.direction)
     decodings = list(session.decodings)
@@ -343,7 +364,8 @@ def open_hypothesis(services: Services, session: Session, index: object) -> tupl
     traced = services.trace(session.model, session.source, tokens, list(beam.mask), **session.direction)
     ran_from = next((i for i, d in enumerate(session.decodings) if (d.force, d.mask) == (beam.force, beam.mask)),
                     session.shown)
-    new = Decoding(f"beam #{index + 1}", to_arrays(traced, list(beam.mask)), traced.text, tuple(tokens), beam.mask)
+    new = Decoding(f"beam #{index + 1}", to_arrays(traced, list(beam.mask)), traced.text, tuple(tokens), beam.mask,
+                   hypothesis=index)
     session = session.followed_by(new, after=ran_from)
     session = session.with_view(replace(session.view, step=1, measure=WEIGHTS))
     return session, f"Showing beam hypothesis #{index + 1} step by step, its attention read with its own tokens."

@@ -135,6 +135,10 @@ def render(page, services: Services, before: Session | None, after: Session | No
         updates.update(beam_updates(page, after))
     if before is not None and before.beam is None and after.beam is None:  # values alone: no rebuilt menu
         updates.update({page.n_best: None, page.beam_steps: None, page.beam_open: None})
+    if new_decoding and after.beam is not None:  # the hypothesis on screen, if one is (a row clicked fills the menu)
+        menu_update = updates.get(page.beam_open)
+        updates[page.beam_open] = ({**menu_update, "value": decoding.hypothesis} if isinstance(menu_update, dict)
+                                   else decoding.hypothesis)
     if not new_model and before.compare is not after.compare:
         updates[page.compare_model] = after.compare.model if after.compare else None
     if not new_model:  # values alone, always: a language the session refused never stays on screen

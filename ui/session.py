@@ -8,6 +8,7 @@ into what the page shows.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -97,6 +98,7 @@ class Decoding:
     mask: tuple[str, ...] = ()  # the heads switched off, kind.layer.head, sorted
     chosen: int | None = None  # a branch: the step (0-based) whose token the user chose
     effect: MaskEffect | None = None  # made by switching heads off: what that did (a new mask replaces it)
+    hypothesis: int | None = None  # a beam hypothesis opened: its index in the n-best list
     # Each measure's maps, by key, computed the first time the measure is shown and kept with the decoding, so later
     # view changes reuse them: every residual-stream measure at once (model/contributions.py `measure_maps`), a
     # gradient method alone (ui/operations.py `attribution_maps`). A cache of a pure function of the decoding.
@@ -124,6 +126,27 @@ class Comparison:
     text: str  # its translation as text
 
 
+class Revisions:
+    """One user's count of the states they asked for: each event that makes a new state (another model, sentence or
+    decoding) claims the next revision when it starts, and an answer is current only while no later one has been
+    claimed. So a slow answer (a measure, a tab's result) that finishes after the user moved on is dropped, never
+    drawn over the newer state. Shared by every `Session` of one user (it lives in their `gr.State`, which holds
+    this alone before anything is translated); Gradio copies a state's first value for each new user."""
+
+    def __init__(self):
+        self.latest = 0
+        self._lock = threading.Lock()
+
+    def claim(self) -> int:
+        """The next revision, now the only current one."""
+        with self._lock:
+            self.latest += 1
+            return self.latest
+
+    def __deepcopy__(self, memo) -> Revisions:  # a new user's own count (a lock cannot be copied)
+        return Revisions()
+
+
 @dataclass(frozen=True)
 class Session:
     """Everything one user has made of one sentence. Lives in a gr.State."""
@@ -138,6 +161,8 @@ class Session:
     unknown: tuple[bool, ...] = ()  # per source token: unknown to the model (read as <unk>)
     src_lang: str | None = None  # a multilingual model's source and target languages (None: its default)
     tgt_lang: str | None = None
+    revision: int = 0  # which of the user's revisions this state is (`Revisions`)
+    revisions: Revisions = field(default_factory=Revisions, compare=False, repr=False)
 
     @property
     def direction(self) -> dict:
@@ -160,3 +185,18 @@ class Session:
     def with_view(self, view: View) -> Session:
         """The session showing `view`, normalized to what the decoding on screen has."""
         return replace(self, view=view.normalize(self.trace))
+
+
+def unpacked(state: Session | Revisions | None) -> tuple[Session | None, Revisions]:
+    """A `gr.State`'s value as the user's session (None before a translation) and their revisions (a new count for
+    a state that has none: a test's or a script's None)."""
+    if isinstance(state, Session):
+        return state, state.revisions
+    return None, state if isinstance(state, Revisions) else Revisions()
+
+
+def packed(session: Session | None, revisions: Revisions) -> Session | Revisions:
+    """What the user's `gr.State` keeps: the session, carrying their revisions, or the revisions alone."""
+    if session is None:
+        return revisions
+    return session if session.revisions is revisions else replace(session, revisions=revisions)

@@ -37,5 +37,34 @@
       });
     }
   };
-  new MutationObserver(bind).observe(document.body, {childList: true, subtree: true});
+  // The status line where the user looks: while the one at the top is out of sight (the user is down in a tab),
+  // each new status shows at the foot of the window too, as text, until clicked or for 10 s. "Stop computing" shows
+  // under the heatmap while a gradient method is computed. (`said` is called on every change of the status line.)
+  const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
+  const bar = Object.assign(document.createElement("div"), { id: "status-bar", hidden: true });
+  bar.setAttribute("role", "status");
+  bar.addEventListener("click", () => { bar.hidden = true; });
+  document.body.appendChild(bar);
+  let statusInView = true;
+  let hideLater = null;
+  let watched = false;
+  const watchStatus = () => {
+    const box = document.querySelector("#status");
+    if (watched || !box) return;
+    watched = true;
+    new IntersectionObserver(([entry]) => {
+      statusInView = entry.isIntersecting;
+      if (statusInView) bar.hidden = true;
+    }).observe(box);
+  };
+  inspector.said = (text) => {
+    text = String(text || "");
+    document.querySelector("#stop-measure")?.classList.toggle("computing", text.startsWith("Computing"));
+    if (!text || statusInView) { bar.hidden = true; return; }
+    bar.textContent = text;
+    bar.hidden = false;
+    clearTimeout(hideLater);
+    hideLater = setTimeout(() => { bar.hidden = true; }, 10000);
+  };
+  new MutationObserver(() => { bind(); watchStatus(); }).observe(document.body, {childList: true, subtree: true});
 }

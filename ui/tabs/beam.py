@@ -32,7 +32,7 @@ def open_row(services: Services, session: Session | None, selected: gr.SelectDat
 
 
 def wire(page: Page, services: Services) -> None:
-    beam_outputs = [page.session, page.status, page.step, page.kind, page.measure, page.layer, page.head,
+    beam_outputs = [page.session, page.revision, page.status, page.step, page.kind, page.measure, page.layer, page.head,
                     page.model_view, page.n_best, page.beam_steps, page.beam_open]
     on(page, services, [page.beam.click], operations.run_beam, [], ["beam_view"], outputs=beam_outputs,
        **services.trace_queue)
@@ -42,7 +42,7 @@ def wire(page: Page, services: Services) -> None:
     # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
     run = answer(page, services, open_row, decoding_outputs(page), 1)
 
-    def clicked(session, kind, layer, head, measure, step, model_view, units, selected: gr.SelectData):
-        return run(session, selected, kind, layer, head, measure, step, model_view, units)
+    def clicked(state, kind, layer, head, measure, step, model_view, units, revision, selected: gr.SelectData):
+        return run(state, selected, kind, layer, head, measure, step, model_view, units, revision)
     page.n_best.select(clicked, [page.session, *settings(page)], decoding_outputs(page), api_visibility="private",
                        **services.trace_queue)

@@ -1,0 +1,77 @@
+"""In a real browser: an action's result shows where the user asked for it, down in a tab, not only at the top of
+the page out of sight."""
+
+import pytest
+
+from model.keys import KINDS, head_name
+from tests.test_browser import MODEL, status_starts, translate
+
+pytestmark = pytest.mark.slow  # drives a real browser
+SENTENCE = "A man plays with a red ball in the park."
+
+
+@pytest.fixture(autouse=True)
+def a_laptop_screen(page):
+    page.set_viewport_size({"width": 1400, "height": 900})
+
+
+def in_sight(page, selector: str) -> bool:
+    return page.evaluate("""(selector) => {
+        const box = document.querySelector(selector)?.getBoundingClientRect();
+        return !!box && box.height > 0 && box.top < window.innerHeight && box.bottom > 0; }""", selector)
+
+
+def foot_says(page, prefix: str) -> str:
+    """The status shown at the foot of the window (while the status line at the top is out of sight)."""
+    page.wait_for_function("""(prefix) => {
+        const bar = document.querySelector('#status-bar');
+        return bar && !bar.hidden && bar.textContent.startsWith(prefix); }""", arg=prefix, timeout=30000)
+    return page.locator("#status-bar").text_content()
+
+
+def test_a_beam_row_opens_its_hypothesis_and_says_so_where_the_user_is(page, services):
+    translate(page, services, SENTENCE)
+    page.get_by_role("tab", name="Beam search").click()
+    page.click("#beam")
+    status_starts(page, "Beam search")
+    row = page.locator("#n-best [role=row][aria-rowindex=\"3\"]").first  # the second hypothesis
+    row.scroll_into_view_if_needed()
+    assert not in_sight(page, "#status")  # the user is down at the table
+    row.locator("[role=gridcell]").nth(1).click()
+    assert "beam hypothesis #2" in foot_says(page, "Showing beam hypothesis #2")
+    page.wait_for_function("() => document.querySelector('#beam-open input')?.value.startsWith('#2:')",
+                           timeout=15000)
+    page.click("#status-bar")  # read: it goes
+    assert page.locator("#status-bar").is_hidden()
+
+
+def test_a_head_clicked_in_the_importance_map_is_opened_in_sight(page, services, monkeypatch):
+    translator = services.translators[MODEL]
+    heads = {head_name(kind, layer, head): {"importance": 0.1 * (layer + head + 1)}
+             for kind in KINDS for layer in range(2) for head in range(4)}
+    monkeypatch.setattr(translator, "head_report", {"heads": heads})
+    page.reload()  # the page opens on the model again, with its importance map
+    translate(page, services, SENTENCE)
+    page.get_by_role("tab", name="Switch heads off").click()
+    page.wait_for_function("() => document.querySelector('#importance .js-plotly-plot')?.on", timeout=15000)
+    page.locator("#importance").scroll_into_view_if_needed()
+    page.evaluate("() => window.scrollBy(0, 400)")
+    assert not in_sight(page, "#attention")
+    page.evaluate("""() => document.querySelector('#importance .js-plotly-plot')
+        .emit('plotly_click', {points: [{customdata: 'decoder.2.3'}]})""")  # as Plotly reports a click on a cell
+    status_starts(page, "Showing decoder.2.3")
+    page.wait_for_function("""() => {
+        const box = document.querySelector('#attention').getBoundingClientRect();
+        return box.top >= -1 && box.top < window.innerHeight / 2; }""", timeout=15000)
+    assert in_sight(page, "#attention .js-plotly-plot")
+
+
+def test_the_hub_tab_says_its_errors_where_the_user_is(page, services):
+    translate(page, services, SENTENCE)
+    page.get_by_role("tab", name="Models from the Hub").click()
+    page.fill("#hub-id textarea, #hub-id input", "  ")
+    page.locator("#hub-load").scroll_into_view_if_needed()
+    page.evaluate("() => window.scrollBy(0, 600)")
+    assert not in_sight(page, "#status")
+    page.click("#hub-load")
+    assert "Type the id of a model on the Hub" in foot_says(page, "Type the id")

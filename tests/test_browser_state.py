@@ -1,0 +1,87 @@
+"""In a real browser: a late answer never draws over a newer state (two models on one screen, an older sentence
+after a newer one). The server is made slow where the race needs it, so each test fails without revisions."""
+
+import re
+import time
+
+import pytest
+
+from model.keys import MEASURE_LABELS, INTEGRATED_GRADIENTS, WEIGHTS
+from tests.test_browser import LONG, MODEL, choose, translate
+
+pytestmark = pytest.mark.slow  # drives a real browser
+OTHER = "toy-rnn"
+
+
+def label_of(services, model: str) -> str:
+    return next(label for label, name in services.model_choices() if name == model)
+
+
+def title(page) -> str:
+    return page.evaluate("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text ?? ''")
+
+
+def translation_is(page, text: str, timeout: int = 30000) -> None:
+    page.wait_for_function("(text) => document.querySelector('#translation textarea')?.value === text", arg=text,
+                           timeout=timeout)
+
+
+def steps_in(page_title: str) -> int:
+    """N of "step t of N: …" in a heatmap's title."""
+    return int(re.search(r"step \d+ of (\d+):", page_title).group(1))
+
+
+def test_a_slow_measure_never_draws_the_last_model_over_the_next(page, services, monkeypatch):
+    """Show integrated gradients (made slow here: 0.3 s a step), switch the model at once: the page shows the new
+    model only, whole, and stays so once the measure would have finished; back to the first model and its weights,
+    everything is the first model's."""
+    translator = services.translators[MODEL]
+    computed = translator.attributions
+
+    def slow(*args, progress=None, **options):
+        def told(done, total):
+            time.sleep(0.3)
+            if progress is not None:
+                progress(done, total)
+        return computed(*args, progress=told, **options)
+    monkeypatch.setattr(translator, "attributions", slow)
+    translate(page, services, LONG)
+    choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Computing')",
+                           timeout=15000)
+    choose(page, "model", label_of(services, OTHER))
+    other = services.translators[OTHER].trace(LONG)
+    translation_is(page, other.text)
+    page.wait_for_timeout(len(other.target_tokens) * 300 + 1500)  # the measure would have finished by now
+    assert page.locator("#translation textarea").input_value() == other.text
+    assert steps_in(title(page)) == len(other.target_tokens) and "integrated" not in title(page)
+    choose(page, "model", label_of(services, MODEL))
+    mine = translator.trace(LONG)
+    translation_is(page, mine.text)
+    choose(page, "measure", MEASURE_LABELS[WEIGHTS])
+    page.wait_for_timeout(500)
+    assert page.locator("#translation textarea").input_value() == mine.text
+    assert steps_in(title(page)) == len(mine.target_tokens)
+
+
+def test_of_quick_translations_the_last_one_stays(page, services, monkeypatch):
+    """Four sentences translated in quick succession, the first made slow (its answer comes last): the box and the
+    translation are the fourth's."""
+    sentences = ["A man plays.", "A red ball.", "A woman runs in the park.", "A child plays with a dog."]
+    traced = services.trace
+
+    def trace(model, text, *args, **options):
+        if text == sentences[0]:
+            time.sleep(2)
+        return traced(model, text, *args, **options)
+    monkeypatch.setattr(services, "trace", trace)
+    translate(page, services, LONG)
+    for sentence in sentences:
+        page.fill("#source textarea", sentence)
+        page.click("#translate")
+        page.wait_for_timeout(150)
+    last = services.translators[MODEL].trace(sentences[-1]).text
+    translation_is(page, last)
+    page.wait_for_timeout(2500)  # the first answer has come by now
+    assert page.locator("#translation textarea").input_value() == last
+    assert page.locator("#source textarea").input_value() == sentences[-1]

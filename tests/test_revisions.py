@@ -1,0 +1,99 @@
+"""Every answer belongs to the state it was asked of: an answer that comes after the user moved on to another model,
+sentence or decoding is dropped, never drawn over the newer state (ui/session.py `Revisions`)."""
+
+import gradio as gr
+
+from model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WEIGHTS
+from ui import listeners, operations
+from ui.session import Revisions, Session
+from tests.conftest import VIEW
+
+GRADIENT_VIEW = (CROSS, 1, MEAN, INTEGRATED_GRADIENTS, 2, False, "pieces")
+DROPPED = {"session": gr.skip()}
+
+
+def translated(events, text="A dog runs in the park.") -> Session:
+    return events.translate(text)["session"]
+
+
+def meanwhile(operation, *then):
+    """`operation`, during which the user does `then` (an event of the same user, finished before it)."""
+    def slow(services, session, *args):
+        then[0](*then[1:])
+        return operation(services, session, *args)
+    slow.__name__ = operation.__name__
+    return slow
+
+
+def test_a_view_change_answered_after_a_model_switch_is_dropped(events):
+    session = translated(events)
+    switch = (events.run, listeners.translate_or_example, session, "toy-rnn", session.source)
+    reader = listeners.answer(events.page, events.services, meanwhile(listeners.view_changed, *switch),
+                              listeners.view_outputs(events.page), 0, writes=False)
+    assert events.named(reader(session, *VIEW)) == DROPPED
+    assert session.revisions.latest == 2  # claimed by the translation and the switch; a view change claims none
+
+
+def test_of_two_translations_only_the_later_one_is_answered(events):
+    session = translated(events)
+    later = (events.run, operations.translate, session, "toy-en-de", "A man plays.")
+    slow = meanwhile(operations.translate, *later)
+    assert events.run(slow, session, "toy-en-de", "A red ball.") == DROPPED
+    again = events.run(operations.translate, session, "toy-en-de", "A red ball.")  # nothing in between: answered
+    assert again["session"].source == "A red ball." and again["session"].revisions is session.revisions
+
+
+def test_a_tab_answer_about_a_state_the_user_left_is_dropped(demo, events):
+    session = translated(events)
+    page = events.page
+    switch = (events.run, operations.translate, session, "toy-en-de", "A man plays.")
+
+    @operations.operation
+    def statistics(services, session):
+        return ("a table",), "Measured."
+    answers = {}
+
+    def trigger(function, inputs, outputs, **options):
+        answers["run"] = function
+    listeners.tab_answer(page, events.services, meanwhile(statistics, *switch), [], [page.head_table], "x", trigger)
+    assert events.named(answers["run"](session)) == DROPPED
+    listeners.tab_answer(page, events.services, statistics, [], [page.head_table], "x", trigger)
+    assert events.named(answers["run"](session)) == DROPPED  # still about the state the user left
+    latest = translated(events)
+    assert events.named(answers["run"](latest)) == {"head_table": "a table", "status": "Measured."}
+
+
+def test_before_any_translation_the_state_keeps_the_users_revisions(events):
+    revisions = Revisions()
+    out = events.translate("A dog.", session=revisions)
+    assert out["session"].revisions is revisions and revisions.latest == 1
+    refused = events.translate("", session=revisions)
+    assert refused["session"] is revisions and revisions.latest == 2
+
+
+def test_a_gradient_method_is_drawn_later_with_progress_and_can_be_stopped(events):
+    session = translated(events)
+    page, services = events.page, events.services
+    chosen = listeners.answer(page, services, listeners.view_changed, listeners.view_outputs(page), 0, writes=False,
+                              gradients_later=True)(session, *GRADIENT_VIEW)
+    pending = chosen[page.session]
+    assert operations.pending(pending) == INTEGRATED_GRADIENTS and "Computing integrated gradients" in \
+        chosen[page.status]
+    assert "integrated" not in chosen[page.attention]  # the weights, drawn at once
+
+    told = []
+
+    def progress(fraction, desc):
+        told.append(fraction)
+    drawn = listeners.measure_event(page, services)(pending, *GRADIENT_VIEW, progress=progress)
+    steps = session.trace.steps
+    assert told == [(done, steps) for done in range(1, steps + 1)]
+    assert operations.pending(drawn[page.session]) is None and "integrated gradients" in drawn[page.attention]
+
+    def stopped_at_the_second_step(fraction, desc):  # the user presses Stop while step 2 is computed
+        if fraction[0] == 2:
+            events.run(operations.stop_measure, pending, view=GRADIENT_VIEW)
+    assert events.named(listeners.measure_event(page, services)(pending, *GRADIENT_VIEW,
+                                                                 progress=stopped_at_the_second_step)) == DROPPED
+    stop = events.run(operations.stop_measure, pending, view=GRADIENT_VIEW)  # the page's menu says the method
+    assert stop["session"].view.measure == WEIGHTS and stop["status"].startswith("Stopped computing")
