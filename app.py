@@ -35,7 +35,8 @@ def main() -> None:
     services = load_services(root, None if workers is None else int(workers), int(os.environ.get("TRACE_BATCH", "16")),
                              int(float(os.environ.get("MODEL_MEMORY_GB", "8")) * 1024 ** 3))
     demo = build_demo(services)
-    demo.launch(state_session_capacity=int(os.environ.get("SESSION_CAPACITY", "1000")), **launch_options())
+    demo.launch(state_session_capacity=int(os.environ.get("SESSION_CAPACITY", "1000")),
+                **launch_options(services))
 
 
 if __name__ == "__main__":

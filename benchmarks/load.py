@@ -135,10 +135,10 @@ def start_server(checkpoints: Path, port: int, session_capacity: int, log: Path)
     raise SystemExit(f"the app did not answer within 180 s; see {log}")
 
 
-# The view settings every request sends (kind, layer, head, measure, step, model view, units), and the view change:
-# head 2.
-SETTINGS = [CROSS, 0, MEAN, WEIGHTS, 1, False, PIECES]
-VIEW = [CROSS, 0, 1, WEIGHTS, 1, False, PIECES]
+# The view settings every request sends (kind, layer, head, measure, step, model view, units, and the revision the
+# page shows: null, any), and the view change: head 2.
+SETTINGS = [CROSS, 0, MEAN, WEIGHTS, 1, False, PIECES, None]
+VIEW = [CROSS, 0, 1, WEIGHTS, 1, False, PIECES, None]
 
 
 def view_rows(outputs: list) -> list[str]:
@@ -148,9 +148,9 @@ def view_rows(outputs: list) -> list[str]:
 
 
 def translation_of(outputs: list) -> tuple[str, str]:
-    """(translation, status) of a translate event's outputs (ui/listeners.py `session_outputs`: session, status,
-    translation, ...; the session itself stays on the server)."""
-    return outputs[2], outputs[1]
+    """(translation, status) of a translate event's outputs (ui/listeners.py `session_outputs`: session, revision,
+    status, translation, ...; the session itself stays on the server)."""
+    return outputs[3], outputs[2]
 
 
 class GradioUser:

@@ -116,11 +116,12 @@ def demo(services):
 
 
 @pytest.fixture(scope="session")
-def server(demo):
+def server(demo, services):
     """The app launched on a free loopback port; yields its URL."""
     from ui import launch_options
 
-    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True, **launch_options())
+    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
+                **launch_options(services))
     yield demo.local_url
     demo.close()
 

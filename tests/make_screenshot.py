@@ -129,8 +129,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots"))
     parser.add_argument("--sentence", default="A little girl in a pink dress is climbing the stairs to a wooden house.")
     args = parser.parse_args()
-    demo = ui.build_demo(ui.load_services(Path(__file__).resolve().parent.parent / "checkpoints"))
-    demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **ui.launch_options())
+    services = ui.load_services(Path(__file__).resolve().parent.parent / "checkpoints")
+    demo = ui.build_demo(services)
+    demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **ui.launch_options(services))
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)

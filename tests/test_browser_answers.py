@@ -75,3 +75,15 @@ def test_the_hub_tab_says_its_errors_where_the_user_is(page, services):
     assert not in_sight(page, "#status")
     page.click("#hub-load")
     assert "Type the id of a model on the Hub" in foot_says(page, "Type the id")
+
+
+def test_a_request_refused_as_busy_says_so_in_sight(page, services):
+    translate(page, services, SENTENCE)
+    limit = services.admission.limit
+    services.admission.limit = 0  # every request of the page's own is refused at the door
+    try:
+        page.fill("#source textarea", "A dog runs.")
+        page.click("#translate")
+        assert "try again" in foot_says(page, "The server is busy")
+    finally:
+        services.admission.limit = limit

@@ -278,15 +278,3 @@ def test_each_page_session_keeps_its_own_session(server, services):
         event, answer = call(server, "head", json.dumps({"data": ["decoder", 0, 1, "weights", 1, False, "pieces", None],
                                                         "session_hash": session}))  # through the queue too
         assert event == "complete" and len(rows(answer)) == len(expected)
-
-
-def test_beyond_the_admission_limit_the_page_is_told_to_try_again(services):
-    from ui.services import Admission, Busy
-
-    admission = Admission(2)
-    with admission.admit(), admission.admit():
-        with pytest.raises(Busy, match="busy"):
-            with admission.admit():
-                pass
-    with admission.admit():  # a request that left made room
-        pass

@@ -131,7 +131,8 @@ def test_the_language_menus_in_the_browser(hub_events):
     from playwright.sync_api import sync_playwright
 
     demo = hub_events.page.demo
-    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True, **launch_options())
+    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
+                **launch_options(hub_events.services))
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -179,7 +180,8 @@ def test_a_view_in_words_steps_in_the_browser_as_python_builds_it(hub_events):
     trace = replace(to_arrays(hub_events.services.translators["flan"].trace(TEXT)), units="words")
     assert any(len(word.pieces) > 1 for word in trace.at_step(CROSS, trace.steps - 1)[2])  # words of many pieces
     demo = hub_events.page.demo
-    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True, **launch_options())
+    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
+                **launch_options(hub_events.services))
     drawn = """(step) => {
         const plot = document.querySelector('#attention .js-plotly-plot');
         if (!plot?.layout?.title.text.includes(`step ${step} of`)) return null;

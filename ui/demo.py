@@ -11,6 +11,7 @@ from __future__ import annotations
 import gradio as gr
 
 from ui import listeners
+from ui.door import door
 from ui.api import endpoints
 from ui.listeners import QUEUE_SIZE, STATIC
 from ui.page import Page
@@ -51,7 +52,10 @@ def build_demo(services: Services) -> gr.Blocks:
     return demo
 
 
-def launch_options() -> dict:
-    """What `launch` needs besides the address: the page's CSS and JavaScript (ui/static/), and every error's
-    message shown to the client (a request Gradio itself refuses, e.g. too few values, says why)."""
-    return dict(css_paths=[STATIC / "style.css"], js=(STATIC / "page.js").read_text(), show_error=True)
+def launch_options(services: Services) -> dict:
+    """What `launch` needs besides the address: the page's CSS and JavaScript (ui/static/), every error's message
+    shown to the client (a request Gradio itself refuses, e.g. too few values, says why), and the door that bounds
+    the page's requests outside the queue (ui/door.py)."""
+    return dict(css_paths=[STATIC / "style.css"], js=(STATIC / "page.js").read_text(), show_error=True,
+                head=f"<script>{(STATIC / 'busy.js').read_text()}</script>",
+                app_kwargs={"middleware": [door(services.admission)]})

@@ -2,9 +2,9 @@
 ui/operations.py on the user's `Session` (one `gr.State`) and answers with `render`.
 
 The busiest events (translations and view changes) skip Gradio's queue (`queue=False`, a plain request) and its
-processing of each value (a thread hop per value; `on`): they are admitted up to `Services.admission`'s limit and
-refused beyond it with a "busy, try again" status, so a burst never waits unbounded. The other events go through
-the queue, which holds at most `QUEUE_SIZE`.
+processing of each value (a thread hop per value; `on`): they are admitted up to `Services.admission`'s limit at the
+server's door (ui/door.py) and refused beyond it with a "busy, try again", so a burst never waits unbounded. The
+other events go through the queue, which holds at most `QUEUE_SIZE`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ui import operations
 from ui.links import LinkSpec, PARAMETERS, open_link, query_values
 from ui.page import Page
 from ui.render import render
-from ui.services import Busy, Services
+from ui.services import Services
 from ui.session import Session, View, clamp, packed, unpacked
 
 STATIC = Path(__file__).parent / "static"
@@ -164,21 +164,17 @@ def light(state, *values) -> bool:
 
 
 def admitted(page: Page, services: Services, function: Callable, inline: Callable | None = None) -> Callable:
-    """`function` run only when the server admits one more request (else a busy status), its answer in the form
-    Gradio sends: for events outside Gradio's queue, whose waiting the queue does not bound. It runs in a worker
-    thread, or in the event loop itself where `inline(*values)` says it needs no model work (a view change: a few
-    ms of drawing, which under load would wait longer for a thread than it takes)."""
+    """`function` for an event outside Gradio's queue (admitted at the server's door, ui/door.py, which bounds
+    them), its answer in the form Gradio sends. It runs in a worker thread, or in the event loop itself where
+    `inline(*values)` says it needs no model work (a view change: a few ms of drawing, which under load would wait
+    longer for a thread than it takes)."""
     def answered(*values) -> dict:  # these events skip Gradio's postprocessing (`on`)
         return {component: serialized(component, value) for component, value in function(*values).items()}
 
     async def answer_once(*values):
-        try:
-            with services.admission.admit():
-                if inline is not None and inline(*values):
-                    return answered(*values)
-                return await anyio.to_thread.run_sync(lambda: answered(*values))
-        except Busy as error:
-            return {page.status: str(error)}
+        if inline is not None and inline(*values):
+            return answered(*values)
+        return await anyio.to_thread.run_sync(lambda: answered(*values))
 
     # Gradio 6.31's menus send their `input` event twice for one click on an option (once for a key press), at
     # once: a request that arrives while the same one is being answered (the same session and values) shares its

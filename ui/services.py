@@ -8,8 +8,7 @@ Every user shares these read-only objects; each user's own data lives in a `Sess
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,24 +29,27 @@ class Busy(InputError):
 class Admission:
     """At most `limit` requests in the server at once (running or waiting for a worker); one more is refused
     with `Busy` at once, never queued. The page's translations and view changes skip Gradio's queue (they are
-    `queue=False` events), so its `max_size` does not bound them: this does."""
+    `queue=False` events), so its `max_size` does not bound them: this does, at the server's door (ui/door.py)."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self._inside = 0
         self._lock = threading.Lock()
 
-    @contextmanager
-    def admit(self) -> Iterator[None]:
+    def enter(self) -> None:
+        """One more request inside, or `Busy`."""
         with self._lock:
             if self._inside >= self.limit:
                 raise Busy(f"The server is busy ({self.limit} requests at once): try again in a moment.")
             self._inside += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._inside -= 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._inside -= 1
+
+    @property
+    def inside(self) -> int:
+        return self._inside
 
 
 @dataclass
