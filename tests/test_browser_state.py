@@ -85,3 +85,13 @@ def test_of_quick_translations_the_last_one_stays(page, services, monkeypatch):
     page.wait_for_timeout(2500)  # the first answer has come by now
     assert page.locator("#translation textarea").input_value() == last
     assert page.locator("#source textarea").input_value() == sentences[-1]
+
+
+def test_the_page_keeps_nothing_of_its_events_in_the_browsers_storage(page, services):
+    """Gradio's run history stored every event's inputs and outputs (whole figures) in localStorage and rewrote
+    them after each event: the page got slower the longer it was used, and kept the user's sentences."""
+    for text in ("A man plays.", "A red ball.", LONG):
+        translate(page, services, text)
+    stored = page.evaluate("() => JSON.stringify(Object.assign({}, localStorage)).length")
+    assert stored < 2000 and "ball" not in page.evaluate("() => JSON.stringify(Object.assign({}, localStorage))")
+    assert page.locator("footer").get_by_text("Runs").count() == 0

@@ -55,7 +55,10 @@ def build_demo(services: Services) -> gr.Blocks:
 def launch_options(services: Services) -> dict:
     """What `launch` needs besides the address: the page's CSS and JavaScript (ui/static/), every error's message
     shown to the client (a request Gradio itself refuses, e.g. too few values, says why), and the door that bounds
-    the page's requests outside the queue (ui/door.py)."""
+    the page's requests outside the queue (ui/door.py). Gradio's run history is off: it kept every event's inputs
+    and outputs (whole figures) in the browser's localStorage and rewrote them after each event, which made the
+    page slower the longer it was used (docs/performance.md), and it kept the user's sentences there."""
     return dict(css_paths=[STATIC / "style.css"], js=(STATIC / "page.js").read_text(), show_error=True,
+                run_history=False,
                 head=f"<script>{(STATIC / 'busy.js').read_text()}</script>",
                 app_kwargs={"middleware": [door(services.admission)]})
