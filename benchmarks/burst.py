@@ -2,7 +2,7 @@
 /gradio_api/run/translate, each in a session of its own); the server admits its bound and refuses the rest at its
 door (ui/door.py).
 
-    python benchmarks/burst.py [--burst 1000] [--admitted 64] [--rounds 3] [--tokens 20]
+    python benchmarks/burst.py [--burst 1000] [--admitted 64] [--rounds 3] [--tokens 20] [--data DIR]
 
 Starts `python app.py` on a free loopback port. Each round sends, alternately, `--admitted` requests alone (what the
 server admits at once) and a burst of `--burst`. Prints the CPU model, then per kind of round: ok / refused / lost
@@ -49,7 +49,8 @@ async def translate(client: httpx.AsyncClient, model: str, text: str) -> tuple[s
     took = time.perf_counter() - began
     if answer.status_code == 503 and "busy" in answer.json().get("error", ""):
         return "refused", took
-    if answer.status_code == 200 and any(isinstance(v, str) and v.startswith("Translated") for v in answer.json()["data"]):
+    data = answer.json().get("data") or []
+    if answer.status_code == 200 and any(isinstance(value, str) and value.startswith("Translated") for value in data):
         return "ok", took
     return "lost", took
 
@@ -71,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", default=str(ROOT / "checkpoints"))
     parser.add_argument("--model", default="en-de")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k files to pick the sentences from")
     parser.add_argument("--burst", type=int, default=1000)
     parser.add_argument("--admitted", type=int, default=64, help="the server's bound (ui/services.py load_services)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -78,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
 
     translator = load_checkpoint(Path(args.checkpoints) / args.model)
-    sentences = pick_sentences(translator, DEFAULT_DATA, 64, args.tokens)
+    sentences = pick_sentences(translator, args.data, 64, args.tokens)
     port = free_port()
     server = start_server(Path(args.checkpoints), port, 100_000, Path("/tmp/burst-app.log"))
     url = f"http://127.0.0.1:{port}"

@@ -268,8 +268,8 @@ def rows(view_outputs: list) -> list[str]:
 def test_each_page_session_keeps_its_own_session(server, services):
     sentences = {"page-one": "A dog runs.", "page-two": "A man sits in the park."}
     for session, text in sentences.items():
-        status, answer = predict(server, "translate", [MODEL, text, "cross", 0, "mean", "weights", 1, False, "pieces", None],
-                                 session)
+        status, answer = predict(server, "translate",
+                                 [MODEL, text, "cross", 0, "mean", "weights", 1, False, "pieces", None], session)
         assert status == 200 and services.translators[MODEL].trace(text).text in answer["data"]
     for session, text in sentences.items():
         expected = services.translators[MODEL].trace(text).decoder_input_tokens

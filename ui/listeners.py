@@ -73,20 +73,22 @@ def session_outputs(page: Page) -> list:
 def decoding_outputs(page: Page) -> list:
     """What a new decoding of the same model changes. (Gradio 6 rebuilds every output an answer leaves out, so each
     event lists what it updates, no more.)"""
-    return [page.session, page.revision, page.status, page.translation, page.attention, page.overview, page.compare_plot,
-            page.candidates, page.probabilities, page.step_text, page.step, page.kind, page.measure, page.layer,
-            page.head, page.model_view, page.units, page.breadcrumb, page.source, page.source_tokens, page.comparison,
-            page.comparison_plot, *page.mask_grids, page.masked_translation, page.mask_effect_plot, page.n_best,
-            page.beam_steps, page.beam_open, page.branch_word, page.head_table, page.alignment_text,
+    return [page.session, page.revision, page.status, page.translation, page.attention, page.overview,
+            page.compare_plot, page.candidates, page.probabilities, page.step_text, page.step, page.kind, page.measure,
+            page.layer, page.head, page.model_view, page.units, page.breadcrumb, page.source, page.source_tokens,
+            page.comparison, page.comparison_plot, *page.mask_grids, page.masked_translation, page.mask_effect_plot,
+            page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.head_table, page.alignment_text,
             page.source_share_plot, page.contribution_plot, page.attribution_plot, page.faithfulness_plot,
             page.faithfulness_table, page.link_box, page.export_file]
 
 
-def view_outputs(page: Page) -> list:
-    """What a view change can update (a change of units: the what-if views in words too)."""
-    return [page.session, page.revision, page.status, page.attention, page.overview, page.compare_plot, page.step, page.kind,
-            page.measure, page.layer, page.head, page.model_view, page.units, page.comparison, page.comparison_plot,
-            page.masked_translation, page.mask_effect_plot]
+def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
+    """What a view change can update: with `writes`, the revision (an event that makes a new state); with `words`,
+    the what-if views too (a change of units writes them in words or pieces). Each output an answer leaves out costs
+    Gradio a rebuilt component, so each event lists no more than it can change."""
+    return [page.session, *[page.revision] * writes, page.status, page.attention, page.overview, page.compare_plot,
+            page.step, page.kind, page.measure, page.layer, page.head, page.model_view, page.units,
+            *[page.comparison, page.comparison_plot, page.masked_translation, page.mask_effect_plot] * words]
 
 
 def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int,
@@ -229,7 +231,7 @@ def measure_event(page: Page, services: Services) -> Callable:
     """The function that computes the gradient method a view change left pending (`answer`'s `gradients_later`),
     step by step with Gradio's progress, and draws it. It stops at the next step once the user has moved to another
     state (another model, sentence or decoding, or Stop), and does nothing where nothing is pending."""
-    run = answer(page, services, view_changed, view_outputs(page), 0, writes=False)
+    run = answer(page, services, view_changed, view_outputs(page, writes=False, words=False), 0, writes=False)
 
     def computed(state, kind, layer, head, measure, step, model_view, units, revision=None,
                  progress=gr.Progress()) -> dict:
@@ -358,13 +360,15 @@ def wire(page: Page, services: Services) -> None:
     # chosen is drawn with the weights at once, then computed step by step with progress, and can be stopped.
     for control in (page.kind, page.layer, page.head, page.measure, page.model_view, page.units):
         [changed] = on(page, services, [control.input], view_changed, [], [control.elem_id.replace("-", "_")],
-                       outputs=view_outputs(page), queued=False, view_change=True)
+                       outputs=view_outputs(page, writes=False, words=control is page.units), queued=False,
+                       view_change=True)
         if control is page.measure:
-            changed.then(measure_event(page, services), [page.session, *settings(page)], view_outputs(page),
+            changed.then(measure_event(page, services), [page.session, *settings(page)],
+                         view_outputs(page, writes=False, words=False),
                          api_visibility="private", show_progress="minimal", show_progress_on=[page.attention],
                          **services.trace_queue)
     on(page, services, [page.stop_measure.click], operations.stop_measure, [], ["stop_measure"],
-       outputs=view_outputs(page), queued=False)
+       outputs=view_outputs(page, words=False), queued=False)
     # Every status, also where the user looks (ui/static/page.js): a browser-side event, nothing is sent.
     page.status.change(None, page.status, None, js="(text) => { window.attentionInspector?.said?.(text); }")
 
@@ -376,8 +380,8 @@ def wire(page: Page, services: Services) -> None:
 
     on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"])
     opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,
-                [page.head_name], ["open_head", "open_head_enter"], outputs=view_outputs(page), queued=False,
-                view_change=True)
+                [page.head_name], ["open_head", "open_head_enter"],
+                outputs=view_outputs(page, writes=False, words=False), queued=False, view_change=True)
     for event in opened:  # the head may be opened from far down the page (the importance heatmap)
         event.then(None, js="() => document.querySelector('#attention')?.scrollIntoView({block: 'nearest'})")
 
