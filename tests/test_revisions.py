@@ -71,11 +71,11 @@ def test_before_any_translation_the_state_keeps_the_users_revisions(events):
     assert refused["session"] is revisions and revisions.latest == 2
 
 
-def test_a_gradient_method_is_drawn_later_with_progress_and_can_be_stopped(events):
+def test_integrated_gradients_are_drawn_later_with_progress_and_can_be_stopped(events):
     session = translated(events)
     page, services = events.page, events.services
     chosen = listeners.answer(page, services, listeners.view_changed, listeners.view_outputs(page), 0, writes=False,
-                              gradients_later=True)(session, *GRADIENT_VIEW)
+                              stepped_later=True)(session, *GRADIENT_VIEW)
     pending = chosen[page.session]
     assert operations.pending(pending) == INTEGRATED_GRADIENTS and "Computing integrated gradients" in \
         chosen[page.status]

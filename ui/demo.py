@@ -11,8 +11,8 @@ from __future__ import annotations
 import gradio as gr
 
 from ui import listeners
-from ui.door import door
 from ui.api import endpoints
+from ui.door import door
 from ui.listeners import QUEUE_SIZE, STATIC
 from ui.page import Page
 from ui.plots import serve_plotly

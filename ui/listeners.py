@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import gradio as gr
 
-from model.keys import GRADIENTS, KINDS, MEASURE_LABELS, MEASURES, WEIGHTS
+from model.keys import KINDS, MEASURE_LABELS, MEASURES, WEIGHTS
 from model.words import PIECES, UNITS
 from model.translator import InputError
 from ui import operations
@@ -92,7 +92,7 @@ def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
 
 
 def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int,
-           writes: bool = True, gradients_later: bool = False) -> Callable:
+           writes: bool = True, stepped_later: bool = False) -> Callable:
     """An event's function: `(state, *extras, *settings) -> updates`. The page's view settings are taken first
     (the step lives in the browser), then `operation(services, session, *extras)` runs, then `render`.
 
@@ -101,8 +101,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
     to the revision of the session it reads. Either is answered only while its revision is still the latest: a
     slower answer to an older state is dropped (`stale`). The page's view settings apply only to the revision the
     page showed when it sent them: sent from an older one, they were chosen for another state.
-    With `gradients_later`, a gradient method's maps are left to `measure_event` (the weights drawn meanwhile);
-    `progress` is told of a measure's steps."""
+    With `stepped_later`, a stepped measure's maps (integrated gradients) are left to `measure_event` (the weights
+    drawn meanwhile); `progress` is told of a measure's steps."""
     def run(state, *values, progress: Callable[[int, int], None] | None = None) -> dict:
         try:
             arguments, (view, asked_of) = values[:extras], view_of(*values[extras:])
@@ -117,8 +117,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
         if not message and note:  # what the view could not show, where the operation itself says nothing
             message = note
         if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
-            after = operations.with_measures(services, after, progress, gradients_later)
-            if gradients_later and operations.pending(after):
+            after = operations.with_measures(services, after, progress, stepped_later)
+            if stepped_later and operations.pending(after):
                 message = COMPUTING.format(MEASURE_LABELS[operations.pending(after)])
         if revisions.latest != revision:
             return stale(page)
@@ -155,14 +155,15 @@ def serialized(component, value):
 
 
 def light(state, *values) -> bool:
-    """Whether a view change can be answered without model work: the view shows weights, a gradient method (whose
+    """Whether a view change can be answered without model work: the view shows weights, a stepped measure (whose
     maps come later, `measure_event`), or a measure whose maps are already computed for the decoding on screen."""
     try:
         view, _ = view_of(*values[-len(VIEW_SETTINGS) - 1:])
     except InputError:
         return True  # answered with the reason at once
     session, _ = unpacked(state)
-    return session is None or view.measure in GRADIENTS or operations.measured(session.current, view.measure)
+    return session is None or view.measure in operations.STEPPED_MEASURES or operations.measured(session.current,
+                                                                                                 view.measure)
 
 
 def admitted(page: Page, services: Services, function: Callable, inline: Callable | None = None) -> Callable:
@@ -210,7 +211,7 @@ def on(page: Page, services: Services, triggers: list, operation: Callable, extr
     """
     outputs = outputs or decoding_outputs(page)
     run = answer(page, services, operation, outputs, len(extras), writes=not view_change,
-                 gradients_later=view_change)
+                 stepped_later=view_change)
     if not queued:
         run = admitted(page, services, run, light if view_change else None)
     if not queued:  # the progress shows where the answer will appear, not on each of its outputs (the page's work)
@@ -228,7 +229,7 @@ class Stopped(Exception):
 
 
 def measure_event(page: Page, services: Services) -> Callable:
-    """The function that computes the gradient method a view change left pending (`answer`'s `gradients_later`),
+    """The function that computes the stepped measure a view change left pending (`answer`'s `stepped_later`),
     step by step with Gradio's progress, and draws it. It stops at the next step once the user has moved to another
     state (another model, sentence or decoding, or Stop), and does nothing where nothing is pending."""
     run = answer(page, services, view_changed, view_outputs(page, writes=False, words=False), 0, writes=False)
@@ -356,8 +357,9 @@ def wire(page: Page, services: Services) -> None:
         return first_visit(page, services, state, request)
     page.demo.load(visit, page.session, session_outputs(page), api_name="first_visit", **services.trace_queue)
 
-    # A view change reads the user's stored trace (a few ms): the view's settings are the change. A gradient method
-    # chosen is drawn with the weights at once, then computed step by step with progress, and can be stopped.
+    # A view change reads the user's stored trace (a few ms): the view's settings are the change. Integrated
+    # gradients chosen are drawn with the weights at once, then computed step by step with progress, and can be
+    # stopped.
     for control in (page.kind, page.layer, page.head, page.measure, page.model_view, page.units):
         [changed] = on(page, services, [control.input], view_changed, [], [control.elem_id.replace("-", "_")],
                        outputs=view_outputs(page, writes=False, words=control is page.units), queued=False,

@@ -36,6 +36,9 @@ MEASURE_LINES = {  # each line fits the title of a phone's heatmap (tests/test_v
 COMPLETENESS = "32 points from zero; completeness error ≤ {:.1%}"  # integrated gradients' second line
 GRU_MEASURES = ("The GRU models have no residual stream: value norms, rollout and contributions need a "
                 "Transformer; the weights and the gradient attributions can be shown.")
+# The measures computed later, step by step with progress (`pending`): integrated gradients at every step takes
+# seconds; saliency and input × gradient take one batch of every step, a few times a translation, and come at once.
+STEPPED_MEASURES = (INTEGRATED_GRADIENTS,)
 GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
                             "tokens (Cross-attention) or the target prefix (Decoder self-attention), not in the "
                             "encoder's view; showing them over the source.")
@@ -140,15 +143,17 @@ def measured(decoding: Decoding, measure: str) -> bool:
 
 
 def pending(session: Session | None) -> str | None:
-    """The gradient method the session shows but has not computed yet (its weights drawn meanwhile), if any."""
-    if session is None or session.view.measure not in GRADIENTS or measured(session.current, session.view.measure):
+    """The stepped measure (`STEPPED_MEASURES`) the session shows but has not computed yet (its weights drawn
+    meanwhile), if any."""
+    if session is None or session.view.measure not in STEPPED_MEASURES or measured(session.current,
+                                                                                     session.view.measure):
         return None
     return session.view.measure
 
 
 @operation
 def stop_measure(services: Services, session: Session) -> tuple[Session, str]:
-    """Stop computing a gradient method (the event claims a new revision, which stops the computation at its next
+    """Stop computing a stepped measure (the event claims a new revision, which stops the computation at its next
     step): the view goes back to the weights."""
     measure = pending(session)
     if measure is None:
@@ -158,13 +163,13 @@ def stop_measure(services: Services, session: Session) -> tuple[Session, str]:
 
 
 def with_measures(services: Services, session: Session, progress: Callable[[int, int], None] | None = None,
-                  gradients_later: bool = False) -> Session:
+                  stepped_later: bool = False) -> Session:
     """The session with the maps of the measure it shows computed for the decoding on screen and kept with it (once
     per decoding: one teacher-forced pass for every residual-stream measure, or one gradient method at every step,
     told to `progress(done, total)` step by step); a session that shows the weights as it is, and one that shows a
-    gradient method as it is where its maps come `gradients_later` (`pending`)."""
+    stepped measure as it is where its maps come later (`stepped_later`, `pending`)."""
     decoding, measure = session.current, session.view.measure
-    if measured(decoding, measure) or (gradients_later and measure in GRADIENTS):
+    if measured(decoding, measure) or (stepped_later and measure in STEPPED_MEASURES):
         return session
     translator = services.translators[session.model]
     arguments = (session.source, decoding.trace.target_tokens)

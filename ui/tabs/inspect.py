@@ -60,8 +60,8 @@ def build(page: Page, services: Services) -> None:
                 page.units = gr.Radio([("Pieces", PIECES), ("Words", WORDS)], value=PIECES, label="Units",
                                       elem_id="units", scale=1, min_width=150)
             page.attention = plot("attention")
-            # A gradient method at every step takes seconds: it is computed with progress, and this gives it up. Shown
-            # only while one is computed (ui/static/page.js, from the status line).
+            # Integrated gradients at every step take seconds: computed with progress, and this gives them up. Shown
+            # only while they are computed (ui/static/page.js, from the status line).
             page.stop_measure = gr.Button("Stop computing", size="sm", elem_id="stop-measure", min_width=60)
         with gr.Column(scale=2, min_width=300):
             page.step_text = step_text("step-text", "This step")
