@@ -428,6 +428,7 @@ def test_a_model_switch_after_a_comparison_shows_no_error(page, services):
     page.get_by_role("option", name=re.compile("^toy-rnn ")).click()
     page.click("#compare")
     status_starts(page, "Compared with toy-rnn")
+    page.wait_for_function("() => !document.querySelector('[role=listbox]')")  # the menu chosen from has closed
     page.click("#model input")
     page.get_by_role("option", name=re.compile("^toy-rnn")).click()
     status_starts(page, "Translated")

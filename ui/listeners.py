@@ -1,10 +1,12 @@
 """How the page's events reach the session: every event that changes what is shown runs one operation of
 ui/operations.py on the user's `Session` (one `gr.State`) and answers with `render`.
 
-The busiest events (translations and view changes) skip Gradio's queue (`queue=False`, a plain request) and its
-processing of each value (a thread hop per value; `on`): they are admitted up to `Services.admission`'s limit at the
-server's door (ui/door.py) and refused beyond it with a "busy, try again", so a burst never waits unbounded. The
-other events go through the queue, which holds at most `QUEUE_SIZE`.
+The core loop's events and the what-if actions that make a new decoding (translations, view changes, a branch, heads
+switched off, a beam hypothesis opened, a decoding chosen, a model compared) skip Gradio's queue (`queue=False`, a
+plain request) and its processing of each value (a thread hop per value; `on`): they are admitted up to
+`Services.admission`'s limit at the server's door (ui/door.py) and refused beyond it with a "busy, try again", so a
+burst never waits unbounded. The other events (the beam search, the tabs' measures) go through the queue, which
+holds at most `QUEUE_SIZE`.
 """
 
 from __future__ import annotations
@@ -203,8 +205,8 @@ def on(page: Page, services: Services, triggers: list, operation: Callable, extr
     settings; each trigger gets its api name. `outputs`: what the operation can change (default: a new decoding's
     outputs). Returns the events (to chain `.then`).
 
-    An event outside the queue (`queued=False`: translations and view changes, the page's busiest requests) also
-    skips Gradio's pre- and postprocessing, which costs a thread hop per value: its values are checked by `view_of`
+    An event outside the queue (`queued=False`: the page's busiest requests, and what-if actions a user waits on)
+    also skips Gradio's pre- and postprocessing, a thread hop per value: its values are checked by `view_of`
     and the operations, and `serialized` puts its answers in Gradio's form. A `view_change` runs in the event loop
     when it needs no model work (`light`). Their progress shows on the translation or the heatmap only (shown on
     each of ~35 outputs, it lengthened the page's own work before each request).
@@ -380,7 +382,7 @@ def wire(page: Page, services: Services) -> None:
         button.click(None, [page.step, page.step_text], page.step, js=MOVES[button.elem_id])
     page.step.change(None, [page.step, page.step_text], page.step, js=STEP_JS)
 
-    on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"])
+    on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"], queued=False)
     opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,
                 [page.head_name], ["open_head", "open_head_enter"],
                 outputs=view_outputs(page, writes=False, words=False), queued=False, view_change=True)

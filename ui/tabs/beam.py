@@ -37,7 +37,7 @@ def wire(page: Page, services: Services) -> None:
     on(page, services, [page.beam.click], operations.run_beam, [], ["beam_view"], outputs=beam_outputs,
        **services.trace_queue)
     on(page, services, [page.beam_open.input], operations.open_hypothesis, [page.beam_open], ["open_hypothesis"],
-       **services.trace_queue)
+       queued=False)
 
     # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
     run = answer(page, services, open_row, decoding_outputs(page), 1)

@@ -29,4 +29,4 @@ def build(page: Page, services: Services) -> None:
 
 def wire(page: Page, services: Services) -> None:
     on(page, services, [page.branch.click, page.branch_word.submit], operations.branch, [page.branch_word],
-       ["branch", "branch_enter"], **services.trace_queue)
+       ["branch", "branch_enter"], queued=False)

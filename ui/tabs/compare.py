@@ -28,4 +28,4 @@ def build(page: Page, services: Services) -> None:
 
 def wire(page: Page, services: Services) -> None:
     on(page, services, [page.compare.click], operations.compare, [page.compare_model], ["compare"],
-       outputs=[*view_outputs(page, words=False), page.compare_model], **services.trace_queue)
+       outputs=[*view_outputs(page, words=False), page.compare_model], queued=False)

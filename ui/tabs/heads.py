@@ -58,10 +58,10 @@ def show_importance(services: Services, session: Session, key: object) -> tuple[
 def wire(page: Page, services: Services) -> None:
     for grid in page.mask_grids:
         on(page, services, [grid.input], from_grids, page.mask_grids, [grid.elem_id.replace("-", "_")],
-           **services.trace_queue)
+           queued=False)
     for button, preset in ((page.mask_layer, "layer"), (page.mask_all_but, "all but one"),
                            (page.mask_reset, "none")):
         on(page, services, [button.click], partial(operations.mask_preset, preset=preset), [],
-           [button.elem_id.replace("-", "_")], **services.trace_queue)
+           [button.elem_id.replace("-", "_")], queued=False)
     tab_answer(page, services, show_importance, [page.importance_measure], [page.importance_plot],
                "importance_measure", page.importance_measure.input)
