@@ -1,12 +1,13 @@
 """How the page's events reach the session: every event that changes what is shown runs one operation of
 ui/operations.py on the user's `Session` (one `gr.State`) and answers with `render`.
 
-The core loop's events and the what-if actions that make a new decoding (translations, view changes, a branch, heads
-switched off, a beam hypothesis opened, a decoding chosen, a model compared) skip Gradio's queue (`queue=False`, a
-plain request) and its processing of each value (a thread hop per value; `on`): they are admitted up to
-`Services.admission`'s limit at the server's door (ui/door.py) and refused beyond it with a "busy, try again", so a
-burst never waits unbounded. The other events (the beam search, the tabs' measures) go through the queue, which
-holds at most `QUEUE_SIZE`.
+The core loop's events and every action a user waits on (translations, view changes, a branch, heads switched off,
+the beam search and a hypothesis opened, a decoding chosen, a model compared, where each word came from) skip
+Gradio's queue (`queue=False`, a plain request); those that make a new decoding or view also skip its processing of
+each value (a thread hop per value; `on`). They are admitted up to `Services.admission`'s limit at the server's
+door (ui/door.py) and refused beyond it with a "busy, try again", so a burst never waits unbounded. The other
+events (the page's load, a measure computed with progress, the JSON API) go through the queue, which holds at most
+`QUEUE_SIZE`.
 """
 
 from __future__ import annotations

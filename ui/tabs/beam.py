@@ -35,7 +35,7 @@ def wire(page: Page, services: Services) -> None:
     beam_outputs = [page.session, page.revision, page.status, page.step, page.kind, page.measure, page.layer,
                     page.head, page.model_view, page.n_best, page.beam_steps, page.beam_open]
     on(page, services, [page.beam.click], operations.run_beam, [], ["beam_view"], outputs=beam_outputs,
-       **services.trace_queue)
+       queued=False)
     on(page, services, [page.beam_open.input], operations.open_hypothesis, [page.beam_open], ["open_hypothesis"],
        queued=False)
 

@@ -131,8 +131,8 @@ def explanations_compared(services: Services, session: Session, step: object) ->
 
 def wire(page: Page, services: Services) -> None:
     tab_answer(page, services, measure_sources, [], [page.source_share_plot, page.contribution_plot],
-               "contributions_view", page.contributions.click, **services.trace_queue)
+               "contributions_view", page.contributions.click, queue=False)
     tab_answer(page, services, attribute_step, [page.step, page.attribution_method, page.attribution_contrast],
-               [page.attribution_plot], "attribute_view", page.attribute.click, **services.trace_queue)
+               [page.attribution_plot], "attribute_view", page.attribute.click, queue=False)
     tab_answer(page, services, explanations_compared, [page.step], [page.faithfulness_plot, page.faithfulness_table],
-               "faithfulness_view", page.faithfulness.click, **services.trace_queue)
+               "faithfulness_view", page.faithfulness.click, queue=False)
