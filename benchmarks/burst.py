@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import (DEFAULT_DATA, ROOT, SETTINGS, cpu_seconds, free_port, load_checkpoint,  # noqa: E402
+from load import (DEFAULT_DATA, ROOT, SETTINGS, core_view, cpu_seconds, free_port, load_checkpoint,  # noqa: E402
                   pick_sentences, start_server)
 
 
@@ -49,8 +49,7 @@ async def translate(client: httpx.AsyncClient, model: str, text: str) -> tuple[s
     took = time.perf_counter() - began
     if answer.status_code == 503 and "busy" in answer.json().get("error", ""):
         return "refused", took
-    data = answer.json().get("data") or []
-    if answer.status_code == 200 and any(isinstance(value, str) and value.startswith("Translated") for value in data):
+    if answer.status_code == 200 and core_view(answer.json()["data"])["status"].startswith("Translated"):
         return "ok", took
     return "lost", took
 

@@ -141,16 +141,21 @@ SETTINGS = [CROSS, 0, MEAN, WEIGHTS, 1, False, PIECES, None]
 VIEW = [CROSS, 0, 1, WEIGHTS, 1, False, PIECES, None]
 
 
+def core_view(outputs: list) -> dict:
+    """The core view's one value among an answer's outputs (ui/plots.py `core_view`: translation, status, the
+    heatmap, ...)."""
+    return next(json.loads(value) for value in outputs if isinstance(value, str) and value.startswith('{"revision"'))
+
+
 def view_rows(outputs: list) -> list[str]:
     """The rows of the heatmap a view change answers with (never thinned, unlike its tick labels)."""
-    figure = next(json.loads(value) for value in outputs if isinstance(value, str) and '"heatmap"' in value)
-    return figure["layout"]["yaxis"]["categoryarray"]
+    return json.loads(core_view(outputs)["attention"])["layout"]["yaxis"]["categoryarray"]
 
 
 def translation_of(outputs: list) -> tuple[str, str]:
-    """(translation, status) of a translate event's outputs (ui/listeners.py `session_outputs`: session, revision,
-    status, translation, ...; the session itself stays on the server)."""
-    return outputs[3], outputs[2]
+    """(translation, status) of a translate event's outputs (the session itself stays on the server)."""
+    core = core_view(outputs)
+    return core["translation"], core["status"]
 
 
 class GradioUser:

@@ -1,6 +1,7 @@
 """Shared fixtures: tiny models and tiny Multi30k-like data that the tests make themselves."""
 
 import gzip
+import json
 import os
 import random
 import shutil
@@ -161,7 +162,17 @@ class Events:
                 self.names[id(component)] = f"{name}[{index}]" if isinstance(value, list) else name
 
     def named(self, updates: dict) -> dict:
-        return {self.names[id(component)]: value for component, value in updates.items()}
+        """Answers by name; the core view's one value (ui/plots.py `core_view`) as its parts' names (`translation`,
+        `status`, `attention`, `candidates`, `step_text` as JSON)."""
+        named = {self.names[id(component)]: value for component, value in updates.items()
+                 if component is not self.page.core}
+        if self.page.core in updates:
+            core = json.loads(updates[self.page.core])
+            for part in self.page.parts:
+                if part.name in core:
+                    value = core[part.name]
+                    named[self.names[id(part)]] = json.dumps(value) if part is self.page.step_text and value else value
+        return named
 
     def run(self, operation, session, *extras, view=VIEW, outputs=None, writes=True) -> dict:
         """`operation(services, session, *extras)` as an event with the page's view settings `view` (`writes`: it

@@ -91,6 +91,12 @@ def python_bars(figure) -> dict:
 def choose(page, elem_id: str, option: str) -> None:
     page.click(f"#{elem_id} input")
     page.get_by_role("option", name=option, exact=True).click()
+    menus_closed(page)
+
+
+def menus_closed(page) -> None:
+    """Wait until the menu chosen from has closed (a user cannot open another one meanwhile)."""
+    page.wait_for_function("() => !document.querySelector('[role=listbox]')", timeout=15000)
 
 
 def test_a_first_visit_shows_a_translated_example(page, services):
@@ -209,6 +215,7 @@ def test_switching_the_model_translates_again(page, services):
     page.wait_for_function("(text) => document.querySelector('#translation textarea')?.value === text",
                            arg=expected, timeout=30000)
     assert "no self-attention" in page.locator("#status textarea").input_value()
+    menus_closed(page)
     page.click("#kind input")
     assert [text.split("\n")[-1] for text in page.get_by_role("option").all_inner_texts()] == [KIND_LABELS[CROSS]]
     page.keyboard.press("Escape")
@@ -428,7 +435,7 @@ def test_a_model_switch_after_a_comparison_shows_no_error(page, services):
     page.get_by_role("option", name=re.compile("^toy-rnn ")).click()
     page.click("#compare")
     status_starts(page, "Compared with toy-rnn")
-    page.wait_for_function("() => !document.querySelector('[role=listbox]')")  # the menu chosen from has closed
+    menus_closed(page)
     page.click("#model input")
     page.get_by_role("option", name=re.compile("^toy-rnn")).click()
     status_starts(page, "Translated")

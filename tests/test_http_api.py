@@ -259,10 +259,14 @@ def predict(server: str, endpoint: str, data: list, session: str) -> tuple[int, 
     return answer.status_code, answer.json()
 
 
+def core_view(outputs: list) -> dict:
+    """The core view's one value among an answer's outputs (ui/plots.py `core_view`)."""
+    return next(json.loads(value) for value in outputs if isinstance(value, str) and value.startswith('{"revision"'))
+
+
 def rows(view_outputs: list) -> list[str]:
-    """The rows of a view change's heatmap (the one figure among its outputs)."""
-    figure = next(json.loads(value) for value in view_outputs if isinstance(value, str) and '"heatmap"' in value)
-    return figure["layout"]["yaxis"]["categoryarray"]
+    """The rows of a view change's heatmap (in the core view's value)."""
+    return json.loads(core_view(view_outputs)["attention"])["layout"]["yaxis"]["categoryarray"]
 
 
 def test_each_page_session_keeps_its_own_session(server, services):
@@ -270,7 +274,7 @@ def test_each_page_session_keeps_its_own_session(server, services):
     for session, text in sentences.items():
         status, answer = predict(server, "translate",
                                  [MODEL, text, "cross", 0, "mean", "weights", 1, False, "pieces", None], session)
-        assert status == 200 and services.translators[MODEL].trace(text).text in answer["data"]
+        assert status == 200 and core_view(answer["data"])["translation"] == services.translators[MODEL].trace(text).text
     for session, text in sentences.items():
         expected = services.translators[MODEL].trace(text).decoder_input_tokens
         status, answer = predict(server, "head", ["cross", 0, 1, "weights", 1, False, "pieces", None], session)

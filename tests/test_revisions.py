@@ -74,21 +74,22 @@ def test_before_any_translation_the_state_keeps_the_users_revisions(events):
 def test_integrated_gradients_are_drawn_later_with_progress_and_can_be_stopped(events):
     session = translated(events)
     page, services = events.page, events.services
-    chosen = listeners.answer(page, services, listeners.view_changed, listeners.view_outputs(page), 0, writes=False,
-                              stepped_later=True)(session, *GRADIENT_VIEW)
-    pending = chosen[page.session]
+    chosen = events.named(listeners.answer(page, services, listeners.view_changed, listeners.view_outputs(page), 0,
+                                           writes=False, stepped_later=True)(session, *GRADIENT_VIEW))
+    pending = chosen["session"]
     assert operations.pending(pending) == INTEGRATED_GRADIENTS and "Computing integrated gradients" in \
-        chosen[page.status]
-    assert "integrated" not in chosen[page.attention]  # the weights, drawn at once
+        chosen["status"]
+    assert "integrated" not in chosen["attention"]  # the weights, drawn at once
 
     told = []
 
     def progress(fraction, desc):
         told.append(fraction)
-    drawn = listeners.measure_event(page, services)(pending, *GRADIENT_VIEW, progress=progress)
+    drawn = events.named(listeners.measure_event(page, services)(pending, *GRADIENT_VIEW, progress=progress))
     steps = session.trace.steps
     assert told == [(done, steps) for done in range(1, steps + 1)]
-    assert operations.pending(drawn[page.session]) is None and "integrated gradients" in drawn[page.attention]
+    assert operations.pending(drawn["session"]) is None and "integrated gradients" in drawn["attention"]
+    assert drawn["status"] == "Integrated gradients at every step: computed."
 
     def stopped_at_the_second_step(fraction, desc):  # the user presses Stop while step 2 is computed
         if fraction[0] == 2:

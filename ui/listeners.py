@@ -26,6 +26,7 @@ from model.translator import InputError
 from ui import operations
 from ui.links import LinkSpec, PARAMETERS, open_link, query_values
 from ui.page import Page
+from ui.plots import core_value
 from ui.render import render
 from ui.services import Services
 from ui.session import Session, View, clamp, packed, unpacked
@@ -36,10 +37,10 @@ COMPUTING = ("Computing {} at every step: the weights are shown meanwhile; stepp
              "work. Stop gives it up.")
 # A new step: every plot and the step's text redraw themselves in the browser (ui/static/plot.js).
 STEP_JS = (STATIC / "step.js").read_text()
-# The step buttons: the slider's new value (the step's text holds every step's description, so their number).
+# The step buttons: the slider's new value (the core view keeps the number of steps: ui/static/core.js).
+STEPS = "(window.attentionInspector?.steps || 0)"
 MOVES = {"first": "() => 1", "previous": "(s) => Math.max(1, s - 1)",
-         "next": "(s, d) => (d ? Math.min(JSON.parse(d).length, s + 1) : s)",
-         "last": "(s, d) => (d ? JSON.parse(d).length : s)"}
+         "next": f"(s) => ({STEPS} ? Math.min({STEPS}, s + 1) : s)", "last": f"(s) => ({STEPS} || s)"}
 
 
 VIEW_SETTINGS = ("kind", "layer", "head", "measure", "step", "model_view", "units")
@@ -76,9 +77,9 @@ def session_outputs(page: Page) -> list:
 def decoding_outputs(page: Page) -> list:
     """What a new decoding of the same model changes. (Gradio 6 rebuilds every output an answer leaves out, so each
     event lists what it updates, no more.)"""
-    return [page.session, page.revision, page.status, page.translation, page.attention, page.overview,
-            page.compare_plot, page.candidates, page.probabilities, page.step_text, page.step, page.kind, page.measure,
-            page.layer, page.head, page.model_view, page.units, page.breadcrumb, page.source, page.source_tokens,
+    return [page.session, page.revision, page.core, page.overview, page.compare_plot, page.probabilities, page.step,
+            page.kind, page.measure, page.layer, page.head, page.model_view, page.units, page.breadcrumb, page.source,
+            page.source_tokens,
             page.comparison, page.comparison_plot, *page.mask_grids, page.masked_translation, page.mask_effect_plot,
             page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.head_table, page.alignment_text,
             page.source_share_plot, page.contribution_plot, page.attribution_plot, page.faithfulness_plot,
@@ -89,8 +90,8 @@ def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
     """What a view change can update: with `writes`, the revision (an event that makes a new state); with `words`,
     the what-if views too (a change of units writes them in words or pieces). Each output an answer leaves out costs
     Gradio a rebuilt component, so each event lists no more than it can change."""
-    return [page.session, *[page.revision] * writes, page.status, page.attention, page.overview, page.compare_plot,
-            page.step, page.kind, page.measure, page.layer, page.head, page.model_view, page.units,
+    return [page.session, *[page.revision] * writes, page.core, page.overview, page.compare_plot, page.step,
+            page.kind, page.measure, page.layer, page.head, page.model_view, page.units,
             *[page.comparison, page.comparison_plot, page.masked_translation, page.mask_effect_plot] * words]
 
 
@@ -107,11 +108,11 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
     With `stepped_later`, a stepped measure's maps (integrated gradients) are left to `measure_event` (the weights
     drawn meanwhile); `progress` is told of a measure's steps."""
     def run(state, *values, progress: Callable[[int, int], None] | None = None) -> dict:
+        session, revisions = unpacked(state)
         try:
             arguments, (view, asked_of) = values[:extras], view_of(*values[extras:])
         except InputError as error:
-            return {page.status: str(error)}
-        session, revisions = unpacked(state)
+            return folded(page, {page.status: str(error)}, revisions.latest)
         revision = revisions.claim() if writes else session.revision if session else revisions.latest
         before, note = session, ""
         if session is not None and asked_of in (None, session.revision):
@@ -133,9 +134,19 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
             updates[page.revision] = revision
         if updates.get(page.step) == view.step:  # the step the page sent: sent back, it could only undo a step
             del updates[page.step]                # taken in the browser while this request ran (a slow measure)
-        return {component: value for component, value in updates.items() if component in outputs}
+        return folded(page, {component: value for component, value in updates.items()
+                             if component in outputs or component in page.parts}, revision)
     run.__name__ = getattr(operation, "__name__", "run")  # as Gradio's messages name the event
     return run
+
+
+def folded(page: Page, updates: dict, revision: int) -> dict:
+    """`updates` with the core view's parts (`Page.parts`) sent as the core view's one value, which names the
+    revision they belong to (the page drops an older one: ui/static/core.js)."""
+    parts = {part.name: updates.pop(part) for part in page.parts if part in updates}
+    if parts:
+        updates[page.core] = core_value(revision, parts)
+    return updates
 
 
 def stale(page: Page) -> dict:
@@ -218,7 +229,7 @@ def on(page: Page, services: Services, triggers: list, operation: Callable, extr
     if not queued:
         run = admitted(page, services, run, light if view_change else None)
     if not queued:  # the progress shows where the answer will appear, not on each of its outputs (the page's work)
-        options.setdefault("show_progress_on", [page.attention] if view_change else [page.translation])
+        options.setdefault("show_progress_on", [page.core])
     # A new state asked for while another is on its way is sent at once (only the latest is answered: `answer`);
     # a view chosen while another is drawn is sent once that is (Gradio's default would drop it).
     options.setdefault("trigger_mode", "always_last" if view_change else "multiple")
@@ -235,7 +246,7 @@ def measure_event(page: Page, services: Services) -> Callable:
     """The function that computes the stepped measure a view change left pending (`answer`'s `stepped_later`),
     step by step with Gradio's progress, and draws it. It stops at the next step once the user has moved to another
     state (another model, sentence or decoding, or Stop), and does nothing where nothing is pending."""
-    run = answer(page, services, view_changed, view_outputs(page, writes=False, words=False), 0, writes=False)
+    run = answer(page, services, measure_computed, view_outputs(page, writes=False, words=False), 0, writes=False)
 
     def computed(state, kind, layer, head, measure, step, model_view, units, revision=None,
                  progress=gr.Progress()) -> dict:
@@ -249,13 +260,17 @@ def measure_event(page: Page, services: Services) -> Callable:
                 raise Stopped
             progress((done, total), desc=f"{label}: step {done} of {total}")
         try:
-            answered = run(state, kind, layer, head, measure, step, model_view, units, revision, progress=told)
+            return run(state, kind, layer, head, measure, step, model_view, units, revision, progress=told)
         except Stopped:
             return stale(page)
-        if page.status in answered:  # drawn, not dropped
-            answered[page.status] = f"{label[0].upper()}{label[1:]} at every step: computed."
-        return answered
     return computed
+
+
+@operations.operation
+def measure_computed(services: Services, session: Session) -> tuple[Session, str]:
+    """The measure a view change left pending, computed after this (`answer` computes the measure on screen)."""
+    label = MEASURE_LABELS[session.view.measure]
+    return session, f"{label[0].upper()}{label[1:]} at every step: computed."
 
 
 def tab_answer(page: Page, services: Services, function: Callable, inputs: list, outputs: list, api_name: str,
@@ -270,10 +285,10 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
         if revisions.latest != revision:
             return stale(page)
         if not isinstance(results, tuple):  # nothing translated yet, or a refused input
-            return {page.status: message}
-        return {**dict(zip(outputs, results)), page.status: message}
+            return folded(page, {page.status: message}, revision)
+        return folded(page, {**dict(zip(outputs, results)), page.status: message}, revision)
     run.__name__ = getattr(function, "__name__", "run")
-    return trigger(run, [page.session, *inputs], [page.session, *outputs, page.status], api_name=api_name,
+    return trigger(run, [page.session, *inputs], [page.session, *outputs, page.core], api_name=api_name,
                    **options)
 
 
@@ -333,13 +348,14 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
     else:
         examples = services.examples(services.default_model)
         if not examples:
-            return {page.status: services.load_status() or "Type a sentence and press Enter."}
+            return folded(page, {page.status: services.load_status() or "Type a sentence and press Enter."},
+                          revision)
         session, message = operations.translate(services, None, services.default_model, examples[0])
     if revisions.latest != revision:  # the user translated before the page's first answer came
         return stale(page)
     session = replace(session, revision=revision) if session is not None else None
-    return {**render(page, services, None, session, message), page.session: packed(session, revisions),
-            page.revision: revision}
+    return folded(page, {**render(page, services, None, session, message), page.session: packed(session, revisions),
+                         page.revision: revision}, revision)
 
 
 def wire(page: Page, services: Services) -> None:
@@ -370,18 +386,16 @@ def wire(page: Page, services: Services) -> None:
         if control is page.measure:
             changed.then(measure_event(page, services), [page.session, *settings(page)],
                          view_outputs(page, writes=False, words=False),
-                         api_visibility="private", show_progress="minimal", show_progress_on=[page.attention],
+                         api_visibility="private", show_progress="minimal", show_progress_on=[page.core],
                          **services.trace_queue)
     on(page, services, [page.stop_measure.click], operations.stop_measure, [], ["stop_measure"],
        outputs=view_outputs(page, words=False), queued=False)
-    # Every status, also where the user looks (ui/static/page.js): a browser-side event, nothing is sent.
-    page.status.change(None, page.status, None, js="(text) => { window.attentionInspector?.said?.(text); }")
 
     # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
     # box) redraws the step in the browser, the slider itself kept within the steps.
     for button in page.step_buttons:
-        button.click(None, [page.step, page.step_text], page.step, js=MOVES[button.elem_id])
-    page.step.change(None, [page.step, page.step_text], page.step, js=STEP_JS)
+        button.click(None, page.step, page.step, js=MOVES[button.elem_id])
+    page.step.change(None, page.step, page.step, js=STEP_JS)
 
     on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"], queued=False)
     opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,

@@ -3,8 +3,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 
+@dataclass(frozen=True)
+class Part:
+    """A part of the core view (`page.core`, ui/plots.py `core_view`): a key of `render`'s updates like a component,
+    sent to the page inside the core view's one value under `name` (ui/listeners.py `folded`)."""
+
+    name: str
+
+
 class Page(SimpleNamespace):
-    """A namespace of the page's components (`page.translation`, `page.mask_grids`, ...)."""
+    """A namespace of the page's components (`page.model`, `page.mask_grids`, ...) and the core view's parts
+    (`page.translation`, `page.status`, `page.attention`, `page.candidates`, `page.step_text`)."""
+
+    def __init__(self, **components):
+        super().__init__(translation=Part("translation"), status=Part("status"), attention=Part("attention"),
+                         candidates=Part("candidates"), step_text=Part("steps"), **components)
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        return (self.translation, self.status, self.attention, self.candidates, self.step_text)

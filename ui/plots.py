@@ -1,5 +1,6 @@
 """Plots that the page owns: a `gr.HTML` whose value is a figure's JSON (as viz/ builds it) and whose own script
-draws it with plotly.js (ui/static/plot.js), loaded once from the plotly package.
+draws it with plotly.js (ui/static/plot.js, with the page's shared ui/static/figures.js), loaded once from the plotly
+package; and the core view (`core_view`), one component drawn from one value by ui/static/core.js.
 
 A figure built for stepping (its `layout.meta` holds every step's titles or bars) is drawn at the page's step and
 redrawn in the browser when the step changes; any other figure is drawn as it is. The plot fits its box whenever
@@ -8,6 +9,7 @@ the box changes size (a tab or accordion opened), and an empty plot takes no roo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gradio as gr
@@ -18,15 +20,27 @@ from viz.attention import PlainFigure
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 STATIC = Path(__file__).parent / "static"
+FIGURES_JS = STATIC / "figures.js"
 PLOT_JS = (STATIC / "plot.js").read_text()
-STEP_TEXT_JS = (STATIC / "step_text.js").read_text()
-# Relative to the page, so the app works under any root path (a Space's, a proxy's).
-HEAD = f'<script src="gradio_api/file={PLOTLY_JS}"></script>'
+CORE_JS = (STATIC / "core.js").read_text()
+# Relative to the page, so the app works under any root path (a Space's, a proxy's); loaded once, in this order.
+HEAD = f'<script src="gradio_api/file={PLOTLY_JS}"></script><script src="gradio_api/file={FIGURES_JS}"></script>'
+# The core view's skeleton, drawn by ui/static/core.js; the view's controls go where `@children` is. It holds no
+# value, so a new value never rebuilds it (Gradio re-renders an HTML component's template when its value changes).
+CORE_TEMPLATE = """<div class="core-texts">
+<label id="translation" class="core-text"><span>Translation</span><textarea readonly rows="1"></textarea></label>
+<label id="status" class="core-text"><span>Status</span><textarea readonly rows="2"></textarea></label>
+</div>@children<div class="core-body">
+<div id="attention" class="inspector-plot core-plot empty"><div class="plot"></div></div>
+<div class="core-side"><div id="step-text"><div class="step-label">This step</div><pre class="step-text"></pre></div>
+<div id="candidates" class="inspector-plot core-plot empty"><div class="plot"></div></div></div>
+</div>"""
 
 
 def serve_plotly() -> None:
-    """Let the page load plotly.js from the plotly package (called before the demo is built)."""
-    gr.set_static_paths([PLOTLY_JS.parent])
+    """Let the page load plotly.js from the plotly package and the page's figures script (before the demo is
+    built)."""
+    gr.set_static_paths([PLOTLY_JS.parent, FIGURES_JS])
 
 
 def plot(elem_id: str, **options) -> gr.HTML:
@@ -35,10 +49,17 @@ def plot(elem_id: str, **options) -> gr.HTML:
                    elem_classes=["inspector-plot"], **options)
 
 
-def step_text(elem_id: str, label: str) -> gr.HTML:
-    """A text box that shows the step's description (its value: every step's, as JSON)."""
-    return gr.HTML(None, html_template=f'<div class="step-label">{label}</div><pre class="step-text"></pre>',
-                   js_on_load=STEP_TEXT_JS, elem_id=elem_id)
+def core_view(status: str) -> gr.HTML:
+    """The core view, one component drawn from one value (`ui/static/core.js`): translation, status, the heatmap,
+    the step's line and its candidates; the components built inside its `with` block (the step bar and the view's
+    controls) sit between the status and the heatmap."""
+    return gr.HTML(core_value(0, {"status": status}), html_template=CORE_TEMPLATE, js_on_load=CORE_JS, head=HEAD,
+                   elem_id="core", padding=False)
+
+
+def core_value(revision: int, parts: dict) -> str:
+    """The core view's value: the revision it belongs to and the parts that changed (figures as their JSON)."""
+    return json.dumps({"revision": revision, **parts})
 
 
 def figure_json(figure) -> str | None:

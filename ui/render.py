@@ -9,7 +9,6 @@ refused never stays on screen.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import replace
 
@@ -169,7 +168,7 @@ def decoding_updates(page, session: Session) -> dict:
              for grid, kind in zip(page.mask_grids, KINDS)}
     frames = translation_frames(trace)
     return {page.translation: decoding.text, page.candidates: frames["candidates"],
-            page.probabilities: frames["probabilities"], page.step_text: json.dumps(frames["description"]),
+            page.probabilities: frames["probabilities"], page.step_text: frames["description"],
             **grids, **written_updates(page, session), page.branch_word: "",
             page.head_table: None, page.alignment_text: "", page.source_share_plot: None,
             page.contribution_plot: None, page.attribution_plot: None, page.faithfulness_plot: None,

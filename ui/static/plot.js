@@ -1,120 +1,20 @@
-// A plot the page owns (ui/plots.py): `props.value` is a figure's JSON as viz/ builds it, or null (no plot).
-// A figure built for stepping is drawn at the page's step (window.attentionInspector.step, set when the step
-// changes) and redrawn on every "attention-inspector-step" event: nothing asks the server.
-//
-// `layout.meta` says how a stepped figure shows step t. A heatmap (viz/views.py `_steppable`) is built at the last
-// step: "grows" is "rows" (cross-attention: one query row per step), "square" (decoder self-attention: rows and
-// key columns) or null (encoder self-attention: only the title changes), and "titles" holds every step's title.
-// Showing step t keeps the first t + 1 rows (and columns), moves the step's outline to row t and shows step t's
-// title: exactly the figure viz/views.py builds for step t (a browser test compares the two). A view in words has
-// "frames" instead: every step's cells, categories, axis labels and outlines, put in place as they are. A bar
-// chart's "bars" (viz/views.py `translation_frames`) hold what differs at every step.
-const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
-
-function figureAtStep(figure, t) {
-  const frame = figure.layout.meta.frames && figure.layout.meta.frames[t];
-  if (frame) {
-    frame.data.forEach((fields, i) => Object.assign(figure.data[i], fields));
-    for (const [name, fields] of Object.entries(frame.axes)) Object.assign(figure.layout[name], fields);
-    figure.layout.shapes = frame.shapes;
-  }
-  const grows = figure.layout.meta.grows;
-  const keep = (values) => (values === undefined ? values : values.slice(0, t + 1));
-  if (grows) {
-    for (const trace of figure.data) {
-      trace.z = trace.z.slice(0, t + 1);
-      trace.y = keep(trace.y);
-      trace.customdata = keep(trace.customdata); // the attention weights behind a measure, if any
-      if (grows === "square") {
-        trace.z = trace.z.map((row) => row.slice(0, t + 1));
-        if (trace.customdata) trace.customdata = trace.customdata.map((row) => row.slice(0, t + 1));
-        trace.x = keep(trace.x);
-      }
-    }
-    for (const [name, axis] of Object.entries(figure.layout)) {
-      if (name.startsWith("yaxis") || (grows === "square" && name.startsWith("xaxis"))) {
-        axis.categoryarray = keep(axis.categoryarray);
-        axis.tickvals = keep(axis.tickvals);
-        axis.ticktext = keep(axis.ticktext);
-      }
-    }
-    for (const shape of figure.layout.shapes || []) {
-      shape.y0 = t - 0.5;
-      shape.y1 = t + 0.5;
-      if (grows === "square") shape.x1 = t + 0.5;
-    }
-  }
-  figure.layout.title.text = figure.layout.meta.titles[t];
-  return figure;
-}
-
-// A bar chart's step: what differs from the figure's own bars (every field for a step's candidates, only
-// the highlight colours for the translation's probabilities).
-function barsAtStep(figure, t) {
-  const bars = figure.layout.meta.bars[t];
-  const [trace] = figure.data;
-  if (bars.x) {
-    Object.assign(trace, { x: bars.x, y: bars.y, text: bars.text, customdata: bars.customdata });
-    Object.assign(figure.layout.xaxis, { categoryarray: bars.x, tickvals: bars.x, ticktext: bars.ticktext });
-    figure.layout.title.text = bars.title;
-  }
-  trace.marker.color = bars.colors;
-  return figure;
-}
-
-// Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
-// for the plot's life: Plotly.react redraws from scratch whenever it is handed a different config.
-let plotConfig = null;
-
-function config() {
-  if (plotConfig) return plotConfig;
-  const Plotly = window.Plotly;
-  const name = (gd) => {
-    const file = gd.layout && gd.layout.meta && gd.layout.meta.file;
-    return file ? `${file}_step${inspector.step}` : element.id || "figure";
-  };
-  const button = (format, icon) => ({ name: `download-${format}`, title: `Download as ${format.toUpperCase()}`,
-    icon, click: (gd) => Plotly.downloadImage(gd, { format, filename: name(gd), scale: format === "png" ? 2 : 1 }) });
-  plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["toImage"],
-                 modeBarButtonsToAdd: [button("png", Plotly.Icons.camera), button("svg", Plotly.Icons.disk)] };
-  return plotConfig;
-}
-
-let drawnJson = null;
-let figure = null;
+// A plot the page owns (ui/plots.py): `props.value` is a figure's JSON as viz/ builds it, or null (no plot), drawn
+// by the page's shared figures (ui/static/figures.js): at the page's step where it is built for stepping, and again
+// on every "attention-inspector-step" event; nothing asks the server.
+const figures = window.attentionInspector.figures;
+let steps = null; // "heatmap", "bars" or null: what the drawn figure does on a step
 
 function draw() {
-  const target = element.querySelector(".plot");
-  const json = props.value;
-  element.classList.toggle("empty", !json);
-  if (!target || !window.Plotly) return;
-  if (!json) {
-    window.Plotly.purge(target);
-    drawnJson = figure = null;
-    return;
-  }
-  if (json !== drawnJson) { figure = JSON.parse(json); drawnJson = json; }
-  const meta = figure.layout.meta || {};
-  const steps = meta.titles ? meta.titles.length : meta.bars ? meta.bars.length : 0;
-  const t = steps ? Math.min(Math.max(Math.round(inspector.step) || 1, 1), steps) - 1 : 0;
-  // A step works on a copy: the figure as sent stays whole for the next step.
-  const copy = steps ? JSON.parse(json) : figure;
-  const shown = meta.titles ? figureAtStep(copy, t) : meta.bars ? barsAtStep(copy, t) : copy;
-  window.Plotly.react(target, shown.data, shown.layout, config());
+  element.classList.toggle("empty", !props.value);
+  steps = figures.draw(element.querySelector(".plot"), props.value);
 }
 
 // Heatmaps first; the bar charts once the browser has painted them.
 const later = () => requestAnimationFrame(() => setTimeout(draw));
-const redraw = () => {
-  const meta = (figure && figure.layout.meta) || {};
-  if (meta.bars) later();
-  else if (meta.titles) draw(); // a figure that is not stepped stays as it is
-};
 watch("value", draw);
-document.addEventListener("attention-inspector-step", redraw);
-// A plot drawn while its tab or accordion was closed has no width to fit: fit it whenever its box changes size.
-new ResizeObserver(() => {
-  const target = element.querySelector(".plot");
-  if (target && target.data && target.offsetWidth && window.Plotly) window.Plotly.Plots.resize(target);
-}).observe(element);
+document.addEventListener("attention-inspector-step", () => {
+  if (steps === "bars") later();
+  else if (steps === "heatmap") draw(); // a figure that is not stepped stays as it is
+});
+figures.fitting(element);
 draw();

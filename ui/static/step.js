@@ -1,9 +1,11 @@
-(step, descriptions) => {
-  // The page's step, 1..steps whatever the slider, its number box or a button sent (the step's text holds every
-  // step's description): every plot and the step's text redraw themselves at it (ui/static/plot.js), and the
-  // slider shows it.
+async (step) => {
+  // The page's step, 1..steps whatever the slider, its number box or a button sent (the core view keeps the number
+  // of steps: ui/static/core.js): every plot, the core view and the step's line redraw themselves at it, and the
+  // slider shows it. A new decoding's step comes with its steps in the same answer: the core view takes them first
+  // (a task later), so the step is kept within the new decoding's steps, not the last one's.
+  await new Promise((resolve) => setTimeout(resolve));
   const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
-  const steps = descriptions ? JSON.parse(descriptions).length : 1;
+  const steps = inspector.steps || Infinity; // not known before the core view has drawn its first value
   const t = Math.min(Math.max(Math.round(Number(step)) || 1, 1), steps);
   inspector.step = t;
   document.dispatchEvent(new CustomEvent("attention-inspector-step"));

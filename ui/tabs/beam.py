@@ -32,7 +32,7 @@ def open_row(services: Services, session: Session | None, selected: gr.SelectDat
 
 
 def wire(page: Page, services: Services) -> None:
-    beam_outputs = [page.session, page.revision, page.status, page.step, page.kind, page.measure, page.layer,
+    beam_outputs = [page.session, page.revision, page.core, page.step, page.kind, page.measure, page.layer,
                     page.head, page.model_view, page.n_best, page.beam_steps, page.beam_open]
     on(page, services, [page.beam.click], operations.run_beam, [], ["beam_view"], outputs=beam_outputs,
        queued=False)

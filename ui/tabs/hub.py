@@ -7,9 +7,10 @@ from __future__ import annotations
 import gradio as gr
 
 from model.convert_hf import ConversionError
-from ui.listeners import on, session_outputs, translate_or_example
+from ui.listeners import folded, on, session_outputs, translate_or_example
 from ui.page import Page
 from ui.services import Services
+from ui.session import unpacked
 
 
 def build(page: Page, services: Services) -> None:
@@ -26,15 +27,16 @@ def build(page: Page, services: Services) -> None:
 
 
 def wire(page: Page, services: Services) -> None:
-    def load(hub_id: str, progress=gr.Progress()) -> dict:
+    def load(state, hub_id: str, progress=gr.Progress()) -> dict:
+        revision = unpacked(state)[1].latest  # the status line belongs to what the page shows
         try:
             name = services.load_from_hub(hub_id, lambda stage: progress(None, desc=stage))
         except ConversionError as error:
-            return {page.status: str(error)}
-        return {page.status: f"{hub_id} is ready as {name}: translating with it.",
-                page.model: gr.update(choices=services.model_choices(), value=name)}
+            return folded(page, {page.status: str(error)}, revision)
+        return folded(page, {page.status: f"{hub_id} is ready as {name}: translating with it.",
+                             page.model: gr.update(choices=services.model_choices(), value=name)}, revision)
 
-    loaded = page.hub_load.click(load, [page.hub_id], [page.status, page.model], api_name="load_from_hub",
+    loaded = page.hub_load.click(load, [page.session, page.hub_id], [page.core, page.model], api_name="load_from_hub",
                                  concurrency_id="hub", concurrency_limit=1)
     # Then the sentence on screen with the new model (nothing happens where the menu did not change).
     on(page, services, [loaded.then], translate_or_example, [page.model, page.source], ["load_from_hub_translate"],

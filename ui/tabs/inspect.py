@@ -1,7 +1,9 @@
 """The core loop on one screen: choose a model, translate, step through decoding and choose the view.
 
-The view's controls (attention kind, measure, layer, head) sit right above the heatmap they change; stepping
-(buttons, slider, ←/→) is drawn in the browser from figures the page already holds.
+The core view (translation, status, heatmap, the step's line and its candidates) is one component drawn from one
+value (ui/static/core.js); the step bar and the view's controls (attention kind, measure, layer, head) sit inside
+it, right above the heatmap they change. Stepping (buttons, slider, ←/→) is drawn in the browser from figures the
+page already holds.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import gradio as gr
 from model.keys import CROSS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
 from model.words import PIECES, WORDS
 from ui.page import Page
-from ui.plots import plot, step_text
+from ui.plots import core_view, plot
 from ui.services import Services
 
 
@@ -32,46 +34,39 @@ def build(page: Page, services: Services) -> None:
         page.source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter",
                                  show_label=False, lines=1, max_lines=3, elem_id="source", scale=5, container=False)
         page.translate = gr.Button("Translate", variant="primary", elem_id="translate", scale=1, min_width=100)
+    # The core view, drawn from one value: the translation and status, then the step bar and the view's
+    # controls (its children), then the heatmap beside the step's line and its candidates.
+    with core_view(services.load_status()) as page.core:
+        with gr.Row(equal_height=False, elem_id="step-bar"):
+            # Always enabled: with nothing translated, their step has nothing to show, and nothing happens.
+            page.step_buttons = [gr.Button(text, elem_id=elem_id, size="sm", min_width=50)
+                                 for text, elem_id in (("«", "first"), ("‹ Prev", "previous"),
+                                                       ("Next ›", "next"), ("»", "last"))]
+            page.step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step",
+                                  scale=4, min_width=160)
+        with gr.Row(equal_height=True, elem_id="view-controls"):
+            page.kind = gr.Dropdown(choices(KIND_LABELS), value=CROSS, label="Attention", elem_id="kind",
+                                    scale=3, min_width=170)
+            # Any number is taken and then fitted to the model (ui/session.py `View.normalize`): a menu of
+            # another model's layers never refuses a request.
+            page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=120,
+                                     scale=1, allow_custom_value=True)
+            page.head = gr.Dropdown([("Mean of heads", MEAN)], value=MEAN, label="Head", elem_id="head",
+                                    min_width=110, scale=2, allow_custom_value=True)
+            page.measure = gr.Dropdown(choices(MEASURE_LABELS), value=WEIGHTS, label="Show",
+                                       elem_id="measure", scale=2, min_width=150)
+            # Words merge a word's pieces (model/words.py): summed as keys, averaged as queries.
+            page.units = gr.Radio([("Pieces", PIECES), ("Words", WORDS)], value=PIECES, label="Units",
+                                  elem_id="units", scale=1, min_width=150)
+        # Integrated gradients at every step take seconds: computed with progress, and this gives them up.
+        # Shown only while they are computed (ui/static/page.js, from the status line).
+        page.stop_measure = gr.Button("Stop computing", size="sm", elem_id="stop-measure", min_width=60)
     with gr.Row(equal_height=True):
-        page.translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation", scale=3)
-        page.status = gr.Textbox(value=services.load_status(), label="Status", interactive=False, lines=1,
-                                 max_lines=3, elem_id="status", scale=2)
-    with gr.Row():
-        with gr.Column(scale=3, min_width=340):
-            with gr.Row(equal_height=False, elem_id="step-bar"):
-                # Always enabled: with nothing translated, their step has nothing to show, and nothing happens.
-                page.step_buttons = [gr.Button(text, elem_id=elem_id, size="sm", min_width=50)
-                                     for text, elem_id in (("«", "first"), ("‹ Prev", "previous"),
-                                                           ("Next ›", "next"), ("»", "last"))]
-                page.step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step", scale=4,
-                                      min_width=160)
-            with gr.Row(equal_height=True, elem_id="view-controls"):
-                page.kind = gr.Dropdown(choices(KIND_LABELS), value=CROSS, label="Attention", elem_id="kind",
-                                        scale=3, min_width=170)
-                # Any number is taken and then fitted to the model (ui/session.py `View.normalize`): a menu of
-                # another model's layers never refuses a request.
-                page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=120,
-                                         scale=1, allow_custom_value=True)
-                page.head = gr.Dropdown([("Mean of heads", MEAN)], value=MEAN, label="Head", elem_id="head",
-                                        min_width=110, scale=2, allow_custom_value=True)
-                page.measure = gr.Dropdown(choices(MEASURE_LABELS), value=WEIGHTS, label="Show", elem_id="measure",
-                                           scale=2, min_width=150)
-                # Words merge a word's pieces (model/words.py): summed as keys, averaged as queries.
-                page.units = gr.Radio([("Pieces", PIECES), ("Words", WORDS)], value=PIECES, label="Units",
-                                      elem_id="units", scale=1, min_width=150)
-            page.attention = plot("attention")
-            # Integrated gradients at every step take seconds: computed with progress, and this gives them up. Shown
-            # only while they are computed (ui/static/page.js, from the status line).
-            page.stop_measure = gr.Button("Stop computing", size="sm", elem_id="stop-measure", min_width=60)
-        with gr.Column(scale=2, min_width=300):
-            page.step_text = step_text("step-text", "This step")
-            page.candidates = plot("candidates")
-            page.breadcrumb = gr.Radio([], label="Decodings of this sentence, each made from the one before it "
-                                       "(choose one to show it)", elem_id="breadcrumb", visible=False)
-            with gr.Row(equal_height=True):
-                page.head_name = gr.Textbox(label="Open a head by name", placeholder="kind.layer.head, e.g. cross.2.5",
-                                            elem_id="open-head", scale=3, min_width=120)
-                page.open_head = gr.Button("Open", elem_id="open-head-button", scale=1, min_width=60)
+        page.breadcrumb = gr.Radio([], label="Decodings of this sentence, each made from the one before it (choose "
+                                   "one to show it)", elem_id="breadcrumb", visible=False, scale=3)
+        page.head_name = gr.Textbox(label="Open a head by name", placeholder="kind.layer.head, e.g. cross.2.5",
+                                    elem_id="open-head", scale=2, min_width=120)
+        page.open_head = gr.Button("Open", elem_id="open-head-button", scale=1, min_width=60)
     with gr.Accordion("Model view: every layer x head of this attention at this step", open=False) as accordion:
         page.model_view_panel = accordion
         page.model_view = gr.Checkbox(False, label="Show the model view", elem_id="model-view")

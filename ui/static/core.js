@@ -1,0 +1,56 @@
+// The core view (ui/plots.py `core_view`): the translation, the status line, the heatmap, the step's line and its
+// candidates, drawn from one value. `props.value` is a JSON object with the revision of the state it belongs to
+// and the parts an answer changed ("translation", "status", "steps": every step's line, "attention" and
+// "candidates": figures' JSON); parts it leaves out stay as they are. An answer of an older revision than the one
+// drawn is dropped: a late answer never draws over a newer state. The figures are drawn by the page's shared
+// figures (ui/static/figures.js), at the page's step, and again on every "attention-inspector-step" event.
+const inspector = window.attentionInspector;
+const figures = inspector.figures;
+const shown = { revision: -1, translation: "", status: "", steps: [], attention: null, candidates: null };
+const drawn = { attention: null, candidates: null }; // what each figure does on a step
+
+function stepLine() {
+  const t = Math.min(Math.max(Math.round(inspector.step) || 1, 1), Math.max(shown.steps.length, 1)) - 1;
+  element.querySelector("#step-text .step-text").textContent = shown.steps.length ? shown.steps[t] : "";
+}
+
+function drawFigure(name) {
+  const box = element.querySelector(`#${name}`);
+  box.classList.toggle("empty", !shown[name]);
+  drawn[name] = figures.draw(box.querySelector(".plot"), shown[name]);
+}
+
+function update() {
+  if (!props.value) return;
+  const value = JSON.parse(props.value);
+  if (value.revision < shown.revision) return; // an answer to a state the page has left
+  shown.revision = value.revision;
+  for (const name of ["translation", "status"]) {
+    if (name in value) {
+      shown[name] = value[name] || "";
+      element.querySelector(`#${name} textarea`).value = shown[name];
+    }
+  }
+  if ("status" in value) inspector.said?.(shown.status);
+  if ("steps" in value) {
+    shown.steps = value.steps || [];
+    inspector.steps = shown.steps.length;
+    stepLine();
+  }
+  for (const name of ["attention", "candidates"]) {
+    if (name in value && value[name] !== shown[name]) {
+      shown[name] = value[name];
+      drawFigure(name);
+    }
+  }
+}
+
+// A new step: the heatmap and the step's line at once, the candidates once the browser has painted them.
+document.addEventListener("attention-inspector-step", () => {
+  stepLine();
+  if (drawn.attention) drawFigure("attention");
+  if (drawn.candidates) requestAnimationFrame(() => setTimeout(() => drawFigure("candidates")));
+});
+watch("value", update);
+for (const name of ["attention", "candidates"]) figures.fitting(element.querySelector(`#${name}`));
+update();

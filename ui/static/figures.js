@@ -1,0 +1,111 @@
+// Figures the page draws itself (ui/plots.py), shared by every plot (plot.js) and the core view (core.js): loaded
+// once in the page's <head>, after plotly.js. A figure's JSON is as viz/ builds it; one built for stepping (its
+// `layout.meta` holds every step's titles or bars) is drawn at the page's step (window.attentionInspector.step),
+// and redrawn on every "attention-inspector-step" event.
+//
+// `layout.meta` says how a stepped figure shows step t. A heatmap (viz/views.py `_steppable`) is built at the last
+// step: "grows" is "rows" (cross-attention: one query row per step), "square" (decoder self-attention: rows and
+// key columns) or null (encoder self-attention: only the title changes), and "titles" holds every step's title.
+// Showing step t keeps the first t + 1 rows (and columns), moves the step's outline to row t and shows step t's
+// title: exactly the figure viz/views.py builds for step t (a browser test compares the two). A view in words has
+// "frames" instead: every step's cells, categories, axis labels and outlines, put in place as they are. A bar
+// chart's "bars" (viz/views.py `translation_frames`) hold what differs at every step.
+(() => {
+  const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
+
+  function figureAtStep(figure, t) {
+    const frame = figure.layout.meta.frames && figure.layout.meta.frames[t];
+    if (frame) {
+      frame.data.forEach((fields, i) => Object.assign(figure.data[i], fields));
+      for (const [name, fields] of Object.entries(frame.axes)) Object.assign(figure.layout[name], fields);
+      figure.layout.shapes = frame.shapes;
+    }
+    const grows = figure.layout.meta.grows;
+    const keep = (values) => (values === undefined ? values : values.slice(0, t + 1));
+    if (grows) {
+      for (const trace of figure.data) {
+        trace.z = trace.z.slice(0, t + 1);
+        trace.y = keep(trace.y);
+        trace.customdata = keep(trace.customdata); // the attention weights behind a measure, if any
+        if (grows === "square") {
+          trace.z = trace.z.map((row) => row.slice(0, t + 1));
+          if (trace.customdata) trace.customdata = trace.customdata.map((row) => row.slice(0, t + 1));
+          trace.x = keep(trace.x);
+        }
+      }
+      for (const [name, axis] of Object.entries(figure.layout)) {
+        if (name.startsWith("yaxis") || (grows === "square" && name.startsWith("xaxis"))) {
+          axis.categoryarray = keep(axis.categoryarray);
+          axis.tickvals = keep(axis.tickvals);
+          axis.ticktext = keep(axis.ticktext);
+        }
+      }
+      for (const shape of figure.layout.shapes || []) {
+        shape.y0 = t - 0.5;
+        shape.y1 = t + 0.5;
+        if (grows === "square") shape.x1 = t + 0.5;
+      }
+    }
+    figure.layout.title.text = figure.layout.meta.titles[t];
+    return figure;
+  }
+
+  // A bar chart's step: what differs from the figure's own bars (every field for a step's candidates, only
+  // the highlight colours for the translation's probabilities).
+  function barsAtStep(figure, t) {
+    const bars = figure.layout.meta.bars[t];
+    const [trace] = figure.data;
+    if (bars.x) {
+      Object.assign(trace, { x: bars.x, y: bars.y, text: bars.text, customdata: bars.customdata });
+      Object.assign(figure.layout.xaxis, { categoryarray: bars.x, tickvals: bars.x, ticktext: bars.ticktext });
+      figure.layout.title.text = bars.title;
+    }
+    trace.marker.color = bars.colors;
+    return figure;
+  }
+
+  // Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
+  // for the page's life: Plotly.react redraws from scratch whenever it is handed a different config.
+  let plotConfig = null;
+
+  function config() {
+    if (plotConfig) return plotConfig;
+    const Plotly = window.Plotly;
+    const name = (gd) => {
+      const file = gd.layout && gd.layout.meta && gd.layout.meta.file;
+      return file ? `${file}_step${inspector.step}` : gd.closest("[id]")?.id || "figure";
+    };
+    const button = (format, icon) => ({ name: `download-${format}`, title: `Download as ${format.toUpperCase()}`,
+      icon, click: (gd) => Plotly.downloadImage(gd, { format, filename: name(gd), scale: format === "png" ? 2 : 1 }) });
+    plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["toImage"],
+                   modeBarButtonsToAdd: [button("png", Plotly.Icons.camera), button("svg", Plotly.Icons.disk)] };
+    return plotConfig;
+  }
+
+  // A figure drawn into `target` (a `.plot` div) from its JSON (null: none), at the page's step where it is built
+  // for stepping; returns whether it steps (a heatmap "heatmap", a bar chart "bars", or null).
+  function draw(target, json) {
+    if (!target || !window.Plotly) return null;
+    if (!json) {
+      window.Plotly.purge(target);
+      return null;
+    }
+    const figure = JSON.parse(json); // a step works on a copy: the JSON as sent stays whole for the next step
+    const meta = figure.layout.meta || {};
+    const steps = meta.titles ? meta.titles.length : meta.bars ? meta.bars.length : 0;
+    const t = steps ? Math.min(Math.max(Math.round(inspector.step) || 1, 1), steps) - 1 : 0;
+    const shown = meta.titles ? figureAtStep(figure, t) : meta.bars ? barsAtStep(figure, t) : figure;
+    window.Plotly.react(target, shown.data, shown.layout, config());
+    return meta.titles ? "heatmap" : meta.bars ? "bars" : null;
+  }
+
+  // A plot drawn while its tab or accordion was closed has no width to fit: fit it whenever its box changes size.
+  function fitting(box) {
+    new ResizeObserver(() => {
+      const target = box.querySelector(".plot");
+      if (target && target.data && target.offsetWidth && window.Plotly) window.Plotly.Plots.resize(target);
+    }).observe(box);
+  }
+
+  inspector.figures = { draw, fitting };
+})();
