@@ -274,7 +274,8 @@ def test_each_page_session_keeps_its_own_session(server, services):
     for session, text in sentences.items():
         status, answer = predict(server, "translate",
                                  [MODEL, text, "cross", 0, "mean", "weights", 1, False, "pieces", None], session)
-        assert status == 200 and core_view(answer["data"])["translation"] == services.translators[MODEL].trace(text).text
+        expected = services.translators[MODEL].trace(text).text
+        assert status == 200 and core_view(answer["data"])["translation"] == expected
     for session, text in sentences.items():
         expected = services.translators[MODEL].trace(text).decoder_input_tokens
         status, answer = predict(server, "head", ["cross", 0, 1, "weights", 1, False, "pieces", None], session)
