@@ -27,11 +27,12 @@ def meanwhile(operation, *then):
 
 def test_a_view_change_answered_after_a_model_switch_is_dropped(events):
     session = translated(events)
+    first = session.revisions.latest
     switch = (events.run, listeners.translate_or_example, session, "toy-rnn", session.source)
     reader = listeners.answer(events.page, events.services, meanwhile(listeners.view_changed, *switch),
                               listeners.view_outputs(events.page), 0, writes=False)
     assert events.named(reader(session, *VIEW)) == DROPPED
-    assert session.revisions.latest == 2  # claimed by the translation and the switch; a view change claims none
+    assert session.revisions.latest == first + 1  # claimed by the switch; a view change claims none
 
 
 def test_of_two_translations_only_the_later_one_is_answered(events):
@@ -65,10 +66,12 @@ def test_a_tab_answer_about_a_state_the_user_left_is_dropped(demo, events):
 
 def test_before_any_translation_the_state_keeps_the_users_revisions(events):
     revisions = Revisions()
+    start = revisions.latest
     out = events.translate("A dog.", session=revisions)
-    assert out["session"].revisions is revisions and revisions.latest == 1
+    assert out["session"].revisions is revisions and revisions.latest == out["session"].revision == start + 1
     refused = events.translate("", session=revisions)
-    assert refused["session"] is revisions and revisions.latest == 2
+    assert refused["session"] is revisions and revisions.latest == start + 2
+    assert Revisions().latest > revisions.latest  # a user's state made anew counts on from above
 
 
 def test_integrated_gradients_are_drawn_later_with_progress_and_can_be_stopped(events):

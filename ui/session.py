@@ -9,6 +9,7 @@ into what the page shows.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -131,10 +132,14 @@ class Revisions:
     decoding) claims the next revision when it starts, and an answer is current only while no later one has been
     claimed. So a slow answer (a measure, a tab's result) that finishes after the user moved on is dropped, never
     drawn over the newer state. Shared by every `Session` of one user (it lives in their `gr.State`, which holds
-    this alone before anything is translated); Gradio copies a state's first value for each new user."""
+    this alone before anything is translated); Gradio copies a state's first value for each new user.
+
+    The count starts at the clock (microseconds): a count made later (the user's state expired, the server
+    restarted) starts above any revision the page was shown before, so the page, which drops a value older than the
+    one it shows (ui/static/core.js), never waits for a number it has passed."""
 
     def __init__(self):
-        self.latest = 0
+        self.latest = time.time_ns() // 1000  # below 2 ** 53: exact in the page's numbers
         self._lock = threading.Lock()
 
     def claim(self) -> int:
