@@ -35,7 +35,7 @@ STATIC = Path(__file__).parent / "static"
 QUEUE_SIZE = 64
 COMPUTING = ("Computing {} at every step: the weights are shown meanwhile; stepping, the other views and the tabs "
              "work. Stop gives it up.")
-# A new step: every plot and the step's text redraw themselves in the browser (ui/static/plot.js).
+# A new step: the core view and every plot redraw themselves in the browser (ui/static/core.js, plot.js).
 STEP_JS = (STATIC / "step.js").read_text()
 # The step buttons: the slider's new value (the core view keeps the number of steps: ui/static/core.js).
 STEPS = "(window.attentionInspector?.steps || 0)"
@@ -79,11 +79,10 @@ def decoding_outputs(page: Page) -> list:
     event lists what it updates, no more.)"""
     return [page.session, page.revision, page.core, page.overview, page.compare_plot, page.probabilities, page.step,
             page.kind, page.measure, page.layer, page.head, page.model_view, page.units, page.breadcrumb, page.source,
-            page.source_tokens,
-            page.comparison, page.comparison_plot, *page.mask_grids, page.masked_translation, page.mask_effect_plot,
-            page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.head_table, page.alignment_text,
-            page.source_share_plot, page.contribution_plot, page.attribution_plot, page.faithfulness_plot,
-            page.faithfulness_table, page.link_box, page.export_file]
+            page.source_tokens, page.comparison, page.comparison_plot, *page.mask_grids, page.masked_translation,
+            page.mask_effect_plot, page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.head_table,
+            page.alignment_text, page.source_share_plot, page.contribution_plot, page.attribution_plot,
+            page.faithfulness_plot, page.faithfulness_table, page.link_box, page.export_file]
 
 
 def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
