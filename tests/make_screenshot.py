@@ -44,10 +44,12 @@ def save(page, out: Path, name: str, top: str) -> None:
 def choose(page, elem_id: str, option: str) -> None:
     page.click(f"#{elem_id} input")
     page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function("() => !document.querySelector('[role=listbox]')", timeout=15000)  # the menu has closed
 
 
 def what_if(page, out: Path) -> None:
     """A branch, heads switched off and the beam, each as a screenshot of its tab."""
+    page.locator("#candidates").scroll_into_view_if_needed()
     bar = page.locator("#candidates .js-plotly-plot .bars .point path").nth(1).bounding_box()
     page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2 - 20)
     page.mouse.down()
