@@ -1,6 +1,6 @@
 """A real headless browser (Debian's chromium driven by Playwright) uses the app like a person would.
 
-Stepping happens in the browser (ui/static/stepping.js); these tests check that what it draws at every step is
+Stepping happens in the browser (ui/static/figures.js); these tests check that what it draws at every step is
 exactly the figure viz/views.py builds for that step, and that every way of stepping lands where it should.
 """
 
@@ -67,7 +67,7 @@ def python_figure(services, text, kind, layer, head, step) -> dict:
 
 
 def bars_shown(page, elem_id: str, step: int) -> dict:
-    """The bars a chart shows once it has been redrawn for `step` (after the heatmap: see ui/static/stepping.js)."""
+    """The bars a chart shows once it has been redrawn for `step` (after the heatmap: see ui/static/figures.js)."""
     page.wait_for_function("""(step) => {
         const plot = document.querySelector('#candidates .js-plotly-plot');
         const colors = document.querySelector('#probabilities .js-plotly-plot')?.data[0].marker.color;

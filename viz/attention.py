@@ -157,7 +157,7 @@ class PlainFigure:
 
     def to_json(self, meta: dict | None = None) -> str:
         """The figure as plotly.py encodes it (NaN as null; <, > and / escaped, so no text can close a <script>),
-        `meta` (if any: what ui/static/stepping.js needs to show every step) put in its layout."""
+        `meta` (if any: what ui/static/figures.js needs to show every step) put in its layout."""
         content = self.to_dict() if meta is None else {"data": self.data, "layout": {**self.layout, "meta": meta}}
         try:
             return pio.to_json(content, validate=False, engine="orjson")
@@ -346,7 +346,7 @@ def bar_step(tokens: list[str], probabilities: np.ndarray, title: str, highlight
     """What a probability bar chart shows: one bar per token (the `highlight` one in red), labels and title.
 
     `probability_bars` draws it; a stepping figure carries one per step (`layout.meta.bars`, see
-    `PlainFigure.to_json`), which ui/static/stepping.js puts in place of the figure's own."""
+    `PlainFigure.to_json`), which ui/static/figures.js puts in place of the figure's own."""
     probabilities = np.asarray(probabilities, dtype=float)
     return {"x": positions(tokens), "y": probabilities.tolist(), "text": [f"{p:.2f}" for p in probabilities],
             "colors": bar_colors(len(tokens), highlight),

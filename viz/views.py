@@ -333,7 +333,7 @@ def candidates_figure(trace: TraceArrays, step: int) -> PlainFigure:
 
 def translation_frames(trace: TraceArrays) -> dict:
     """What changes with the step whatever the view: the candidates and probability charts as gr.Plot JSON
-    whose `layout.meta.bars` hold every step's bars (ui/static/stepping.js), and every step's description.
+    whose `layout.meta.bars` hold every step's bars (ui/static/figures.js), and every step's description.
 
     A step's candidates differ in everything; the translation's probabilities only in the highlighted bar."""
     steps = range(trace.steps)
@@ -349,7 +349,7 @@ def translation_frames(trace: TraceArrays) -> dict:
 def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool,
                 file_stem: str = "view") -> dict:
     """One view's attention figure (and model view, when asked) at the last step, as gr.Plot JSON whose
-    `layout.meta` lets the browser show any earlier step (ui/static/stepping.js) and names the files it downloads as
+    `layout.meta` lets the browser show any earlier step (ui/static/figures.js) and names the files it downloads as
     (`file_stem`, the view, the step)."""
     last = trace.steps - 1
     attention = attention_figure(trace, kind, layer, head, last)
