@@ -29,7 +29,7 @@ from ui.page import Page
 from ui.plots import core_value
 from ui.render import render
 from ui.services import Services
-from ui.session import Session, View, clamp, packed, unpacked
+from ui.session import Session, View, clamp, packed, read_revision, unpacked
 
 STATIC = Path(__file__).parent / "static"
 QUEUE_SIZE = 64
@@ -112,7 +112,7 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
             arguments, (view, asked_of) = values[:extras], view_of(*values[extras:])
         except InputError as error:
             return folded(page, {page.status: str(error)}, revisions.latest)
-        revision = revisions.claim() if writes else session.revision if session else revisions.latest
+        revision = revisions.claim() if writes else read_revision(session, revisions)
         before, note = session, ""
         if session is not None and asked_of in (None, session.revision):
             session, note = operations.with_view(session, view)
@@ -255,7 +255,7 @@ def measure_event(page: Page, services: Services) -> Callable:
         label = MEASURE_LABELS[session.view.measure]
 
         def told(done: int, total: int) -> None:
-            if revisions.latest != session.revision:
+            if revisions.latest != read_revision(session, revisions):
                 raise Stopped
             progress((done, total), desc=f"{label}: step {done} of {total}")
         try:
@@ -279,7 +279,7 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
     another state meanwhile (`answer`)."""
     def run(state, *values) -> dict:
         session, revisions = unpacked(state)
-        revision = session.revision if session else revisions.latest
+        revision = read_revision(session, revisions)
         results, message = function(services, session, *values)
         if revisions.latest != revision:
             return stale(page)

@@ -200,6 +200,11 @@ def unpacked(state: Session | Revisions | None) -> tuple[Session | None, Revisio
     return None, state if isinstance(state, Revisions) else Revisions()
 
 
+def read_revision(session: Session | None, revisions: Revisions) -> int:
+    """The revision an answer that only reads the session belongs to: the session's own (the latest, before any)."""
+    return session.revision if session is not None else revisions.latest
+
+
 def packed(session: Session | None, revisions: Revisions) -> Session | Revisions:
     """What the user's `gr.State` keeps: the session, carrying their revisions, or the revisions alone."""
     if session is None:

@@ -45,11 +45,10 @@ function update() {
   }
 }
 
-// A new step: the heatmap and the step's line at once, the candidates once the browser has painted them.
+// A new step: the step's line and the heatmap at once, the candidates once the browser has painted them.
 document.addEventListener("attention-inspector-step", () => {
   stepLine();
-  if (drawn.attention) drawFigure("attention");
-  if (drawn.candidates) requestAnimationFrame(() => setTimeout(() => drawFigure("candidates")));
+  for (const name of ["attention", "candidates"]) figures.redrawn(drawn[name], () => drawFigure(name));
 });
 watch("value", update);
 for (const name of ["attention", "candidates"]) figures.fitting(element.querySelector(`#${name}`));

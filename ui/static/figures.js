@@ -107,5 +107,12 @@
     }).observe(box);
   }
 
-  inspector.figures = { draw, fitting };
+  // What a drawn figure does on a new step (`draw`'s answer): a heatmap is redrawn at once, a bar chart once the
+  // browser has painted the heatmaps, any other figure stays as it is.
+  function redrawn(steps, redraw) {
+    if (steps === "heatmap") redraw();
+    else if (steps === "bars") requestAnimationFrame(() => setTimeout(redraw));
+  }
+
+  inspector.figures = { draw, fitting, redrawn };
 })();

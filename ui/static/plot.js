@@ -9,12 +9,7 @@ function draw() {
   steps = figures.draw(element.querySelector(".plot"), props.value);
 }
 
-// Heatmaps first; the bar charts once the browser has painted them.
-const later = () => requestAnimationFrame(() => setTimeout(draw));
 watch("value", draw);
-document.addEventListener("attention-inspector-step", () => {
-  if (steps === "bars") later();
-  else if (steps === "heatmap") draw(); // a figure that is not stepped stays as it is
-});
+document.addEventListener("attention-inspector-step", () => figures.redrawn(steps, draw));
 figures.fitting(element);
 draw();
