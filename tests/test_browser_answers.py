@@ -87,3 +87,31 @@ def test_a_request_refused_as_busy_says_so_in_sight(page, services):
         assert "try again" in foot_says(page, "The server is busy")
     finally:
         services.admission.limit = limit
+
+
+def test_a_tabs_answers_are_drawn_in_the_tab_and_emptied_by_another_translation(page, services):
+    """A tab's answers are one value the page draws (ui/static/answers.js): the head statistics as a table sorted
+    by a click on its header, the alignments as text; a new translation empties both, as they were about the
+    decoding before it."""
+    translate(page, services, SENTENCE)
+    page.get_by_role("tab", name="Head statistics").click()
+    page.click("#head-statistics")
+    status_starts(page, "Statistics of")
+    config = services.translators[MODEL].model.config
+    heads = (config.n_encoder_layers + 2 * config.n_decoder_layers) * config.n_heads
+    assert page.locator("#head-table tbody tr").count() == heads
+    assert page.locator("#head-table th").first.text_content() == "head"
+    entropy = page.locator("#head-table th").nth(1)
+    entropy.click()  # sorted by the column, ascending; again: descending
+    entropy.click()
+    values = [float(v) for v in page.locator("#head-table tbody tr td:nth-child(2)").all_text_contents() if v]
+    assert values == sorted(values, reverse=True) and "▼" in entropy.text_content()
+    page.click("#alignments")
+    status_starts(page, "Alignments of")
+    assert page.locator("#alignment-text .answer-text").text_content().startswith("cross.1.1 ")
+    assert page.locator("#alignment-text").is_visible()
+    translate(page, services, "Two dogs run.")
+    page.wait_for_function("""() => document.querySelector('#head-table').classList.contains('empty')
+        && !document.querySelector('#head-table tbody')
+        && document.querySelector('#alignment-text .answer-text').textContent === ''""", timeout=15000)
+    assert page.locator("#head-table").is_hidden()

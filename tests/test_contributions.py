@@ -185,7 +185,9 @@ def test_the_app_tables_every_heads_statistics(events, services):
 
     session = events.translate("A dog runs.")["session"]
     trace = session.trace
-    (rows,), _ = measure_heads(services, session)
+    (table,), _ = measure_heads(services, session)
+    rows = table["rows"]
+    assert table["headers"] == ["head", "entropy", "confidence", "eos weight", "punctuation weight", "offset"]
     assert len(rows) == sum(trace.layers(k) * trace.heads(k) for k in trace.available())
     assert rows[0][0] == "encoder.1.1" and rows[-1][0].startswith("cross.") and rows[-1][-1] is None
     # A head's row holds its own map's numbers, computed here by hand: entropy, confidence, weight on <eos> (none:

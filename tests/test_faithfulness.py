@@ -78,5 +78,6 @@ def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
         assert said.startswith(f'Step 2, "{session.trace.target_tokens[1]}": most faithful here')
         curves = json.loads(figure)["data"]
         assert len(curves) == 2 * methods and curves[0]["x"] == ["1", "2", "3", "20%", "50%"]
-        rows = table["value"]
+        rows = table["rows"]
+        assert table["headers"] == ["method", *(row[0] for row in rows)]
         assert len(rows) == methods and all(row[1 + i] == 1.0 for i, row in enumerate(rows))

@@ -1,6 +1,8 @@
 """Every answer belongs to the state it was asked of: an answer that comes after the user moved on to another model,
 sentence or decoding is dropped, never drawn over the newer state (ui/session.py `Revisions`)."""
 
+import json
+
 import gradio as gr
 
 from model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WEIGHTS
@@ -56,12 +58,17 @@ def test_a_tab_answer_about_a_state_the_user_left_is_dropped(demo, events):
 
     def trigger(function, inputs, outputs, **options):
         answers["run"] = function
-    listeners.tab_answer(page, events.services, meanwhile(statistics, *switch), [], [page.head_table], "x", trigger)
+    listeners.tab_answer(page, events.services, meanwhile(statistics, *switch), [], ["head-table"], "x", trigger,
+                         answers=page.statistics_answers)
     assert events.named(answers["run"](session)) == DROPPED
-    listeners.tab_answer(page, events.services, statistics, [], [page.head_table], "x", trigger)
+    listeners.tab_answer(page, events.services, statistics, [], ["head-table"], "x", trigger,
+                         answers=page.statistics_answers)
     assert events.named(answers["run"](session)) == DROPPED  # still about the state the user left
     latest = translated(events)
-    assert events.named(answers["run"](latest)) == {"head_table": "a table", "status": "Measured."}
+    answered = events.named(answers["run"](latest))
+    assert answered["status"] == "Measured."  # the tab's answers name the revision they answer (the page drops older)
+    assert json.loads(answered["statistics_answers"]) == {"revision": latest.revision,
+                                                          "answers": {"head-table": "a table"}}
 
 
 def test_before_any_translation_the_state_keeps_the_users_revisions(events):

@@ -312,7 +312,7 @@ def test_the_busiest_events_answer_in_gradios_form_without_its_processing(demo, 
     tokens = out["source_tokens"]
     assert serialized(page.source_tokens, tokens) == page.source_tokens.postprocess(tokens).model_dump()
     assert serialized(page.source_tokens, tokens)[0] == {"token": tokens[0][0], "class_or_confidence": None}
-    assert serialized(page.head_table, None) == page.head_table.postprocess(None).model_dump()
+    assert serialized(page.n_best, None) == page.n_best.postprocess(None).model_dump()
     assert serialized(page.translation, "ein Hund") == "ein Hund"  # no data model: as it is
     update = serialized(page.masked_translation, {"__type__": "update", "value": tokens, "visible": True})
     assert update["visible"] and update["value"][0]["token"] == tokens[0][0]

@@ -26,7 +26,7 @@ from model.translator import InputError
 from ui import operations
 from ui.links import LinkSpec, PARAMETERS, open_link, query_values
 from ui.page import Page
-from ui.plots import core_value
+from ui.plots import answers_value, core_value
 from ui.render import render
 from ui.services import Services
 from ui.session import Session, View, clamp, packed, read_revision, unpacked
@@ -76,13 +76,12 @@ def session_outputs(page: Page) -> list:
 
 def decoding_outputs(page: Page) -> list:
     """What a new decoding of the same model changes. (Gradio 6 rebuilds every output an answer leaves out, so each
-    event lists what it updates, no more.)"""
+    event lists what it updates, no more. The tabs' answers empty themselves: ui/static/answers.js.)"""
     return [page.session, page.revision, page.core, page.overview, page.compare_plot, page.probabilities, page.step,
             page.kind, page.measure, page.layer, page.head, page.model_view, page.units, page.breadcrumb, page.source,
             page.source_tokens, page.comparison, page.comparison_plot, *page.mask_grids, page.masked_translation,
-            page.mask_effect_plot, page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.head_table,
-            page.alignment_text, page.source_share_plot, page.contribution_plot, page.attribution_plot,
-            page.faithfulness_plot, page.faithfulness_table, page.link_box, page.export_file]
+            page.mask_effect_plot, page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.link_box,
+            page.export_file]
 
 
 def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
@@ -273,10 +272,11 @@ def measure_computed(services: Services, session: Session) -> tuple[Session, str
 
 
 def tab_answer(page: Page, services: Services, function: Callable, inputs: list, outputs: list, api_name: str,
-               trigger: Callable, **options):
-    """Wire a tab's question about the decoding on screen: `function(services, session, *values)` is an
-    `operations.operation` that returns (its outputs' values, message), dropped where the user has moved on to
-    another state meanwhile (`answer`)."""
+               trigger: Callable, answers: gr.HTML | None = None, **options):
+    """Wire a tab's question: `function(services, session, *values)` is an `operations.operation` that returns
+    (its outputs' values, message), dropped where the user has moved on to another state meanwhile (`answer`).
+    With `answers` (a tab's answers about the decoding on screen, ui/plots.py `answers_view`), `outputs` are the
+    names of the answers it gives, sent as that view's one value."""
     def run(state, *values) -> dict:
         session, revisions = unpacked(state)
         revision = read_revision(session, revisions)
@@ -285,10 +285,13 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
             return stale(page)
         if not isinstance(results, tuple):  # nothing translated yet, or a refused input
             return folded(page, {page.status: message}, revision)
+        if answers is not None:
+            return folded(page, {answers: answers_value(revision, dict(zip(outputs, results))),
+                                 page.status: message}, revision)
         return folded(page, {**dict(zip(outputs, results)), page.status: message}, revision)
     run.__name__ = getattr(function, "__name__", "run")
-    return trigger(run, [page.session, *inputs], [page.session, *outputs, page.core], api_name=api_name,
-                   **options)
+    shown = [answers] if answers is not None else outputs
+    return trigger(run, [page.session, *inputs], [page.session, *shown, page.core], api_name=api_name, **options)
 
 
 @operations.operation

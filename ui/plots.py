@@ -1,6 +1,7 @@
 """Plots that the page owns: a `gr.HTML` whose value is a figure's JSON (as viz/ builds it) and whose own script
 draws it with plotly.js (ui/static/plot.js, with the page's shared ui/static/figures.js), loaded once from the plotly
-package; and the core view (`core_view`), one component drawn from one value by ui/static/core.js.
+package; the core view (`core_view`), one component drawn from one value by ui/static/core.js; and a tab's answers
+(`answers_view`), one component per tab drawn by ui/static/answers.js.
 
 A figure built for stepping (its `layout.meta` holds every step's titles or bars) is drawn at the page's step and
 redrawn in the browser when the step changes; any other figure is drawn as it is. The plot fits its box whenever
@@ -9,7 +10,10 @@ the box changes size (a tab or accordion opened), and an empty plot takes no roo
 
 from __future__ import annotations
 
+import html
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -23,6 +27,7 @@ STATIC = Path(__file__).parent / "static"
 FIGURES_JS = STATIC / "figures.js"
 PLOT_JS = (STATIC / "plot.js").read_text()
 CORE_JS = (STATIC / "core.js").read_text()
+ANSWERS_JS = (STATIC / "answers.js").read_text()
 # Relative to the page, so the app works under any root path (a Space's, a proxy's); loaded once, in this order.
 HEAD = f'<script src="gradio_api/file={PLOTLY_JS}"></script><script src="gradio_api/file={FIGURES_JS}"></script>'
 # The core view's skeleton, drawn by ui/static/core.js; the view's controls go where `@children` is. It holds no
@@ -60,6 +65,44 @@ def core_view(status: str) -> gr.HTML:
 def core_value(revision: int, parts: dict) -> str:
     """The core view's value: the revision it belongs to and the parts that changed (figures as their JSON)."""
     return json.dumps({"revision": revision, **parts})
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One of a tab's answers, drawn in its place among the tab's answers (`answers_view`): a `figure` (its JSON),
+    a `table` ({"headers": [...], "rows": [[...], ...]}, sortable by a click on a header) or a `text` (with a copy
+    button). `name` is its element id."""
+
+    name: str
+    kind: str
+    label: str = ""
+
+
+ANSWER_BODIES = {"figure": '<div class="plot"></div>', "table": '<div class="answer-table"></div>',
+                 "text": '<pre class="answer-text"></pre><button class="copy" type="button">Copy</button>'}
+
+
+def answers_view(elem_id: str, *answers: Answer) -> gr.HTML:
+    """A tab's answers, one component drawn from one value by ui/static/answers.js. Each answer takes no room until
+    it has a value, and is emptied by the page when another decoding is drawn (an answer about the decoding on
+    screen)."""
+    template = "".join(
+        f'<div id="{answer.name}" class="answer {answer.kind} inspector-plot empty">'
+        + (f'<div class="answer-label">{html.escape(answer.label)}</div>' if answer.label else "")
+        + f"{ANSWER_BODIES[answer.kind]}</div>" for answer in answers)
+    return gr.HTML(None, html_template=template, js_on_load=ANSWERS_JS, head=HEAD, elem_id=elem_id,
+                   elem_classes=["answers"], padding=False)
+
+
+def answers_value(revision: int, answers: dict[str, object]) -> str:
+    """A tab's answers' value: the revision of the state they answer, and the answers an event gave by name (a
+    figure's JSON, a table, a text; None empties one); the answers it leaves out stay as they are. A number that is
+    not finite in a table is an empty cell."""
+    def cell(value):
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+    answers = {name: {**value, "rows": [[cell(v) for v in row] for row in value["rows"]]}
+               if isinstance(value, dict) and "rows" in value else value for name, value in answers.items()}
+    return json.dumps({"revision": revision, "answers": answers})
 
 
 def figure_json(figure) -> str | None:

@@ -161,7 +161,7 @@ def language_updates(page, services: Services, session: Session, props: bool = F
 def decoding_updates(page, session: Session) -> dict:
     """Everything that shows the decoding on screen: its translation and stepping data, its comparison with the
     decoding it came from, the heads it ran without and what that did; the tabs' answers about another decoding
-    are cleared."""
+    are emptied by the page (ui/static/answers.js)."""
     decoding = session.current
     trace = decoding.trace
     grids = {grid: sorted(name for name in decoding.mask if name.startswith(kind + "."))
@@ -169,10 +169,8 @@ def decoding_updates(page, session: Session) -> dict:
     frames = translation_frames(trace)
     return {page.translation: decoding.text, page.candidates: frames["candidates"],
             page.probabilities: frames["probabilities"], page.step_text: frames["description"],
-            **grids, **written_updates(page, session), page.branch_word: "",
-            page.head_table: None, page.alignment_text: "", page.source_share_plot: None,
-            page.contribution_plot: None, page.attribution_plot: None, page.faithfulness_plot: None,
-            page.faithfulness_table: None, page.link_box: "", page.export_file: None}
+            **grids, **written_updates(page, session), page.branch_word: "", page.link_box: "",
+            page.export_file: None}
 
 
 def written_updates(page, session: Session) -> dict:
@@ -267,9 +265,7 @@ def cleared(page) -> dict:
             page.comparison_plot: None, page.importance_plot: None,
             page.masked_translation: gr.update(value=None, visible=False),
             page.mask_effect_plot: None, page.n_best: None, page.beam_steps: None, page.branch_word: "",
-            page.beam_open: gr.update(choices=[], value=None), page.head_table: None, page.alignment_text: "",
-            page.source_share_plot: None, page.contribution_plot: None, page.attribution_plot: None,
-            page.faithfulness_plot: None, page.faithfulness_table: None, page.link_box: "", page.export_file: None,
+            page.beam_open: gr.update(choices=[], value=None), page.link_box: "", page.export_file: None,
             page.step: gr.update(value=1, maximum=2, interactive=False),
             page.mask_note: "Translate a sentence to switch heads off.",
             **{grid: gr.update(choices=[], value=[], visible=False) for grid in page.mask_grids}}

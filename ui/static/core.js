@@ -25,6 +25,10 @@ function update() {
   const value = JSON.parse(props.value);
   if (value.revision < shown.revision) return; // an answer to a state the page has left
   shown.revision = value.revision;
+  if ("translation" in value) {
+    inspector.decoding = value.revision;
+    document.dispatchEvent(new CustomEvent("attention-inspector-decoding"));
+  }
   for (const name of ["translation", "status"]) {
     if (name in value) {
       shown[name] = value[name] || "";

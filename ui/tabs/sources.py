@@ -11,7 +11,7 @@ from model.words import WORDS, summed, words
 from ui.listeners import tab_answer
 from ui.operations import operation, shown
 from ui.page import Page
-from ui.plots import figure_json, plot
+from ui.plots import Answer, answers_view, figure_json
 from ui.services import Services
 from ui.session import Session, clamp
 from viz.whatif import attribution_figure, contribution_figure, faithfulness_figure, source_share_figure
@@ -28,8 +28,8 @@ def build(page: Page, services: Services) -> None:
                     "that owes little to the source is a sign of hallucination (Dale et al. 2023).")
         page.contributions = gr.Button("Measure where each word came from", variant="primary",
                                        elem_id="contributions")
-        page.source_share_plot = plot("source-share")
-        page.contribution_plot = plot("contribution-map")
+        page.contributions_answers = answers_view("contributions-answers", Answer("source-share", "figure"),
+                                                  Answer("contribution-map", "figure"))
         gr.Markdown("Gradient attributions of the word chosen at the step on screen: how much each source token "
                     "and each word before it moved that word's log-probability (saliency: the gradient's norm; "
                     "input × gradient; integrated gradients from zero embeddings, Sundararajan et al. 2017, whose "
@@ -44,7 +44,7 @@ def build(page: Page, services: Services) -> None:
                                                    elem_id="attribution-contrast", scale=2, min_width=140)
             page.attribute = gr.Button("Attribute this step", variant="primary", elem_id="attribute", scale=1,
                                        min_width=120)
-        page.attribution_plot = plot("attribution")
+        page.attribution_answers = answers_view("attribution-answers", Answer("attribution", "figure"))
         gr.Markdown("Which of these explanations is faithful to the model for this word? Each method ranks the "
                     "source tokens; removing its top k (replaced by `<unk>`) should cost the word much of its "
                     "log-probability (comprehensiveness), and keeping only them little (sufficiency: ERASER, "
@@ -52,9 +52,9 @@ def build(page: Page, services: Services) -> None:
                     "methods, side by side, with a random ranking as the control any of them must beat, and how far "
                     "their rankings agree.")
         page.faithfulness = gr.Button("Which explanation to trust for this word", elem_id="faithfulness")
-        page.faithfulness_plot = plot("faithfulness-curves")
-        page.faithfulness_table = gr.Dataframe(label="Rank correlation (Spearman) of the methods' source rankings",
-                                               elem_id="faithfulness-table", interactive=False, wrap=True)
+        page.faithfulness_answers = answers_view(
+            "faithfulness-answers", Answer("faithfulness-curves", "figure"),
+            Answer("faithfulness-table", "table", "Rank correlation (Spearman) of the methods' source rankings"))
 
 
 @operation
@@ -125,14 +125,15 @@ def explanations_compared(services: Services, session: Session, step: object) ->
              for a in methods]
     best = max(methods, key=lambda m: measured.comprehensiveness[m].mean() - measured.sufficiency[m].mean())
     note = " (measured with every head on)" if decoding.mask else ""
-    return (figure_json(figure), gr.update(value=table, headers=["method", *methods])), (
+    return (figure_json(figure), {"headers": ["method", *methods], "rows": table}), (
         f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: {best}{note}.')
 
 
 def wire(page: Page, services: Services) -> None:
-    tab_answer(page, services, measure_sources, [], [page.source_share_plot, page.contribution_plot],
-               "contributions_view", page.contributions.click, queue=False)
+    tab_answer(page, services, measure_sources, [], ["source-share", "contribution-map"], "contributions_view",
+               page.contributions.click, answers=page.contributions_answers, queue=False)
     tab_answer(page, services, attribute_step, [page.step, page.attribution_method, page.attribution_contrast],
-               [page.attribution_plot], "attribute_view", page.attribute.click, queue=False)
-    tab_answer(page, services, explanations_compared, [page.step], [page.faithfulness_plot, page.faithfulness_table],
-               "faithfulness_view", page.faithfulness.click, queue=False)
+               ["attribution"], "attribute_view", page.attribute.click, answers=page.attribution_answers,
+               queue=False)
+    tab_answer(page, services, explanations_compared, [page.step], ["faithfulness-curves", "faithfulness-table"],
+               "faithfulness_view", page.faithfulness.click, answers=page.faithfulness_answers, queue=False)

@@ -13,6 +13,7 @@ from model.words import merge, word_spans
 from ui.listeners import tab_answer
 from ui.operations import operation, shown
 from ui.page import Page
+from ui.plots import Answer, answers_view
 from ui.services import Services
 from ui.session import Session
 from viz.whatif import head_statistics_rows
@@ -26,20 +27,17 @@ def build(page: Page, services: Services) -> None:
                     "token). The same over the whole val split is in *Switch heads off*, as a heatmap.")
         page.head_statistics = gr.Button("Measure every head on this decoding", variant="primary",
                                          elem_id="head-statistics")
-        page.head_table = gr.Dataframe(headers=["head", *(name.replace("_", " ") for name in STATISTICS)],
-                                       label="; ".join(f"{name.replace('_', ' ')}: {what}"
-                                                       for name, what in STATISTICS.items()),
-                                       interactive=False, max_height=480, elem_id="head-table")
+        page.statistics_answers = answers_view("head-statistics-answer", Answer("head-table", "table", "; ".join(
+            f"{name.replace('_', ' ')}: {what}" for name, what in STATISTICS.items())))
         with gr.Row(equal_height=True):
             page.alignment_reading = gr.Radio(list(READINGS), value=READINGS[0], elem_id="alignment-reading",
                                               label="Word alignments from cross-attention, read at the step that "
                                               "outputs each word, or where it is the decoder's input (shift-att)",
                                               scale=3)
             page.alignments = gr.Button("Read word alignments", elem_id="alignments", scale=1)
-        page.alignment_text = gr.Textbox(label="Pharaoh format: source index-target index, 0-based, per head and "
-                                         "layer mean (python -m model.align computes their AER against a gold "
-                                         "file)", lines=8, max_lines=30, interactive=False, buttons=["copy"],
-                                         elem_id="alignment-text")
+        page.alignments_answers = answers_view("alignments-answer", Answer(
+            "alignment-text", "text", "Pharaoh format: source index-target index, 0-based, per head and layer mean "
+            "(python -m model.align computes their AER against a gold file)"))
 
 
 @operation
@@ -49,7 +47,9 @@ def measure_heads(services: Services, session: Session) -> tuple[tuple, str]:
     keys = {ENCODER: trace.source_tokens, DECODER: trace.decoder_tokens, CROSS: trace.source_tokens}
     statistics = {kind: head_statistics(trace.maps(kind), keys[kind], kind != CROSS) for kind in trace.available()}
     shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
-    return (head_statistics_rows(statistics, shapes),), (
+    table = {"headers": ["head", *(name.replace("_", " ") for name in STATISTICS)],
+             "rows": head_statistics_rows(statistics, shapes)}
+    return (table,), (
         f"Statistics of {sum(layers * heads for layers, heads in shapes.values())} heads on this decoding: sort the "
         "table by any column; type a head's name in \"Open a head by name\" to see it.")
 
@@ -76,6 +76,7 @@ def read_alignments(services: Services, session: Session, reading: object) -> tu
 
 
 def wire(page: Page, services: Services) -> None:
-    tab_answer(page, services, measure_heads, [], [page.head_table], "head_statistics", page.head_statistics.click)
-    tab_answer(page, services, read_alignments, [page.alignment_reading], [page.alignment_text], "alignments",
-               page.alignments.click)
+    tab_answer(page, services, measure_heads, [], ["head-table"], "head_statistics", page.head_statistics.click,
+               answers=page.statistics_answers)
+    tab_answer(page, services, read_alignments, [page.alignment_reading], ["alignment-text"], "alignments",
+               page.alignments.click, answers=page.alignments_answers)

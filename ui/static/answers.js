@@ -1,0 +1,87 @@
+// A tab's answers (ui/plots.py `answers_view`): `props.value` is a JSON object with the revision of the state they
+// answer and the answers an event gave by name (a figure's JSON, a table {headers, rows}, a text); the answers it
+// leaves out stay as they are. They are about the decoding on screen: once the core view draws another decoding
+// (ui/static/core.js: "attention-inspector-decoding"), every answer of an older revision is emptied, and an answer
+// of an older revision than that decoding is never drawn.
+const inspector = window.attentionInspector;
+const figures = inspector.figures;
+let revision = -1;
+const figuresShown = {}; // each figure's JSON, and what it does on a step (figures.draw's answer)
+const tables = {}; // each table's value and how it is sorted
+
+function drawTable(box) {
+  const { table, column, descending } = tables[box.id];
+  const target = box.querySelector(".answer-table");
+  target.replaceChildren();
+  if (!table) return;
+  const rows = [...table.rows];
+  if (column !== null) {
+    const key = (row) => row[column];
+    rows.sort((a, b) => {
+      const [x, y] = [key(a), key(b)];
+      if (x === null || y === null) return (x === null) - (y === null); // empty cells last
+      const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+      return descending ? -order : order;
+    });
+  }
+  const element = (tag, text) => Object.assign(document.createElement(tag), { textContent: text ?? "" });
+  const head = document.createElement("tr");
+  table.headers.forEach((header, i) => {
+    const cell = element("th", header + (i === column ? (descending ? " ▼" : " ▲") : ""));
+    cell.title = "Sort by this column";
+    cell.addEventListener("click", () => {
+      tables[box.id] = { table, column: i, descending: column === i ? !descending : false };
+      drawTable(box);
+    });
+    head.appendChild(cell);
+  });
+  const body = document.createElement("tbody");
+  for (const row of rows) {
+    const line = document.createElement("tr");
+    for (const value of row) line.appendChild(element("td", value));
+    body.appendChild(line);
+  }
+  const thead = document.createElement("thead");
+  thead.appendChild(head);
+  const drawn = document.createElement("table");
+  drawn.append(thead, body);
+  target.appendChild(drawn);
+}
+
+function drawAnswer(box, value) {
+  const none = value === null || value === undefined || value === "";
+  box.classList.toggle("empty", none);
+  if (box.classList.contains("figure")) {
+    const json = none ? null : value;
+    figuresShown[box.id] = { json, steps: figures.draw(box.querySelector(".plot"), json) };
+  } else if (box.classList.contains("table")) {
+    tables[box.id] = { table: none ? null : value, column: null, descending: false };
+    drawTable(box);
+  } else box.querySelector(".answer-text").textContent = none ? "" : value;
+}
+
+function update() {
+  if (!props.value) return;
+  const value = JSON.parse(props.value);
+  if (value.revision < Math.max(revision, inspector.decoding ?? -1)) return; // about a state the page has left
+  revision = value.revision;
+  for (const [name, answer] of Object.entries(value.answers)) {
+    const box = element.querySelector(`#${name}`);
+    if (box) drawAnswer(box, answer);
+  }
+}
+
+document.addEventListener("attention-inspector-decoding", () => {
+  if (revision < inspector.decoding) for (const box of element.querySelectorAll(".answer")) drawAnswer(box, null);
+});
+document.addEventListener("attention-inspector-step", () => {
+  for (const [name, { json, steps }] of Object.entries(figuresShown)) {
+    figures.redrawn(steps, () => drawAnswer(element.querySelector(`#${name}`), json));
+  }
+});
+for (const box of element.querySelectorAll(".answer.figure")) figures.fitting(box);
+for (const button of element.querySelectorAll(".answer.text .copy")) {
+  button.addEventListener("click", () => navigator.clipboard?.writeText(button.previousSibling.textContent));
+}
+watch("value", update);
+update();
