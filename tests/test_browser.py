@@ -446,3 +446,22 @@ def test_a_model_switch_after_a_comparison_shows_no_error(page, services):
     page.click("#model input")
     page.get_by_role("option", name=re.compile(f"^{MODEL}")).click()
     status_starts(page, "Translated")
+
+
+def test_every_row_and_column_of_a_long_sentences_heatmap_is_named(page, services):
+    """Every source token names a column and every step a row, drawn (not thinned), at a laptop's width and on a
+    phone, where the heatmap is widened to fit its labels and scrolls sideways."""
+    text = " ".join([LONG] * 3)
+    traced = services.translators[MODEL].trace(text)
+    translate(page, services, text)
+    page.click("#last")
+    wait_for_step(page, len(traced.target_tokens))
+    count = """() => ['xtick', 'ytick'].map((axis) => Array.from(document.querySelectorAll(
+        `#attention .${axis} text`)).filter((label) => label.textContent.trim()).length)"""
+    assert len(traced.source_tokens) > 40
+    assert page.evaluate(count) == [len(traced.source_tokens), len(traced.target_tokens)]
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_function("""() => {
+        const box = document.querySelector('#attention');
+        return box.scrollWidth > box.clientWidth; }""", timeout=15000)  # wider than a phone: it scrolls
+    assert page.evaluate(count) == [len(traced.source_tokens), len(traced.target_tokens)]

@@ -71,6 +71,7 @@ def test_choosing_languages_translates_that_way_and_a_link_keeps_them(hub_events
     assert (changed.src_lang, changed.tgt_lang) == ("fra_Latn", "spa_Latn")
     assert changed.trace.source_tokens[0] == "fra_Latn" and changed.trace.target_tokens[0] == "spa_Latn"
     assert answer["src_lang"] == "fra_Latn" and answer["tgt_lang"] == "spa_Latn"
+    assert answer["source_tokens"][0][0].strip() == "fra_Latn"  # the tokens as the model reads them: not stale
     again = hub_events.translate("Zwei Hunde laufen.", model="nllb", session=changed)["session"]
     assert again.trace.target_tokens[0] == "spa_Latn"  # a new sentence keeps the languages chosen
     link = link_of(again).url_query()

@@ -160,10 +160,28 @@ def test_switching_the_model_translates_the_sentence_again_or_its_first_example(
     assert out["session"].trace.encoder is None and out["session"].model == "toy-rnn"
     out = events.run(translate_or_example, session, "toy-rnn", "  ")  # nothing to translate: its first example
     assert out["session"].source == services.examples("toy-rnn")[0] and "first example" in out["status"]
+    assert "the box was empty" in out["status"]
     assert out["source"] == services.examples("toy-rnn")[0]
     again = events.run(translate_or_example, out["session"], "toy-rnn", out["session"].source)  # sent twice
     assert again["session"].current is out["session"].current and "translation" not in again
     assert "status" not in again  # the status line keeps what it said about the translation
+
+
+def test_switching_the_model_keeps_the_view_where_the_new_model_has_it_and_says_what_changed(events):
+    """The view on screen is carried to the new model's translation: kind, layer, head and step where it has them,
+    the nearest where it lacks them, and the status says what changed."""
+    text = "A red dog runs in the park."
+    session = events.translate(text)["session"]
+    at = events.view(session, DECODER, 1, 2, WEIGHTS, 3, False)["session"]
+    gru = events.run(translate_or_example, at, "toy-rnn", text, view=(DECODER, 1, 2, WEIGHTS, 3, False))
+    view = gru["session"].view
+    assert (view.kind, view.step) == (CROSS, 3)  # the GRU has cross-attention only
+    assert "toy-rnn has no such view: decoder self-attention → cross-attention." in gru["status"]
+    at = events.view(gru["session"], CROSS, 0, 1, WEIGHTS, 4, False)["session"]
+    back = events.run(translate_or_example, at, "toy-en-de", text, view=(CROSS, 0, 1, WEIGHTS, 4, False))
+    view = back["session"].view
+    assert (view.kind, view.layer, view.head, view.step) == (CROSS, 0, 1, 4)  # all of it kept
+    assert "has no such view" not in back["status"] and back["layer"]["value"] == 0
 
 
 def test_a_first_visit_shows_a_translated_example_at_a_view_with_structure(events, services, monkeypatch):

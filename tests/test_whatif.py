@@ -226,14 +226,18 @@ def test_the_gru_model_offers_only_cross_attention_heads(events, services):
 def test_a_model_switch_shows_nothing_of_the_last_models_results(events, services):
     """Results of the last model (the link, the importance heatmap and head switches) never stay beside another
     model's translation (the tabs' answers are emptied by the page on a new translation: test_browser_answers.py);
-    a sentence the new model cannot translate gives way to its first example."""
+    a sentence the new model cannot translate stays in the box, nothing translated, and says so."""
     session = translated(events)
-    out = events.run(translate_or_example, session, "toy-rnn", "a " * 200)
-    assert out["session"].model == "toy-rnn" and out["session"].source == services.examples("toy-rnn")[0]
-    assert "Model toy-rnn chosen" in out["status"] and "tokens" in out["status"] and "first example" in out["status"]
-    assert [out[f"mask_grids[{i}]"]["visible"] for i in range(3)] == [False, False, True]
-    assert out["link_box"] == "" and out["translation"]
-    assert out["importance_plot"] is None and out["source_tokens"]
+    long = "a " * 200
+    out = events.run(translate_or_example, session, "toy-rnn", long)
+    assert isinstance(out["session"], Revisions) and out["translation"] == "" and out["attention"] is None
+    assert "source" not in out  # the user's sentence stays in the box
+    assert out["status"].startswith("Model toy-rnn chosen: it cannot translate the sentence in the box.")
+    assert "tokens" in out["status"] and "The sentence is kept" in out["status"]
+    assert out["link_box"] == "" and out["importance_plot"] is None
+    assert [out[f"mask_grids[{i}]"]["visible"] for i in range(3)] == [False, False, False]
+    back = events.run(translate_or_example, out["session"], "toy-en-de", "A dog runs.")  # the next model reads it
+    assert back["session"].source == "A dog runs." and back["translation"]
     nothing = events.run(translate_or_example, session, "no-such-model", "A dog.")
     assert isinstance(nothing["session"], Revisions) and nothing["translation"] == "" and nothing["attention"] is None
 

@@ -307,18 +307,22 @@ def on_screen(session: Session | None, model: object, text: object) -> bool:
 
 def translate_or_example(services: Services, session: Session | None, model: object, text: object
                          ) -> tuple[Session | None, str]:
-    """A new model chosen: the sentence on screen translated with it; where it cannot be, its first example. (Nothing
-    to do where it is already what is shown: a menu can send its choice twice.)"""
+    """A new model chosen: the sentence on screen translated with it, in the view on screen where the model has it.
+    A sentence it cannot read stays in the box (and nothing is shown) for the user to change; an empty box gets
+    its first example. (Nothing to do where it is already what is shown: a menu can send its choice twice.)"""
     if on_screen(session, model, text):
         return session, None  # the status line keeps what it said
-    translated, message = operations.translate(services, None, model, text)
+    translated, message = operations.translate(services, None, model, text, view=session and session.view)
     if translated is not None:
         return translated, message
     examples = services.examples(model)
-    if not examples or model not in services.translators:
+    if model not in services.translators:
         return None, f"Model {operations.shown(model)} chosen. {message}"
+    if isinstance(text, str) and text.strip() or not examples:
+        return None, (f"Model {model} chosen: it cannot translate the sentence in the box. {message} The sentence "
+                      "is kept: change it, or choose another model or an example.")
     translated, said = operations.translate(services, None, model, examples[0])
-    return translated, f"Model {model} chosen: {message} So its first example is shown instead. {said}"
+    return translated, f"Model {model} chosen; the box was empty, so its first example is shown. {said}"
 
 
 def change_languages(services: Services, session: Session | None, model: object, text: object, src_lang: object,

@@ -14,7 +14,7 @@ import numpy as np
 
 from model.contributions import VALUE_NORM_TOGETHER
 from model.attribution import step_shares
-from model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS,
+from model.keys import (ALL_HEADS, HEAD_LABELS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS,
                         KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT, SALIENCY, VALUE_NORM,
                         WEIGHTS, head_name, parse_head_name)
 from model.translator import InputError, TracedTranslation
@@ -111,14 +111,37 @@ def translate(services: Services, session: Session | None, model: object, text: 
         kept = f" The translation on screen is still that of {shown(session.source)}." if session else ""
         return session, str(error) + kept
     trace = to_arrays(traced)
-    if session is None or session.model != model:
-        view = first_view(services, model, trace)
-    else:
+    said = ""
+    if session is not None and session.model == model:
         view = replace(view or session.view, measure=WEIGHTS, step=FIRST_STEP)
+    elif view is not None:  # another model: the view it is shown in, where this model has it
+        view, said = carried_view(view, trace, model)
+    else:
+        view = first_view(services, model, trace)
     new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
     trained = services.card(model).metrics.get("training", {}).get("source_tokens")
-    return new, translate_status(traced, trace.available(), trained)
+    return new, translate_status(traced, trace.available(), trained) + said
+
+
+def head_words(head: int | str) -> str:
+    """A head menu's choice in words: "head 3", "mean of heads"."""
+    return HEAD_LABELS[head].lower() if head in HEAD_LABELS else f"head {head + 1}"
+
+
+def carried_view(view: View, trace: TraceArrays, model: str) -> tuple[View, str]:
+    """The view of another model's translation carried to `model`'s (its weights), and what of it `model` lacks."""
+    carried = replace(view, measure=WEIGHTS).normalize(trace)
+    changes = [f"{KIND_LABELS[view.kind].lower()} → {KIND_LABELS[carried.kind].lower()}"] * (carried.kind != view.kind)
+    if carried.kind == view.kind and carried.layer != view.layer:
+        changes.append(f"layer {view.layer + 1} → {carried.layer + 1}")
+    if carried.kind == view.kind and carried.head != view.head:
+        changes.append(f"{head_words(view.head)} → {head_words(carried.head)}")
+    if carried.step != view.step:
+        changes.append(f"step {view.step} → {carried.step}")
+    if not changes:
+        return carried, ""
+    return carried, f" {model} has no such view: {', '.join(changes)}."
 
 
 def with_view(session: Session | None, view: View) -> tuple[Session | None, str]:

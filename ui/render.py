@@ -126,9 +126,10 @@ def render(page, services: Services, before: Session | None, after: Session | No
             updates[page.breadcrumb] = after.shown
     if new_model:
         updates.update(model_updates(page, services, after))
-    if new_sentence:
+    if new_sentence or before.trace.source_tokens != after.trace.source_tokens:  # a language token, say
         updates[page.source_tokens] = [(visible(token) + " ", "unknown" if unknown else None)
                                        for token, unknown in zip(after.trace.source_tokens, after.unknown)]
+    if new_sentence:
         updates[page.source] = after.source
     if before is None or before.beam is not after.beam:
         updates.update(beam_updates(page, after))

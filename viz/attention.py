@@ -53,9 +53,12 @@ TICK_FONT = dict(size=10)
 TICK_SPACING = 13  # the least distance between two shown tick labels of TICK_FONT
 # How many labels fit along a figure's width, which Python does not know: the most that a phone (390 px screen)
 # has room for. A heatmap's plot there is ~120 px wide (its row labels and colour bar take the rest), where upright
-# labels read ~8 px apart; a bar chart's is ~270 px.
+# labels read ~8 px apart; a bar chart's is ~270 px. (A heatmap of one map names every key: the page widens it to
+# fit them, ui/static/figures.js; a grid of small maps names as many as fit.)
 KEY_LABELS, BAR_LABELS = 15, 20
-ROW_PX, MIN_PLOT_PX, MAX_PLOT_PX = 22, 190, 280  # a heatmap's rows: with the step bar above, it fits 900 px high
+# A heatmap's rows: ROW_PX each up to MAX_PLOT_PX (with the step bar above, it fits 900 px high), then taller, so that
+# every row is named (TICK_SPACING each).
+ROW_PX, MIN_PLOT_PX, MAX_PLOT_PX = 22, 190, 280
 X_LABEL_ROOM = 100  # below a heatmap: its key labels (turned upright when crowded) and axis title
 
 
@@ -225,9 +228,14 @@ def title_room(lines: list[str]) -> int:
     return MODEBAR_ROOM + TITLE_LINE * len(lines) + TITLE_GAP
 
 
+def plot_height(rows: int) -> int:
+    """A heatmap's plot area: ROW_PX per row within MIN_PLOT_PX..MAX_PLOT_PX, and never too short to name every row."""
+    return max(min(MAX_PLOT_PX, max(MIN_PLOT_PX, ROW_PX * rows)), TICK_SPACING * rows)
+
+
 def heatmap_height(rows: int, title: list[str]) -> int:
-    """A heatmap's height: its title, ROW_PX per row within MIN_PLOT_PX..MAX_PLOT_PX, its key labels."""
-    return title_room(title) + min(MAX_PLOT_PX, max(MIN_PLOT_PX, ROW_PX * rows)) + X_LABEL_ROOM
+    """A heatmap's height: its title, its plot area (`plot_height`), its key labels."""
+    return title_room(title) + plot_height(rows) + X_LABEL_ROOM
 
 
 def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
@@ -243,12 +251,12 @@ def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: 
     `signed` makes red below zero and blue above, from −zmax; `raw`:
     the attention weights behind a measure, shown beside it on hover. `view_shape`: (rows, keys) of the whole view
     when this map is one step of it (default: this map's); the height and which labels show depend on it alone, so
-    every step of a view is drawn alike."""
+    every step of a view is drawn alike. Every row and key is named (the page widens a map whose keys need it)."""
     weights = np.asarray(weights)
     if weights.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(query_tokens)} queries x {len(key_tokens)} keys")
     lines = [title] if isinstance(title, str) else title
-    rows, keys = view_shape or weights.shape
+    rows, _ = view_shape or weights.shape
     height = height or heatmap_height(rows, lines)
     top = title_room(lines)
     colorscale, zmin = _colour_range(zmax, signed)
@@ -256,8 +264,7 @@ def attention_heatmap(weights: np.ndarray, query_tokens: list[str], key_tokens: 
                        colorscale=colorscale, colorbar=_colorbar(value_label, zmax), zmin=zmin)
     return plain_figure([heatmap], dict(
         title=title_layout(lines), margin=dict(l=10, r=10, t=top, b=10), height=height, plot_bgcolor="white",
-        xaxis=token_axis(key_tokens, label_every(keys, KEY_LABELS), title=dict(text=key_label), automargin=True,
-                         tickfont=TICK_FONT),
+        xaxis=token_axis(key_tokens, title=dict(text=key_label), automargin=True, tickfont=TICK_FONT),
         yaxis=token_axis(query_tokens, label_every(rows, (height - top - X_LABEL_ROOM) / TICK_SPACING),
                          title=dict(text=query_label), autorange="reversed", automargin=True, tickfont=TICK_FONT),
         shapes=[] if highlight_row is None else [_row_outline(highlight_row, len(key_tokens))],

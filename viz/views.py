@@ -456,7 +456,7 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
     lines = [KIND_LABELS[kind] + (f", {same}" if same else ""), f"{first_name} and {second_name} compared (weights)",
              *notes, *step_heading(first, step)]
     shape = max((view_shape(trace, kind) for _, trace in decodings if kind in trace.available()), default=(1, 1))
-    plot_height = min(2 * MAX_PLOT_PX, max(MIN_PLOT_PX, ROW_PX * shape[0]))
+    plot_height = max(min(2 * MAX_PLOT_PX, max(MIN_PLOT_PX, ROW_PX * shape[0])), TICK_SPACING * shape[0])
     columns = max(len(panels), 1) if side_by_side else 1
     stacked = 1 if side_by_side else len(panels)
     name_lines = 1 if same else 2

@@ -64,6 +64,10 @@
     return figure;
   }
 
+  // A heatmap's width per key (an upright label of 10 px) and beside its keys (the row labels and the colour bar).
+  const KEY_PX = 12;
+  const HEATMAP_SIDES = 190;
+
   // Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
   // for the page's life: Plotly.react redraws from scratch whenever it is handed a different config.
   let plotConfig = null;
@@ -92,6 +96,10 @@
     }
     const figure = JSON.parse(json); // a step works on a copy: the JSON as sent stays whole for the next step
     const meta = figure.layout.meta || {};
+    // A heatmap of one map names every key: it is drawn at least wide enough for them (its box scrolls sideways).
+    const [first] = figure.data;
+    const keys = first && first.type === "heatmap" && !figure.layout.xaxis2 ? first.x.length : 0;
+    target.style.minWidth = keys ? `${KEY_PX * keys + HEATMAP_SIDES}px` : "";
     const steps = meta.titles ? meta.titles.length : meta.bars ? meta.bars.length : 0;
     const t = steps ? Math.min(Math.max(Math.round(inspector.step) || 1, 1), steps) - 1 : 0;
     const shown = meta.titles ? figureAtStep(figure, t) : meta.bars ? barsAtStep(figure, t) : figure;
