@@ -70,6 +70,26 @@ class HubTokens:
     languages: Languages | None
 
 
+def hub_id(source: str) -> bool:
+    """Whether `source` has the shape of a Hub model id: [owner/]name, each at most 96 letters, digits, - _ ."""
+    return re.fullmatch(r"([\w-][\w.-]{0,95}/)?[\w-][\w.-]{0,95}", source, flags=re.ASCII) is not None
+
+
+def checked_hub_id(source: str) -> str:
+    """`source` where it has the shape of a Hub model id; else a ConversionError saying what one looks like (what a
+    web page asks for: never a folder of the server's)."""
+    if not hub_id(source):
+        raise ConversionError(f"{shown_id(source)} is not a Hub model id: ids look like owner/name (such as "
+                              "Helsinki-NLP/opus-mt-en-de), at most 96 characters each. A model in a folder on the "
+                              "server is converted there: python -m model.convert_hf FOLDER --out checkpoints/NAME.")
+    return source
+
+
+def shown_id(source: str) -> str:
+    """`source` quoted for a message, cut to 60 characters."""
+    return repr(source if len(source) <= 60 else source[:57] + "…")
+
+
 def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[str], None] = lambda _: None,
           hub_only: bool = False) -> tuple[Path, dict]:
     """A local folder holding the model `source` names (a folder, or a Hub id to download), and where it came from.
@@ -78,15 +98,18 @@ def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[s
     and its config.json names a family converted here. `progress` is told each stage. `hub_only`: never a local
     folder (what a web page asks for).
     """
+    if hub_only:
+        checked_hub_id(source)
     folder = Path(source)
-    if folder.is_dir() and not hub_only:
+    if not hub_only and len(source) < 4096 and folder.is_dir():
         for weights in (folder / "model.safetensors", folder / "pytorch_model.bin"):
             if weights.is_file() and weights.stat().st_size > max_bytes:
                 raise ConversionError(f"{weights} is {weights.stat().st_size / 1024 ** 3:.1f} GiB; the limit here is "
                                       f"{max_bytes / 1024 ** 3:.1f} GiB.")
         return folder, {"folder": str(folder.resolve())}
-    if not re.fullmatch(r"[\w-][\w.-]*(/[\w-][\w.-]*)?", source):
-        raise ConversionError(f"{source!r} is neither a folder nor a Hub model id (like Helsinki-NLP/opus-mt-en-de).")
+    if not hub_id(source):
+        raise ConversionError(f"{shown_id(source)} is neither a folder nor a Hub model id (like "
+                              "Helsinki-NLP/opus-mt-en-de).")
     try:
         from huggingface_hub import HfApi, snapshot_download
         from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError

@@ -111,6 +111,26 @@ class TracedBeam:
 MAX_BEAM_SIZE = 16
 
 
+def spelled(pieces: list[str], vocab: Vocab) -> list[str]:
+    """The word the tokenizer wrote as `pieces` in the fewest pieces that `vocab` has, written the same way
+    (byte-pair "@@" ending every piece but the last, or sentencepiece's "▁" leading the first): for a word whose own
+    pieces the vocabulary lacks (too rare to be kept), so that any word it has the letters of can be typed.
+    [] where it has none."""
+    lead = "▁" if pieces[0].startswith("▁") else ""
+    ending = "@@" if pieces[0].endswith("@@") else ""
+    text = "".join(piece.removesuffix("@@") for piece in pieces).removeprefix("▁")
+
+    def piece(start: int, end: int) -> str:
+        return (lead if start == 0 else "") + text[start:end] + (ending if end < len(text) else "")
+    fewest: list[list[str] | None] = [[]] + [None] * len(text)
+    for end in range(1, len(text) + 1):
+        for start in range(end):
+            if fewest[start] is not None and piece(start, end) in vocab and \
+                    (fewest[end] is None or len(fewest[start]) + 1 < len(fewest[end])):
+                fewest[end] = fewest[start] + [piece(start, end)]
+    return fewest[-1] or []
+
+
 @dataclass
 class Translator:
     """Everything needed to translate with one checkpoint; read-only once built, so users can share it."""
@@ -363,6 +383,8 @@ class Translator:
         written = []
         for token in tokens:
             pieces = [] if token in self.tgt_vocab else self.tgt_tokenizer(token)
+            if pieces and not all(piece in self.tgt_vocab for piece in pieces):  # merges its vocabulary dropped
+                pieces = spelled(pieces, self.tgt_vocab)
             written += pieces if pieces and all(piece in self.tgt_vocab for piece in pieces) else [token]
         return written
 

@@ -116,8 +116,11 @@ def test_the_hub_box_converts_a_model_once_and_adds_it_to_the_menu(tmp_path, sta
     folder, calls = stand_in_hub
     assert calls[0] == ["config.json"] and "model.safetensors" in calls[1]  # the family checked first
     assert services.load_from_hub("Helsinki-NLP/opus-mt-tiny") == name and len(calls) == 2  # converted once
-    with pytest.raises(ConversionError, match="neither a folder nor a Hub model id"):
-        services.load_from_hub(str(folder))  # a page never converts a folder of the server's
+    with pytest.raises(ConversionError, match="is not a Hub model id: .* A model in a folder on the server is "
+                                              "converted there: python -m model.convert_hf FOLDER"):
+        services.load_from_hub(str(folder))  # a page never converts a folder of the server's, and says so
+    with pytest.raises(ConversionError, match=r"^'aaaa.{53}…' is not a Hub model id: ids look like owner/name"):
+        services.load_from_hub("a" * 300)  # never a raw "File name too long"
 
 
 def test_the_hub_box_refuses_at_once_what_it_cannot_load(tmp_path, stand_in_hub, monkeypatch):

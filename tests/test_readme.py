@@ -74,3 +74,15 @@ def test_results_table_matches_the_checkpoints_metrics():
 def test_shipped_checkpoints_are_small():
     for weights in (ROOT / "checkpoints").glob("*/model.safetensors"):
         assert sum(f.stat().st_size for f in weights.parent.iterdir()) < 25 * 2**20
+
+
+def test_the_readmes_word_in_pieces_example_is_what_the_shipped_model_forces():
+    """A word whose own byte-pair pieces the vocabulary lacks is spelled in the fewest pieces it has, as the README
+    says, and forcing it translates on from there."""
+    from model.checkpoint import load_checkpoint
+
+    word, pieces = re.search(r'`force=\["(\w+)"\]`\s+forces (`[^()]*`),', README).groups()
+    translator = load_checkpoint(ROOT / "checkpoints" / "en-de")
+    assert translator.in_pieces([word]) == re.findall(r"`([^`]+)`", pieces)
+    assert translator.trace("A woman reads a newspaper.", force=["eine", word]).target_tokens[1:6] == \
+        re.findall(r"`([^`]+)`", pieces)

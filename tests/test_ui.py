@@ -382,3 +382,16 @@ def test_the_same_request_sent_twice_at_once_is_answered_once(demo, services):
     assert sorted(calls) == [(MODEL, "A cat."), (MODEL, "A dog.")]
     assert first == twin == {demo.page.status: f"answered {(MODEL, 'A dog.')}"} and other != first
     assert asyncio.run(run(None, MODEL, "A dog.")) == first and len(calls) == 3  # once answered, asked anew
+
+
+def test_compare_says_why_there_is_no_second_model(events, services, monkeypatch):
+    """Compare without a second model chosen says to choose one; a model no other reads the language of says so,
+    beside the empty menu too."""
+    session = events.translate("A dog runs.")["session"]
+    assert events.run(operations.compare, session, None)["status"] == "Choose the second model first."
+    monkeypatch.setattr(services, "comparable", lambda model: [])
+    language = services.card("toy-en-de").source_language
+    alone = f"No other model here reads {language}, so toy-en-de has none to compare with"
+    assert events.run(operations.compare, session, None)["status"] == alone + "."
+    switched = events.run(translate_or_example, None, "toy-en-de", "A cat sits.")  # the model opened
+    assert switched["compare_model"]["choices"] == [] and switched["compare_model"]["info"] == alone

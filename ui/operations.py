@@ -399,8 +399,22 @@ def open_hypothesis(services: Services, session: Session, index: object) -> tupl
     return session, f"Showing beam hypothesis #{index + 1} step by step, its attention read with its own tokens."
 
 
+def capitalized(text: str) -> str:
+    """`text` with its first letter a capital (the rest as it is: model names keep their case)."""
+    return text[:1].upper() + text[1:]
+
+
+def no_comparison(services: Services, model: str) -> str:
+    """Why `model` cannot be compared with any other model here (empty where it can)."""
+    if services.comparable(model):
+        return ""
+    return f"no other model here reads {services.card(model).source_language}, so {model} has none to compare with"
+
+
 def compare_trace(services: Services, session: Session, other: object) -> Comparison | str:
     """Another model's greedy decoding of the session's sentence, or why there is none."""
+    if other in (None, ""):
+        return no_comparison(services, session.model) or "choose the second model first"
     if not isinstance(other, str) or other not in services.translators:
         return f"there is no model {shown(other)} to compare with"
     mine = services.card(session.model).source_language
@@ -421,7 +435,7 @@ def compare(services: Services, session: Session, other: object) -> tuple[Sessio
     difference where both read the same tokens); stepping moves both."""
     compared = compare_trace(services, session, other)
     if isinstance(compared, str):
-        return session, compared[0].upper() + compared[1:] + "."
+        return session, capitalized(compared) + "."
     same = compared.trace.target_tokens == session.trace.target_tokens
     return replace(session, compare=compared), (
         f"Compared with {other}: " + ("the same translation, so every map has a difference map." if same else

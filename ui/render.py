@@ -17,7 +17,7 @@ import numpy as np
 
 from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
 from model.words import WHOLE, summed, words
-from ui.operations import drawn, head_menu, plural
+from ui.operations import capitalized, drawn, head_menu, no_comparison, plural
 from ui.plots import figure_json
 from ui.services import Services
 from ui.session import Session
@@ -235,7 +235,8 @@ def model_updates(page, services: Services, session: Session) -> dict:
             page.model: session.model,
             page.example: gr.update(choices=examples, value=session.source if session.source in examples else None),
             page.compare_model: gr.update(choices=services.comparable(session.model),
-                                          value=session.compare.model if session.compare else None)}
+                                          value=session.compare.model if session.compare else None,
+                                          info=capitalized(no_comparison(services, session.model)))}
 
 
 def importance_plot(services: Services, session: Session, key: str):

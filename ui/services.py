@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from model.catalog import DEFAULT_BUDGET, Card, Catalog
-from model.convert_hf import ConversionError, convert
+from model.convert_hf import ConversionError, checked_hub_id, convert
 from model.head_stats import best_aligning_head
 from model.translator import InputError, TracedTranslation, Translator
 from model.vocab import CHARS
@@ -89,7 +89,7 @@ class Services:
         repository, another family, too large...)."""
         if not isinstance(hub_id, str) or not hub_id.strip().removeprefix("hf:"):
             raise ConversionError("Type the id of a model on the Hub, such as Helsinki-NLP/opus-mt-en-de.")
-        hub_id = hub_id.strip().removeprefix("hf:")
+        hub_id = checked_hub_id(hub_id.strip().removeprefix("hf:"))
         name = hub_id.replace("/", "--")
         if name in self.translators:
             return name
