@@ -96,6 +96,8 @@ def test_ui_events_and_every_figure(events, name):
     last = events.translate("A dog runs.")["session"]
     out = events.translate(text, session=last, view=(CROSS, 0, MEAN, WEIGHTS, 1, True))
     status = out["status"]
+    for said in (status, out.get("translation") or ""):  # the text boxes spell invisible characters out too
+        assert not any(unicodedata.category(c) in INVISIBLE_CATEGORIES for c in said.replace("\n", "")), said
     if isinstance(expected, str):
         assert expected in status and out["session"].current is last.current  # the last translation stays
     else:

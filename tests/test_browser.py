@@ -369,6 +369,18 @@ def test_a_link_with_nonsense_shows_the_default_view_and_a_note(page, server):
     assert page.locator("#attention b").count() == 0  # the link's markup stays text
 
 
+def test_a_link_that_compares_opens_on_compare_models_and_says_so(page, server):
+    from urllib.parse import urlencode
+
+    page.goto(f"{server}?{urlencode({'model': MODEL, 'text': LONG, 'compare': 'toy-rnn'})}")
+    status_starts(page, "Opened the link.")
+    assert "Compared with toy-rnn" in page.input_value("#status textarea")
+    page.wait_for_function("() => document.querySelector('#compare-plot .js-plotly-plot')?.data?.length >= 2",
+                           timeout=15000)
+    assert page.get_by_role("tab", name="Compare models").get_attribute("aria-selected") == "true"
+    assert page.locator("#compare-plot").is_visible()
+
+
 def test_compare_steps_both_models_and_every_plot_downloads_svg(page, server, services):
     page.goto(server)
     page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Translated')",

@@ -54,7 +54,10 @@ def test_a_link_with_nonsense_opens_the_default_model_with_every_note(services):
         assert said in status, said
     assert session.model == services.default_model and session.view.kind == CROSS
     assert session.view.measure == WEIGHTS and len(session.decodings) == 1  # the heads could not be switched off
-    # A link whose text cannot be translated opens the first example.
+    # A link with an empty text, or one that cannot be translated, opens the first example, and says so.
+    empty, status = open_link(services, *LinkSpec.parse({"text": [""]}))
+    assert "its text is empty, so the first example is shown" in status
+    assert empty.source == services.examples(MODEL)[0]
     broken, status = open_link(services, *LinkSpec.parse({"text": ["x" * 3000]}))
     assert "could not be translated" in status and broken.source == services.examples(MODEL)[0]
 

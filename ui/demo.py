@@ -37,7 +37,7 @@ def build_demo(services: Services) -> gr.Blocks:
         # The revision of the state the page shows, sent with every event (ui/listeners.py `answer`).
         page.revision = gr.Number(0, precision=0, visible=False, elem_id="revision")
         inspect.build(page, services)
-        with gr.Tabs(elem_id="what-if"):
+        with gr.Tabs(elem_id="what-if") as page.tabs:
             for tab in TABS:
                 tab.build(page, services)
         listeners.wire(page, services)

@@ -137,6 +137,8 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
     if session is None:
         if spec.text:
             notes.append(f"its text could not be translated ({message})")
+        elif "text" in spec.given:
+            notes.append("its text is empty, so the first example is shown")
         if not examples:
             return None, "; ".join(notes) or services.load_status()
         session, message = translate(services, None, model, examples[0])
@@ -183,4 +185,6 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
     if measure_note:
         notes.append(measure_note)
     said = "Opened the link." + (" Some of it could not be used: " + "; ".join(notes) + "." if notes else "")
+    if session.compare is not None:
+        said += f" Compared with {session.compare.model}: its map is beside this one (Compare models)."
     return session, f"{said} {message}".strip()

@@ -30,9 +30,11 @@ from ui.plots import answers_value, core_value
 from ui.render import render
 from ui.services import Services
 from ui.session import Session, View, clamp, packed, read_revision, unpacked
+from viz.attention import visible
 
 STATIC = Path(__file__).parent / "static"
 QUEUE_SIZE = 64
+COMPARE_TAB = "compare"  # the id of the tab Compare models: a link that compares opens on it (`first_visit`)
 COMPUTING = ("Computing {} at every step: the weights are shown meanwhile; stepping, the other views and the tabs "
              "work. Stop gives it up.")
 # A new step: the core view and every plot redraw themselves in the browser (ui/static/core.js, plot.js).
@@ -140,8 +142,12 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
 
 def folded(page: Page, updates: dict, revision: int) -> dict:
     """`updates` with the core view's parts (`Page.parts`) sent as the core view's one value, which names the
-    revision they belong to (the page drops an older one: ui/static/core.js)."""
+    revision they belong to (the page drops an older one: ui/static/core.js). The translation and the status line
+    spell out invisible characters (a right-to-left override in a sentence echoed would turn the line around)."""
     parts = {part.name: updates.pop(part) for part in page.parts if part in updates}
+    for name in ("translation", "status"):
+        if isinstance(parts.get(name), str):
+            parts[name] = visible(parts[name], keep="\n")
     if parts:
         updates[page.core] = core_value(revision, parts)
     return updates
@@ -360,8 +366,11 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
     if revisions.latest != revision:  # the user translated before the page's first answer came
         return stale(page)
     session = replace(session, revision=revision) if session is not None else None
-    return folded(page, {**render(page, services, None, session, message), page.session: packed(session, revisions),
-                         page.revision: revision}, revision)
+    updates = {**render(page, services, None, session, message), page.session: packed(session, revisions),
+               page.revision: revision}
+    if session is not None and session.compare is not None:  # a link that compares opens on Compare models
+        updates[page.tabs] = gr.Tabs(selected=COMPARE_TAB)
+    return folded(page, updates, revision)
 
 
 def wire(page: Page, services: Services) -> None:
@@ -380,7 +389,8 @@ def wire(page: Page, services: Services) -> None:
 
     def visit(state, request: gr.Request) -> dict:  # Gradio hands an argument typed gr.Request the page's request
         return first_visit(page, services, state, request)
-    page.demo.load(visit, page.session, session_outputs(page), api_name="first_visit", **services.trace_queue)
+    page.demo.load(visit, page.session, [*session_outputs(page), page.tabs], api_name="first_visit",
+                   **services.trace_queue)
 
     # A view change reads the user's stored trace (a few ms): the view's settings are the change. Integrated
     # gradients chosen are drawn with the weights at once, then computed step by step with progress, and can be

@@ -87,9 +87,11 @@ def escape_text(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-def visible(text: str) -> str:
-    """Invisible characters spelled as code points (⟨U+200B⟩), so a label shows everything the model read."""
-    return "".join(f"⟨U+{ord(c):04X}⟩" if unicodedata.category(c) in INVISIBLE_CATEGORIES else c for c in text)
+def visible(text: str, keep: str = "") -> str:
+    """Invisible characters spelled as code points (⟨U+200B⟩), so a label shows everything the model read (`keep`:
+    those to leave as they are, such as a text's line breaks)."""
+    return "".join(f"⟨U+{ord(c):04X}⟩" if unicodedata.category(c) in INVISIBLE_CATEGORIES and c not in keep else c
+                   for c in text)
 
 
 def label(token: str, limit: int = MAX_LABEL_CHARS) -> str:

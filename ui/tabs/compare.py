@@ -6,14 +6,14 @@ from __future__ import annotations
 import gradio as gr
 
 from ui import operations
-from ui.listeners import on, view_outputs
+from ui.listeners import COMPARE_TAB, on, view_outputs
 from ui.page import Page
 from ui.plots import plot
 from ui.services import Services
 
 
 def build(page: Page, services: Services) -> None:
-    with gr.Tab("Compare models", elem_id="compare-tab"):
+    with gr.Tab("Compare models", id=COMPARE_TAB, elem_id="compare-tab"):
         gr.Markdown("Translate the sentence with a second checkpoint of the same source language and see both "
                     "attentions side by side at the same step (the kind, layer and head chosen above, where the "
                     "second has them), with their difference where both read the same tokens. Stepping moves "
