@@ -47,6 +47,10 @@ from model.vocab import SOS_ID, UNK_ID
 
 ATTENTION, BEST_HEAD, ALTI_PLUS, RANDOM = "attention", "best_head", "alti_plus", "random"
 METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, RANDOM)
+# Each method as the page names it (the keys stay in the CLI's JSON).
+METHOD_LABELS = {ATTENTION: "attention (last layer's mean)", BEST_HEAD: "best-aligning head", ROLLOUT: "rollout",
+                 ALTI_PLUS: "ALTI+", SALIENCY: "saliency", INPUT_X_GRADIENT: "input × gradient",
+                 INTEGRATED_GRADIENTS: "integrated gradients", RANDOM: "random ranking (control)"}
 KS = (1, 2, 3, 0.2, 0.5)  # whole numbers of tokens, or fractions of the sentence
 
 

@@ -233,6 +233,10 @@ def test_picking_an_example_translates_it(page, services):
     page.wait_for_function("(text) => document.querySelector('#translation textarea')?.value === text",
                            arg=expected, timeout=30000)
     assert page.locator("#source textarea").input_value() == sentence
+    page.locator("#source textarea").press_sequentially(" And more.")  # typing a sentence of one's own
+    page.wait_for_function("() => document.querySelector('#example input')?.value === ''", timeout=5000)
+    translate(page, services, "Two dogs run.")
+    assert page.locator("#example input").input_value() == ""
 
 
 def status_starts(page, prefix: str) -> str:
@@ -364,6 +368,8 @@ def test_a_link_with_nonsense_shows_the_default_view_and_a_note(page, server):
                            timeout=60000)
     status = page.input_value("#status textarea")
     assert "no model 'nope'" in status and "kind 'sideways'" in status and "step 99" in status
+    assert page.evaluate("""() => { const box = document.querySelector('#status textarea');
+        return box.scrollHeight <= box.clientHeight + 2; }""")  # every line of a long status shows
     view = wait_for_step(page, int(page.input_value("#step input[type=number]")))
     assert view["title"].startswith("Cross-attention, layer 2, mean of heads")  # the last layer, as a first visit
     assert page.locator("#attention b").count() == 0  # the link's markup stays text

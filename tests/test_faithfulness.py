@@ -80,4 +80,7 @@ def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
         assert len(curves) == 2 * methods and curves[0]["x"] == ["1", "2", "3", "20%", "50%"]
         rows = table["rows"]
         assert table["headers"] == ["method", *(row[0] for row in rows)]
+        names = {curve["name"] for curve in curves}  # every method in words, never its code name
+        assert {"input × gradient", "random ranking (control)"} <= names == set(table["headers"][1:])
+        assert not any("_" in name for name in names) and "_" not in said.split(": ", 2)[-1]
         assert len(rows) == methods and all(row[1 + i] == 1.0 for i, row in enumerate(rows))

@@ -262,6 +262,13 @@ def test_the_shipped_reverser_warns_beyond_its_16_characters():
     traced = reverser.trace("abcdefghijklmnopqrstuvwxyzabcde")  # 31 characters: it reads at most 31
     said = operations.translate_status(traced, [ENCODER, DECODER, CROSS], [2, 16])
     assert "this source has 31 tokens, and the model learned from sources of 2 to 16" in said
+    one = operations.translate_status(reverser.trace("a"), [ENCODER, DECODER, CROSS], [2, 16])
+    assert "this source has 1 token, and" in one
+
+
+def test_the_branch_legend_is_in_words_and_shows_only_with_a_branch(demo):
+    comparison = demo.page.comparison
+    assert not comparison.show_legend and "red: differs; orange: chosen by you" in comparison.label
 
 
 def test_the_head_chosen_for_the_weights_comes_back_after_a_measure_of_the_whole_layer(events):

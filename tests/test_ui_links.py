@@ -54,6 +54,8 @@ def test_a_link_with_nonsense_opens_the_default_model_with_every_note(services):
         assert said in status, said
     assert session.model == services.default_model and session.view.kind == CROSS
     assert session.view.measure == WEIGHTS and len(session.decodings) == 1  # the heads could not be switched off
+    gru, status = open_link(services, *LinkSpec.parse({"model": ["toy-rnn"], "measure": ["rollout"]}))
+    assert "no residual stream" in status and ".." not in status  # each note's own full stop dropped in the list
     # A link with an empty text, or one that cannot be translated, opens the first example, and says so.
     empty, status = open_link(services, *LinkSpec.parse({"text": [""]}))
     assert "its text is empty, so the first example is shown" in status

@@ -184,7 +184,8 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
     session = with_measures(services, session)
     if measure_note:
         notes.append(measure_note)
-    said = "Opened the link." + (" Some of it could not be used: " + "; ".join(notes) + "." if notes else "")
+    said = "Opened the link." + (" Some of it could not be used: " + "; ".join(note.rstrip(".") for note in notes)
+                                 + "." if notes else "")
     if session.compare is not None:
         said += f" Compared with {session.compare.model}: its map is beside this one (Compare models)."
     return session, f"{said} {message}".strip()

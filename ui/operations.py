@@ -84,7 +84,7 @@ def translate_status(traced: TracedTranslation, kinds: list[str], trained: list[
         message += f" Stopped at the length limit of {len(traced.target_tokens)} tokens."
     length = len(traced.source_tokens) - 1  # <eos> left out
     if trained and not trained[0] <= length <= trained[1]:
-        message += (f" Beware: this source has {length} tokens, and the model learned from sources of "
+        message += (f" Beware: this source has {plural(length, 'token')}, and the model learned from sources of "
                     f"{trained[0]} to {trained[1]}: outside that range it is often wrong.")
     return message
 

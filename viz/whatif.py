@@ -217,15 +217,16 @@ CONTROL = "random"  # model/faithfulness.py's control ranking: drawn grey and do
 
 
 def faithfulness_figure(comprehensiveness: dict[str, np.ndarray], sufficiency: dict[str, np.ndarray],
-                        ks: list[str], title: str) -> PlainFigure:
+                        ks: list[str], title: str, labels: dict[str, str] | None = None) -> PlainFigure:
     """Each method's deletion curves side by side: comprehensiveness (the word's log-probability lost when the top
     k source tokens are removed: higher is more faithful) and sufficiency (lost when only they are kept: lower is
-    more faithful), over k."""
+    more faithful), over k; each method named by `labels` (default: its key)."""
     data = []
-    for index, method in enumerate(comprehensiveness):
-        line = dict(color="#7f7f7f", dash="dot") if method == CONTROL else \
+    for index, key in enumerate(comprehensiveness):
+        method = (labels or {}).get(key, key)
+        line = dict(color="#7f7f7f", dash="dot") if key == CONTROL else \
             dict(color=FAITHFULNESS_COLOURS[index % len(FAITHFULNESS_COLOURS)])
-        for axis, values, shown in (("", comprehensiveness[method], True), ("2", sufficiency[method], False)):
+        for axis, values, shown in (("", comprehensiveness[key], True), ("2", sufficiency[key], False)):
             data.append(dict(type="scatter", mode="lines+markers", x=ks, y=np.round(values, 4).tolist(),
                              name=escape_text(method), legendgroup=method, showlegend=shown,
                              line=line, xaxis=f"x{axis}", yaxis=f"y{axis}",

@@ -32,7 +32,10 @@ function update() {
   for (const name of ["translation", "status"]) {
     if (name in value) {
       shown[name] = value[name] || "";
-      element.querySelector(`#${name} textarea`).value = shown[name];
+      const box = element.querySelector(`#${name} textarea`);
+      box.value = shown[name];
+      box.style.height = "auto"; // as tall as what it says: a long status is never cut
+      box.style.height = `${box.scrollHeight + 2}px`;
     }
   }
   if ("status" in value) inspector.said?.(shown.status);

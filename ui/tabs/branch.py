@@ -21,8 +21,8 @@ def build(page: Page, services: Services) -> None:
             page.branch_word = gr.Textbox(label="Word to choose at this step", placeholder="a word of the target "
                                           "vocabulary, then Enter", elem_id="branch-word", scale=3)
             page.branch = gr.Button("Branch here", elem_id="branch", scale=1, min_width=100)
-        page.comparison = gr.HighlightedText(label="Compared with the decoding it came from",
-                                             color_map={DIFFERS: "red", FORCED: "orange"}, show_legend=True,
+        page.comparison = gr.HighlightedText(label=f"Compared with the decoding it came from (red: {DIFFERS}; "
+                                             f"orange: {FORCED})", color_map={DIFFERS: "red", FORCED: "orange"},
                                              show_inline_category=False, elem_id="comparison")
         page.comparison_plot = plot("comparison-plot")
 

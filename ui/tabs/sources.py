@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
-from model.faithfulness import KS, k_label, word_faithfulness
+from model.faithfulness import KS, METHOD_LABELS, k_label, word_faithfulness
 from model.words import WORDS, summed, words
 from ui.listeners import tab_answer
 from ui.operations import operation, shown
@@ -118,15 +118,16 @@ def explanations_compared(services: Services, session: Session, step: object) ->
     ks = list(map(k_label, KS))
     chosen = trace.target_tokens[step - 1]
     figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, ks,
-                                 f'which explanation to trust for step {step}, "{chosen}"')
+                                 f'which explanation to trust for step {step}, "{chosen}"', METHOD_LABELS)
     methods = list(measured.scores)
     rho = measured.rank_correlation()
-    table = [[a] + [1.0 if a == b else round(rho.get((a, b), rho.get((b, a), float("nan"))), 2) for b in methods]
-             for a in methods]
+    table = [[METHOD_LABELS[a]] + [1.0 if a == b else round(rho.get((a, b), rho.get((b, a), float("nan"))), 2)
+                                   for b in methods] for a in methods]
     best = max(methods, key=lambda m: measured.comprehensiveness[m].mean() - measured.sufficiency[m].mean())
     note = " (measured with every head on)" if decoding.mask else ""
-    return (figure_json(figure), {"headers": ["method", *methods], "rows": table}), (
-        f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: {best}{note}.')
+    return (figure_json(figure), {"headers": ["method", *(METHOD_LABELS[m] for m in methods)], "rows": table}), (
+        f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: '
+        f'{METHOD_LABELS[best]}{note}.')
 
 
 def wire(page: Page, services: Services) -> None:
