@@ -483,3 +483,47 @@ def test_every_row_and_column_of_a_long_sentences_heatmap_is_named(page, service
         const box = document.querySelector('#attention');
         return box.scrollWidth > box.clientWidth; }""", timeout=15000)  # wider than a phone: it scrolls
     assert page.evaluate(count) == [len(traced.source_tokens), len(traced.target_tokens)]
+
+
+# The entries of a menu wider than its text's room: from the input's left to the arrow drawn over its right end.
+MENU_FITS = """([selector, labels]) => {
+    const input = document.querySelector(`${selector} input`);
+    const arrow = document.querySelector(`${selector} .icon-wrap`).getBoundingClientRect();
+    const room = arrow.left - input.getBoundingClientRect().left;
+    const context = document.createElement('canvas').getContext('2d');
+    context.font = getComputedStyle(input).font;
+    return labels.filter((label) => context.measureText(label).width > room); }"""
+
+
+def test_every_menu_shows_its_longest_entry_whole(page, services):
+    """The view's menus at 1400 px, and the model menu on a phone, are wide enough for their longest entries."""
+    from model.keys import KIND_LABELS, MEASURE_LABELS
+    from ui.operations import EVERY_HEAD, WHOLE_MODEL
+
+    translate(page, services, "A dog runs.")
+    models = [label for label, _ in services.model_choices()]
+    menus = {"#kind": list(KIND_LABELS.values()), "#layer": [WHOLE_MODEL, "Layer 12"],
+             "#head": [EVERY_HEAD, "Mean of heads"], "#measure": list(MEASURE_LABELS.values()), "#model": models}
+    assert {menu: page.evaluate(MENU_FITS, [menu, labels]) for menu, labels in menus.items()} == \
+        {menu: [] for menu in menus}
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(300)
+    assert page.evaluate(MENU_FITS, ["#model", models]) == []
+
+
+def test_on_a_phone_every_tab_head_switch_and_model_view_label_is_readable(page, services):
+    page.set_viewport_size({"width": 390, "height": 844})
+    translate(page, services, LONG)
+    names = page.evaluate("""() => Array.from(document.querySelectorAll(
+        '#what-if [role=tablist] button, #what-if .overflow-dropdown button')).filter((b) => b.checkVisibility())
+        .map((b) => b.textContent.trim())""")
+    assert len(names) == 8 and page.locator("#what-if .overflow-menu > button").is_hidden()  # no "⋯" to find them
+    page.locator("#what-if .overflow-dropdown button", has_text="Switch heads off").click()
+    cut = page.evaluate("""() => Array.from(document.querySelectorAll('.head-grid label')).filter((label) =>
+        label.checkVisibility()).filter((label) => { const text = label.querySelector('span');
+        return text.getBoundingClientRect().right > label.getBoundingClientRect().right + 1; }).length""")
+    assert page.locator(".head-grid label").first.is_visible() and cut == 0
+    page.get_by_text("Model view: every layer").click()
+    page.click("#model-view input")
+    page.wait_for_function("() => document.querySelector('#overview .js-plotly-plot')", timeout=20000)
+    assert page.evaluate("() => document.querySelector('#overview .plot').offsetWidth") >= 720  # scrolls sideways

@@ -34,6 +34,8 @@ MEASURE_LINES = {  # each line fits the title of a phone's heatmap (tests/test_v
     INTEGRATED_GRADIENTS: ("integrated gradients, each step's signed shares", "share"),
 }
 COMPLETENESS = "32 points from zero; completeness error ≤ {:.1%}"  # integrated gradients' second line
+# The one entry of the head menu (and the layer menu) for a measure of the whole layer or of the whole model.
+WHOLE_MODEL, EVERY_HEAD = "Whole model", "Every head, combined"
 GRU_MEASURES = ("The GRU models have no residual stream: value norms, rollout and contributions need a "
                 "Transformer; the weights and the gradient attributions can be shown.")
 # The measures computed later, step by step with progress (`pending`): integrated gradients at every step takes
@@ -449,5 +451,5 @@ def head_menu(trace: TraceArrays, kind: str, chosen: int | str) -> list[tuple[st
     weights, so that going back to the weights shows that head again."""
     heads = [(f"Head {h + 1}", h) for h in range(trace.heads(kind))]
     if len(heads) == 1 and trace.measure:
-        return [("Whole model" if trace.whole_model else "Every head, combined", chosen)]
+        return [(WHOLE_MODEL if trace.whole_model else EVERY_HEAD, chosen)]
     return heads if len(heads) == 1 else [("Mean of heads", MEAN), ("All heads", ALL_HEADS)] + heads

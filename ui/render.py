@@ -17,7 +17,7 @@ import numpy as np
 
 from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
 from model.words import WHOLE, summed, words
-from ui.operations import capitalized, drawn, head_menu, no_comparison, plural
+from ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
 from ui.plots import figure_json
 from ui.services import Services
 from ui.session import Session
@@ -67,7 +67,7 @@ def view_menus(session: Session) -> dict:
     trace, layer, head = drawn(session)
     view = session.view
     # A map of the whole model has one entry, whose value is the layer chosen for the weights (as `head_menu` does).
-    layers = ([("Whole model", view.layer)] if trace.whole_model else
+    layers = ([(WHOLE_MODEL, view.layer)] if trace.whole_model else
               [(f"Layer {i + 1}", i) for i in range(trace.layers(view.kind))])
     return {"layers": layers, "heads": head_menu(trace, view.kind, view.head), "trace": trace, "layer": layer,
             "head": head}

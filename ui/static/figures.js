@@ -67,6 +67,7 @@
   // A heatmap's width per key (an upright label of 10 px) and beside its keys (the row labels and the colour bar).
   const KEY_PX = 12;
   const HEATMAP_SIDES = 190;
+  const GRID_PX = 720;
 
   // Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
   // for the page's life: Plotly.react redraws from scratch whenever it is handed a different config.
@@ -96,10 +97,12 @@
     }
     const figure = JSON.parse(json); // a step works on a copy: the JSON as sent stays whole for the next step
     const meta = figure.layout.meta || {};
-    // A heatmap of one map names every key: it is drawn at least wide enough for them (its box scrolls sideways).
+    // A heatmap of one map names every key: it is drawn at least wide enough for them; a grid of maps (the model
+    // view, two models compared) as wide as a laptop draws it, its labels apart. (Its box scrolls sideways.)
     const [first] = figure.data;
-    const keys = first && first.type === "heatmap" && !figure.layout.xaxis2 ? first.x.length : 0;
-    target.style.minWidth = keys ? `${KEY_PX * keys + HEATMAP_SIDES}px` : "";
+    const heatmap = first && first.type === "heatmap";
+    const least = !heatmap ? 0 : figure.layout.xaxis2 ? GRID_PX : KEY_PX * first.x.length + HEATMAP_SIDES;
+    target.style.minWidth = least ? `${least}px` : "";
     const steps = meta.titles ? meta.titles.length : meta.bars ? meta.bars.length : 0;
     const t = steps ? Math.min(Math.max(Math.round(inspector.step) || 1, 1), steps) - 1 : 0;
     const shown = meta.titles ? figureAtStep(figure, t) : meta.bars ? barsAtStep(figure, t) : figure;

@@ -12,16 +12,24 @@ import gradio as gr
 
 from model.keys import CROSS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
 from model.words import PIECES, WORDS
+from ui.operations import EVERY_HEAD, WHOLE_MODEL
 from ui.page import Page
 from ui.plots import core_view, plot
 from ui.services import Services
+
+
+def fitting(*labels: str) -> int:
+    """A menu's least width (px) that shows the longest of `labels` whole beside its arrow (at most 8 px a character
+    of the page's 14 px font, and ~85 px of the menu's padding and arrow)."""
+    return 8 * max(map(len, labels)) + 90
 
 
 def build(page: Page, services: Services) -> None:
     """The model and sentence, the translation and status, the step bar, the view's controls and figures."""
     model = services.default_model
     with gr.Row(equal_height=True):
-        page.model = gr.Dropdown(services.model_choices(), value=model, label="Model", elem_id="model", scale=2)
+        page.model = gr.Dropdown(services.model_choices(), value=model, label="Model", elem_id="model", scale=2,
+                                 min_width=fitting(*(label for label, _ in services.model_choices())))
         # A multilingual model's languages (NLLB, mBART-50, a multi-target opus-mt): shown only for such a model.
         sources, targets = services.languages(model)
         page.src_lang = gr.Dropdown(sources, value=None, label="From", elem_id="src-lang", visible=bool(sources),
@@ -29,7 +37,7 @@ def build(page: Page, services: Services) -> None:
         page.tgt_lang = gr.Dropdown(targets, value=None, label="To", elem_id="tgt-lang", visible=bool(targets),
                                     scale=1, min_width=120)
         page.example = gr.Dropdown(services.examples(model), value=None, label="Examples (from the test set)",
-                                   elem_id="example", scale=3)
+                                   elem_id="example", scale=3, min_width=300)
     with gr.Row(equal_height=True):
         page.source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter",
                                  show_label=False, lines=1, max_lines=3, elem_id="source", scale=5, container=False)
@@ -46,15 +54,15 @@ def build(page: Page, services: Services) -> None:
                                   scale=4, min_width=160)
         with gr.Row(equal_height=True, elem_id="view-controls"):
             page.kind = gr.Dropdown(choices(KIND_LABELS), value=CROSS, label="Attention", elem_id="kind",
-                                    scale=3, min_width=170)
+                                    scale=3, min_width=fitting(*KIND_LABELS.values()))
             # Any number is taken and then fitted to the model (ui/session.py `View.normalize`): a menu of
             # another model's layers never refuses a request.
-            page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer", min_width=120,
-                                     scale=1, allow_custom_value=True)
+            page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer",
+                                     min_width=fitting(WHOLE_MODEL), scale=1, allow_custom_value=True)
             page.head = gr.Dropdown([("Mean of heads", MEAN)], value=MEAN, label="Head", elem_id="head",
-                                    min_width=110, scale=2, allow_custom_value=True)
+                                    min_width=fitting(EVERY_HEAD, "Mean of heads"), scale=2, allow_custom_value=True)
             page.measure = gr.Dropdown(choices(MEASURE_LABELS), value=WEIGHTS, label="Show",
-                                       elem_id="measure", scale=2, min_width=150)
+                                       elem_id="measure", scale=2, min_width=fitting(*MEASURE_LABELS.values()))
             # Words merge a word's pieces (model/words.py): summed as keys, averaged as queries.
             page.units = gr.Radio([("Pieces", PIECES), ("Words", WORDS)], value=PIECES, label="Units",
                                   elem_id="units", scale=1, min_width=150)
