@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,10 @@ from model.vocab import SOS_ID, UNK_ID
 
 ATTENTION, BEST_HEAD, ALTI_PLUS, RANDOM = "attention", "best_head", "alti_plus", "random"
 METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, RANDOM)
+# The stages of `method_scores` told to its `told(done, total)`: attention, rollout and ALTI+ together, then each
+# gradient method.
+SCORE_STAGES = 4
+Told = Callable[[int, int], None]
 # Each method as the page names it (the keys stay in the CLI's JSON).
 METHOD_LABELS = {ATTENTION: "attention (last layer's mean)", BEST_HEAD: "best-aligning head", ROLLOUT: "rollout",
                  ALTI_PLUS: "ALTI+", SALIENCY: "saliency", INPUT_X_GRADIENT: "input × gradient",
@@ -88,9 +93,11 @@ def log_probabilities(model: Seq2Seq, sources: torch.Tensor, prefix: list[int], 
 
 
 def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_head: tuple[int, int] | None,
-                  steps: int = 32, only: int | None = None) -> dict[str, list[np.ndarray]]:
+                  steps: int = 32, only: int | None = None, told: Told = lambda done, total: None
+                  ) -> dict[str, list[np.ndarray]]:
     """Every method's score of every source token, for every step of the translation `tgt_ids` (`only`: the
-    gradients of that step alone, the other steps' left empty)."""
+    gradients of that step alone, the other steps' left empty). `told(done, total)` hears of each of its
+    SCORE_STAGES stages as it is done (it may raise to stop)."""
     src, tgt_in = torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]])
     with torch.inference_mode():
         _, attention = model(src, tgt_in, need_weights=True)
@@ -102,23 +109,30 @@ def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_h
     if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
         scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
         scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
-    for method in (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS):
+    told(1, SCORE_STAGES)
+    for stage, method in enumerate((SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS), 2):
         if only is None:  # every step: saliency and input × gradient in one batch
             scores[method] = [result.source for result in attribute_steps(model, src_ids, tgt_ids, method,
                                                                           steps=steps)]
         else:
             scores[method] = [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source if t == only
                               else None for t in range(len(tgt_ids))]
+        told(stage, SCORE_STAGES)
     generator = np.random.default_rng(src_ids)
     scores[RANDOM] = [generator.random(len(src_ids)) for _ in tgt_ids]
     return scores
 
 
 def word_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
-                      best_head: tuple[int, int] | None = None, steps: int = 32) -> StepFaithfulness:
-    """The faithfulness of every method for the word at `step` alone (the app's question, asked live)."""
-    scores = method_scores(model, src_ids, tgt_ids, best_head, steps, only=step)
-    return step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
+                      best_head: tuple[int, int] | None = None, steps: int = 32,
+                      told: Told = lambda done, total: None) -> StepFaithfulness:
+    """The faithfulness of every method for the word at `step` alone (the app's question, asked live);
+    `told(done, total)` hears of each stage (the methods' scores, then the deletion curves) as it is done."""
+    scores = method_scores(model, src_ids, tgt_ids, best_head, steps, only=step,
+                           told=lambda done, total: told(done, total + 1))
+    result = step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
+    told(SCORE_STAGES + 1, SCORE_STAGES + 1)
+    return result
 
 
 def step_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,

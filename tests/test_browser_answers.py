@@ -115,3 +115,16 @@ def test_a_tabs_answers_are_drawn_in_the_tab_and_emptied_by_another_translation(
         && !document.querySelector('#head-table tbody')
         && document.querySelector('#alignment-text .answer-text').textContent === ''""", timeout=15000)
     assert page.locator("#head-table").is_hidden()
+
+
+def test_which_explanation_to_trust_is_drawn_in_its_tab_and_stop_says_so(page, services):
+    translate(page, services, SENTENCE)
+    page.get_by_role("tab", name="Where each word came from").click()
+    page.click("#faithfulness")
+    status_starts(page, "Step ")
+    page.wait_for_function("() => document.querySelector('#faithfulness-curves .js-plotly-plot')", timeout=30000)
+    headers = page.locator("#faithfulness-table th").all_text_contents()
+    assert headers[0] == "method" and "input × gradient" in headers and "ALTI+" in headers
+    assert page.locator("#faithfulness-table tbody tr").count() == len(headers) - 1
+    page.click("#stop-faithfulness")
+    assert status_starts(page, "Stopped") == "Stopped: the explanations are not compared."

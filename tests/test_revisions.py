@@ -108,3 +108,32 @@ def test_integrated_gradients_are_drawn_later_with_progress_and_can_be_stopped(e
                                                                  progress=stopped_at_the_second_step)) == DROPPED
     stop = events.run(operations.stop_measure, pending, view=GRADIENT_VIEW)  # the page's menu says the method
     assert stop["session"].view.measure == WEIGHTS and stop["status"].startswith("Stopped computing")
+
+
+def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):
+    """Which explanation to trust is computed with Gradio's progress, stage by stage, and given up at the next
+    stage once the user has moved on (another sentence here; Stop claims a revision the same way)."""
+    import inspect
+
+    from ui.tabs.sources import explanations_compared
+
+    session = translated(events)
+    page = events.page
+    wired = {}
+
+    def trigger(function, inputs, outputs, **options):
+        wired.update(run=function, options=options)
+    listeners.tab_answer(page, events.services, explanations_compared, [page.step],
+                         ["faithfulness-curves", "faithfulness-table"], "x", trigger,
+                         answers=page.faithfulness_answers, progress="Comparing")
+    run = wired["run"]
+    assert isinstance(inspect.signature(run).parameters["progress"].default, gr.Progress)
+    seen = []
+    out = events.named(run(session, 2, lambda fraction, desc: seen.append((fraction, desc))))
+    assert seen == [((done, 5), f"Comparing: {done} of 5") for done in range(1, 6)]
+    assert json.loads(out["faithfulness_answers"])["answers"]["faithfulness-table"]["rows"]
+
+    def moved_on(fraction, desc):
+        if fraction == (2, 5):
+            events.run(operations.translate, session, "toy-en-de", "A man plays.")
+    assert events.named(run(session, 2, moved_on)) == DROPPED

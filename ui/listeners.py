@@ -13,6 +13,7 @@ events (the page's load, a measure computed with progress, the JSON API) go thro
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -278,15 +279,28 @@ def measure_computed(services: Services, session: Session) -> tuple[Session, str
 
 
 def tab_answer(page: Page, services: Services, function: Callable, inputs: list, outputs: list, api_name: str,
-               trigger: Callable, answers: gr.HTML | None = None, **options):
+               trigger: Callable, answers: gr.HTML | None = None, progress: str | None = None, **options):
     """Wire a tab's question: `function(services, session, *values)` is an `operations.operation` that returns
     (its outputs' values, message), dropped where the user has moved on to another state meanwhile (`answer`).
     With `answers` (a tab's answers about the decoding on screen, ui/plots.py `answers_view`), `outputs` are the
-    names of the answers it gives, sent as that view's one value."""
+    names of the answers it gives, sent as that view's one value. With `progress` (what it computes, in words),
+    it is a queued event that shows Gradio's progress on the answers as `function(..., told=told)` reports each
+    stage to `told(done, total)`, and stops at its next stage once the user has moved on (or pressed Stop)."""
     def run(state, *values) -> dict:
+        tracker = None
+        if progress is not None:  # Gradio's progress tracker comes last (the signature below)
+            *values, tracker = values
         session, revisions = unpacked(state)
         revision = read_revision(session, revisions)
-        results, message = function(services, session, *values)
+
+        def told(done: int, total: int) -> None:
+            if revisions.latest != revision:
+                raise Stopped
+            tracker((done, total), desc=f"{progress}: {done} of {total}")
+        try:
+            results, message = function(services, session, *values, **({"told": told} if tracker else {}))
+        except Stopped:
+            return stale(page)
         if revisions.latest != revision:
             return stale(page)
         if not isinstance(results, tuple):  # nothing translated yet, or a refused input
@@ -296,6 +310,11 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
                                  page.status: message}, revision)
         return folded(page, {**dict(zip(outputs, results)), page.status: message}, revision)
     run.__name__ = getattr(function, "__name__", "run")
+    if progress is not None:  # Gradio hands a progress tracker to the parameter whose default is one
+        run.__signature__ = inspect.Signature(
+            [inspect.Parameter(f"value{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for i in range(len(inputs) + 1)]
+            + [inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress())])
+        options = {"show_progress": "minimal", "show_progress_on": [answers or page.core], **options}
     shown = [answers] if answers is not None else outputs
     return trigger(run, [page.session, *inputs], [page.session, *shown, page.core], api_name=api_name, **options)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import gradio as gr
 
 from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
-from model.faithfulness import KS, METHOD_LABELS, k_label, word_faithfulness
+from model.faithfulness import KS, METHOD_LABELS, Told, k_label, word_faithfulness
 from model.words import WORDS, summed, words
-from ui.listeners import tab_answer
+from ui.listeners import on, tab_answer
 from ui.operations import operation, shown
 from ui.page import Page
 from ui.plots import Answer, answers_view, figure_json
@@ -51,7 +51,10 @@ def build(page: Page, services: Services) -> None:
                     "DeYoung et al. 2020). Attention, the best-aligning head, rollout, ALTI+ and the three gradient "
                     "methods, side by side, with a random ranking as the control any of them must beat, and how far "
                     "their rankings agree.")
-        page.faithfulness = gr.Button("Which explanation to trust for this word", elem_id="faithfulness")
+        with gr.Row():
+            page.faithfulness = gr.Button("Which explanation to trust for this word", elem_id="faithfulness",
+                                          scale=3)
+            page.stop_faithfulness = gr.Button("Stop", elem_id="stop-faithfulness", scale=1, min_width=80)
         page.faithfulness_answers = answers_view(
             "faithfulness-answers", Answer("faithfulness-curves", "figure"),
             Answer("faithfulness-table", "table", "Rank correlation (Spearman) of the methods' source rankings"))
@@ -107,14 +110,16 @@ def attribute_step(services: Services, session: Session, step: object, method: o
 
 
 @operation
-def explanations_compared(services: Services, session: Session, step: object) -> tuple[tuple, str]:
+def explanations_compared(services: Services, session: Session, step: object, told: Told = lambda done, total: None
+                          ) -> tuple[tuple, str]:
     """How faithful each explanation method is for the word chosen at `step`, with every head on: its deletion
-    curves and the rank correlations between the methods."""
+    curves and the rank correlations between the methods (each stage told to `told(done, total)`)."""
     decoding, trace = session.current, session.current.trace
     step = clamp(step, 1, trace.steps, 1)
     translator = services.translators[session.model]
     src_ids, tgt_ids = translator.given_translation(session.source, trace.target_tokens, **session.direction)
-    measured = word_faithfulness(translator.model, src_ids, tgt_ids, step - 1, services.best_head(session.model))
+    measured = word_faithfulness(translator.model, src_ids, tgt_ids, step - 1, services.best_head(session.model),
+                                 told=told)
     ks = list(map(k_label, KS))
     chosen = trace.target_tokens[step - 1]
     figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, ks,
@@ -136,5 +141,16 @@ def wire(page: Page, services: Services) -> None:
     tab_answer(page, services, attribute_step, [page.step, page.attribution_method, page.attribution_contrast],
                ["attribution"], "attribute_view", page.attribute.click, answers=page.attribution_answers,
                queue=False)
+    # Seven methods' rankings, each measured: computed with progress (a queued event), and stopped by Stop or by
+    # any new state.
     tab_answer(page, services, explanations_compared, [page.step], ["faithfulness-curves", "faithfulness-table"],
-               "faithfulness_view", page.faithfulness.click, answers=page.faithfulness_answers, queue=False)
+               "faithfulness_view", page.faithfulness.click, answers=page.faithfulness_answers,
+               progress="Comparing the explanations", **services.trace_queue)
+    on(page, services, [page.stop_faithfulness.click], stop_comparing, [], ["stop_faithfulness"],
+       outputs=[page.session, page.revision, page.core], queued=False)
+
+
+@operation
+def stop_comparing(services: Services, session: Session) -> tuple[Session, str]:
+    """Stop comparing the explanations (the event claims a new revision, which stops it at its next stage)."""
+    return session, "Stopped: the explanations are not compared."
