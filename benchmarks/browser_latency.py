@@ -225,7 +225,8 @@ def what_if(page, translator, sentences: list[str]) -> None:
             && (document.querySelector('#head-table')?.innerText || '').includes('encoder.1.1')"""))
         times["word alignments"].append(timed(page, lambda: page.click("#alignments"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Alignments of')
-            && document.querySelector('#alignment-text textarea')?.value.includes('cross.1.1')"""))
+            && (document.querySelector('#alignment-text .answer-text')?.textContent
+                || document.querySelector('#alignment-text textarea')?.value || '').includes('cross.1.1')"""))
         page.get_by_role("tab", name="Where each word came from").click()
         times["where each word came from"].append(timed(page, lambda: page.click("#contributions"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Contributions of')
