@@ -32,10 +32,7 @@ function update() {
   for (const name of ["translation", "status"]) {
     if (name in value) {
       shown[name] = value[name] || "";
-      const box = element.querySelector(`#${name} textarea`);
-      box.value = shown[name];
-      box.style.height = "auto"; // as tall as what it says: a long status is never cut
-      box.style.height = `${box.scrollHeight + 2}px`;
+      element.querySelector(`#${name} textarea`).value = shown[name]; // as tall as what it says (style.css)
     }
   }
   if ("status" in value) inspector.said?.(shown.status);
