@@ -235,7 +235,10 @@ def test_picking_an_example_translates_it(page, services):
     assert page.locator("#source textarea").input_value() == sentence
     page.locator("#source textarea").press_sequentially(" And more.")  # typing a sentence of one's own
     page.wait_for_function("() => document.querySelector('#example input')?.value === ''", timeout=5000)
-    translate(page, services, "Two dogs run.")
+    choose(page, "example", sentence)
+    page.wait_for_function("(text) => document.querySelector('#translation textarea')?.value === text",
+                           arg=expected, timeout=30000)
+    translate(page, services, "Two dogs run.")  # pasted (filled at once), not typed: the menu follows too
     assert page.locator("#example input").input_value() == ""
 
 

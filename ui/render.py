@@ -131,6 +131,8 @@ def render(page, services: Services, before: Session | None, after: Session | No
                                        for token, unknown in zip(after.trace.source_tokens, after.unknown)]
     if new_sentence:
         updates[page.source] = after.source
+    if new_sentence and not new_model:  # an example menu never names another sentence than the one shown
+        updates[page.example] = after.source if after.source in services.examples(after.model) else None
     if before is None or before.beam is not after.beam:
         updates.update(beam_updates(page, after))
     if before is not None and before.beam is None and after.beam is None:  # values alone: no rebuilt menu
