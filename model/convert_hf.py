@@ -85,6 +85,14 @@ def checked_hub_id(source: str) -> str:
     return source
 
 
+def is_folder(path: Path) -> bool:
+    """Whether `path` is a folder (a name the system refuses, too long say, is none)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def shown_id(source: str) -> str:
     """`source` quoted for a message, cut to 60 characters."""
     return repr(source if len(source) <= 60 else source[:57] + "…")
@@ -101,7 +109,7 @@ def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[s
     if hub_only:
         checked_hub_id(source)
     folder = Path(source)
-    if not hub_only and len(source) < 4096 and folder.is_dir():
+    if not hub_only and is_folder(folder):
         for weights in (folder / "model.safetensors", folder / "pytorch_model.bin"):
             if weights.is_file() and weights.stat().st_size > max_bytes:
                 raise ConversionError(f"{weights} is {weights.stat().st_size / 1024 ** 3:.1f} GiB; the limit here is "

@@ -82,10 +82,9 @@ def decoding_outputs(page: Page) -> list:
     event lists what it updates, no more. The tabs' answers empty themselves: ui/static/answers.js.)"""
     return [page.session, page.revision, page.core, page.overview, page.compare_plot, page.probabilities, page.step,
             page.kind, page.measure, page.layer, page.head, page.model_view, page.units, page.breadcrumb, page.source,
-            page.example,
-            page.source_tokens, page.comparison, page.comparison_plot, *page.mask_grids, page.masked_translation,
-            page.mask_effect_plot, page.n_best, page.beam_steps, page.beam_open, page.branch_word, page.link_box,
-            page.export_file]
+            page.example, page.source_tokens, page.comparison, page.comparison_plot, *page.mask_grids,
+            page.masked_translation, page.mask_effect_plot, page.n_best, page.beam_steps, page.beam_open,
+            page.branch_word, page.link_box, page.export_file]
 
 
 def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:

@@ -14,9 +14,9 @@ import numpy as np
 
 from model.contributions import VALUE_NORM_TOGETHER
 from model.attribution import step_shares
-from model.keys import (ALL_HEADS, HEAD_LABELS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS,
-                        KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT, SALIENCY, VALUE_NORM,
-                        WEIGHTS, head_name, parse_head_name)
+from model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, HEAD_LABELS, INPUT_X_GRADIENT,
+                        INTEGRATED_GRADIENTS, KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT,
+                        SALIENCY, VALUE_NORM, WEIGHTS, head_name, parse_head_name)
 from model.translator import InputError, TracedTranslation
 from ui.services import Services
 from ui.session import NOTHING_YET, Beam, Comparison, Decoding, MaskEffect, Session, View, to_arrays

@@ -24,10 +24,10 @@ function drawTable(box) {
       return descending ? -order : order;
     });
   }
-  const element = (tag, text) => Object.assign(document.createElement(tag), { textContent: text ?? "" });
+  const made = (tag, text) => Object.assign(document.createElement(tag), { textContent: text ?? "" });
   const head = document.createElement("tr");
   table.headers.forEach((header, i) => {
-    const cell = element("th", header + (i === column ? (descending ? " ▼" : " ▲") : ""));
+    const cell = made("th", header + (i === column ? (descending ? " ▼" : " ▲") : ""));
     cell.title = "Sort by this column";
     cell.addEventListener("click", () => {
       tables[box.id] = { table, column: i, descending: column === i ? !descending : false };
@@ -38,7 +38,7 @@ function drawTable(box) {
   const body = document.createElement("tbody");
   for (const row of rows) {
     const line = document.createElement("tr");
-    for (const value of row) line.appendChild(element("td", value));
+    for (const value of row) line.appendChild(made("td", value));
     body.appendChild(line);
   }
   const thead = document.createElement("thead");
