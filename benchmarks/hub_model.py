@@ -1,5 +1,6 @@
 """A Hub-size model converted and traced: a random model with Helsinki-NLP/opus-mt-en-de's exact config (74 M
-parameters; `--family t5`: google-t5/t5-small's, 60 M), built here with transformers (no download), then
+parameters; `--family t5`: google-t5/t5-small's, 60 M; `--family nllb-600m`: a Marian model of
+NLLB-200-distilled-600M's sizes, 615 M), built here with transformers (no download), then
 
 1. converted by `python -m model.convert_hf` in a process of its own: its time and peak memory;
 2. a greedy trace of about 20 tokens with every attention map, through the app's path (`Translator.trace`: the step
@@ -7,7 +8,7 @@ parameters; `--family t5`: google-t5/t5-small's, 60 M), built here with transfor
    in the same run (goal: the trace no slower);
 3. the server's memory with two such models loaded and one translation made with each, trace worker included.
 
-    python benchmarks/hub_model.py [--runs 7] [--work /tmp/hub-benchmark] [--family marian|t5]
+    python benchmarks/hub_model.py [--runs 7] [--work /tmp/hub-benchmark] [--family marian|t5|nllb-600m]
 
 Needs the dev requirements (transformers). The weights are random, so the translation is nonsense of a fixed
 length: what is timed is the arithmetic, which is the same as a real opus-mt-en-de's.
@@ -109,9 +110,14 @@ def kib(pid, field, name):
     for line in open(f"/proc/{{pid}}/{{name}}"):
         if line.startswith(field):
             return int(line.split()[1])
+pss = 0
 for role, pid in [("server", "self")] + [("trace worker", p) for p in services.pool.worker_pids()]:
+    pss += kib(pid, 'Pss:', 'smaps_rollup')
     print(f"  {{role}}: RSS {{kib(pid, 'VmRSS', 'status') / 1024:,.0f}} MiB, "
           f"PSS {{kib(pid, 'Pss:', 'smaps_rollup') / 1024:,.0f}} MiB (shared pages counted once across processes)")
+files = sum(path.stat().st_size for path in Path({str(root)!r}).glob("*/model.safetensors"))
+print(f"  all together: PSS {{pss / 1024:,.0f}} MiB for {{files / 1024 ** 2:,.0f}} MiB of weights files: "
+      f"{{pss * 1024 / files:.2f}}x (the Python, torch and gradio the server loads included)")
 services.close()
 """
     print(f"Server with {len(list(root.iterdir()))} Hub-size models loaded, one translation with each:", flush=True)
@@ -122,17 +128,19 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--work", type=Path, default=Path("/tmp/hub-benchmark"))
-    p.add_argument("--family", choices=["marian", "t5"], default="marian",
-                   help="opus-mt-en-de's config (marian) or t5-small's (t5)")
+    p.add_argument("--family", choices=["marian", "t5", "nllb-600m"], default="marian",
+                   help="opus-mt-en-de's config (marian), t5-small's (t5), or a Marian model of NLLB-200-distilled-600M's "
+                        "size (nllb-600m)")
     args = p.parse_args(argv)
     torch.set_num_threads(2)
     print(f"{cpu_model()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
     shutil.rmtree(args.work, ignore_errors=True)
-    name = {"marian": "opus-mt-en-de", "t5": "t5-small"}[args.family]
+    name = {"marian": "opus-mt-en-de", "t5": "t5-small", "nllb-600m": "nllb-600m-size"}[args.family]
     if args.family == "t5":
         folder = hub_models.t5(args.work / "hub", config=hub_models.T5_SMALL)
     else:
-        folder = hub_models.marian(args.work / "hub", config=hub_models.OPUS_MT_EN_DE)
+        sizes = hub_models.NLLB_600M if args.family == "nllb-600m" else hub_models.OPUS_MT_EN_DE
+        folder = hub_models.marian(args.work / "hub", config=sizes)
     size = (folder / "model.safetensors").stat().st_size
     print(f"random {name}: {size / 1024 ** 2:,.0f} MiB of safetensors")
     seconds, peak = convert(folder, args.work / "checkpoints" / name)

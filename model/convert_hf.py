@@ -47,7 +47,9 @@ from model.vocab import SPECIALS
 HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "README.md",
              "tokenizer.json", "tokenizer_config.json", "source.spm", "target.spm", "vocab.json",
              "sentencepiece.bpe.model", "special_tokens_map.json"]
-DEFAULT_MAX_BYTES = 2 * 1024 ** 3  # NLLB-200-distilled-600M's weights are 2.5 GB in float32: refused by default
+# The largest weights file converted without asking: NLLB-200-distilled-600M's and mBART-large-50's (2.3 GiB each in
+# float32) fit; a conversion peaks at about three times its file, within a 16 GB machine (a free Space).
+DEFAULT_MAX_BYTES = int(2.5 * 1024 ** 3)
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 FAMILIES = ("marian", "m2m_100", "mbart", "t5")
 
@@ -98,6 +100,13 @@ def shown_id(source: str) -> str:
     return repr(source if len(source) <= 60 else source[:57] + "…")
 
 
+def too_large(what: str, size: int, max_bytes: int) -> str:
+    """Why weights of `size` bytes are refused, and what to set to convert them anyway."""
+    return (f"{what} is {size / 1024 ** 3:.1f} GiB; the limit here is {max_bytes / 1024 ** 3:.1f} GiB (a conversion "
+            f"needs about three times its file in memory). Where the memory is there, convert it with python -m "
+            f"model.convert_hf … --max-gb {math.ceil(size / 1024 ** 3)}.")
+
+
 def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[str], None] = lambda _: None,
           hub_only: bool = False) -> tuple[Path, dict]:
     """A local folder holding the model `source` names (a folder, or a Hub id to download), and where it came from.
@@ -112,8 +121,7 @@ def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[s
     if not hub_only and is_folder(folder):
         for weights in (folder / "model.safetensors", folder / "pytorch_model.bin"):
             if weights.is_file() and weights.stat().st_size > max_bytes:
-                raise ConversionError(f"{weights} is {weights.stat().st_size / 1024 ** 3:.1f} GiB; the limit here is "
-                                      f"{max_bytes / 1024 ** 3:.1f} GiB.")
+                raise ConversionError(too_large(str(weights), weights.stat().st_size, max_bytes))
         return folder, {"folder": str(folder.resolve())}
     if not hub_id(source):
         raise ConversionError(f"{shown_id(source)} is neither a folder nor a Hub model id (like "
@@ -137,8 +145,7 @@ def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[s
     sizes = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or []}
     weights = "model.safetensors" if "model.safetensors" in sizes else "pytorch_model.bin"
     if sizes.get(weights, 0) > max_bytes:
-        raise ConversionError(f"{source}'s {weights} is {sizes[weights] / 1024 ** 3:.1f} GiB; the limit here is "
-                              f"{max_bytes / 1024 ** 3:.1f} GiB.")
+        raise ConversionError(too_large(f"{source}'s {weights}", sizes[weights], max_bytes))
     wanted = [name for name in HUB_FILES if name in sizes and not (name == "pytorch_model.bin"
                                                                      and weights == "model.safetensors")]
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -49,17 +50,49 @@ class DecoderLayerWeights:
     norms: tuple[NormWeights, ...]  # after (post-LN) or before (pre-LN) each of the three sublayers
 
 
-def _stacked(*linears: nn.Linear, scales: tuple[float, ...] | None = None) -> tuple[Tensor, Tensor]:
-    """Linear maps applied side by side (each output times its `scales`), as one: (bias, transposed weight), the
-    weight stored (in, out) so that `torch.addmm(bias, x, weight)` reads it in order (measured ~40% faster than
-    `F.linear` for one to 16 rows)."""
-    scales = scales or (1.0,) * len(linears)
-    return (torch.cat([linear.bias.detach() * scale for linear, scale in zip(linears, scales)]),
-            torch.cat([linear.weight.detach() * scale for linear, scale in zip(linears, scales)]).t().contiguous())
+def _fused(owners: dict[int, list[nn.Module]] | None, *linears: nn.Linear) -> tuple[Tensor, Tensor]:
+    """Linear maps applied side by side, as one: (bias, weight), the weight stored (in, out) so that
+    `torch.addmm(bias, x, weight)` reads it in order (measured ~40% faster than `F.linear` on the (out, in) layout
+    for one to 16 rows). With `owners` (`_owners`), the model keeps one copy of its weights: each map's own weight
+    and bias become views of these (its `F.linear` reads the same numbers), and the tensors they replace are freed
+    (`_rebind`); without, these are a copy."""
+    weight = torch.cat([linear.weight.detach().t() for linear in linears], dim=1).contiguous()
+    bias = torch.cat([linear.bias.detach() if linear.bias is not None else weight.new_zeros(linear.out_features)
+                      for linear in linears])
+    start = 0
+    for linear in linears if owners is not None else ():
+        end = start + linear.out_features
+        _rebind(owners, linear, "weight", weight[:, start:end].t())
+        if linear.bias is not None:
+            _rebind(owners, linear, "bias", bias[start:end])
+        start = end
+    return bias, weight
+
+
+def _owners(model: nn.Module) -> dict[int, list[nn.Module]]:
+    """Every parameter of `model` (by id) with the modules that hold it (two, for tied weights)."""
+    owners: dict[int, list[nn.Module]] = {}
+    for module in model.modules():
+        for parameter in module._parameters.values():
+            if parameter is not None:
+                owners.setdefault(id(parameter), []).append(module)
+    return owners
+
+
+def _rebind(owners: dict[int, list[nn.Module]], module: nn.Module, name: str, data: Tensor) -> None:
+    """`module.<name>` becomes a parameter viewing `data`, and so does every other module's reference to the same
+    parameter (`owners`): tied weights, the output layer and the target embedding, stay tied."""
+    old = getattr(module, name)
+    new = nn.Parameter(data, requires_grad=old.requires_grad)
+    for owner in owners.pop(id(old), [module]):
+        for key, parameter in owner._parameters.items():
+            if parameter is old:
+                owner._parameters[key] = new
+    owners[id(new)] = [module]
 
 
 def _linear(x: Tensor, bias_weight: tuple[Tensor, Tensor]) -> Tensor:
-    """x (B, in) through a linear map laid out by `_stacked` -> (B, out)."""
+    """x (B, in) through a linear map laid out by `_fused` -> (B, out)."""
     bias, weight = bias_weight
     return torch.addmm(bias, x, weight)
 
@@ -72,7 +105,9 @@ class StepDecoder:
     step is a flat run of tensor operations. Each sentence of the batch has its own position, its own number of
     cached target positions and its own source length (keys past those carry -inf scores, so exactly zero
     weight): what `Transformer.decode` computes for each sentence alone, up to float rounding (a test compares).
-    Read-only once built; the caches belong to the caller (`model.decoding.TraceBatch`).
+    Read-only once built; the caches belong to the caller (`model.decoding.TraceBatch`). For a model in eval mode
+    (loaded to serve), the model's decoder weights become views of the fused ones, so that the weights are held
+    once; a model in training mode keeps its own (an optimizer may hold them), and this holds a copy.
     """
 
     def __init__(self, model: Transformer):
@@ -80,29 +115,29 @@ class StepDecoder:
         self.n_heads, self.d_head = config.n_heads, config.d_head
         self.pre_norm = config.norm == "pre"
         embedding = model.tgt_embedding
-        self.token_table = embedding.tokens.weight.detach()
         self.scale = embedding.scale
         self.position_table = embedding.position_table()
         self.position_bias = model.decoder_position_bias  # T5's relative positions (None: absolute ones)
         self.embedding_norm = None if embedding.norm is None else NormWeights.of(embedding.norm)
         self.activation = ACTIVATIONS[config.activation]
         self.gated = config.gated_feed_forward
-        # Queries are scaled by 1/sqrt(d_head) as they are projected, rather than every score after.
-        scale = 1 / math.sqrt(self.d_head)
+        # Queries are scaled by 1/sqrt(d_head), rather than every score after.
+        self.query_scale = 1 / math.sqrt(self.d_head)
+        fused = partial(_fused, None if model.training else _owners(model))
         self.layers = [DecoderLayerWeights(
-            self_qkv=_stacked(layer.self_attention.w_q, layer.self_attention.w_k, layer.self_attention.w_v,
-                              scales=(scale, 1.0, 1.0)),
-            self_out=_stacked(layer.self_attention.w_o),
-            cross_query=_stacked(layer.cross_attention.w_q, scales=(scale,)),
-            cross_key_value=_stacked(layer.cross_attention.w_k, layer.cross_attention.w_v),
-            cross_out=_stacked(layer.cross_attention.w_o),
-            feed_forward_in=_stacked(*filter(None, (layer.feed_forward.linear_in, layer.feed_forward.linear_gate))),
-            feed_forward_out=_stacked(layer.feed_forward.linear_out),
+            self_qkv=fused(layer.self_attention.w_q, layer.self_attention.w_k, layer.self_attention.w_v),
+            self_out=fused(layer.self_attention.w_o),
+            cross_query=fused(layer.cross_attention.w_q),
+            cross_key_value=fused(layer.cross_attention.w_k, layer.cross_attention.w_v),
+            cross_out=fused(layer.cross_attention.w_o),
+            feed_forward_in=fused(*filter(None, (layer.feed_forward.linear_in, layer.feed_forward.linear_gate))),
+            feed_forward_out=fused(layer.feed_forward.linear_out),
             norms=tuple(NormWeights.of(block.norm) for block in (
                 layer.self_attention_block, layer.cross_attention_block, layer.feed_forward_block)))
             for layer in model.decoder_layers]
         self.final_norm = NormWeights.of(model.decoder_norm) if self.pre_norm else None
-        self.generator = _stacked(model.generator)
+        self.generator = fused(model.generator)
+        self.token_table = embedding.tokens.weight.detach()  # tied to the output layer: a view of its weight
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, S, d_model) -> (B, H, S, d_head)."""
@@ -129,7 +164,7 @@ class StepDecoder:
                 ) -> tuple[Tensor, Tensor]:
         """One query per sentence (B, H, 1, d_head), scaled, against keys/values (B, H, S, d_head), `bias` (B, 1, 1, S)
         0 or -inf (None: every key counts) -> the heads' output (B, d_model) before W_O, and the weights (B, H, S)."""
-        scores = query @ keys.transpose(-2, -1)  # (B, H, 1, S); W_Q already holds the 1/sqrt(d_head)
+        scores = query @ keys.transpose(-2, -1)  # (B, H, 1, S); the query is already scaled by 1/sqrt(d_head)
         weights = (scores if bias is None else scores + bias).softmax(dim=-1)
         out = weights @ values  # (B, H, 1, d_head)
         if gate is not None:
@@ -165,6 +200,7 @@ class StepDecoder:
             self_norm, cross_norm, feed_forward_norm = layer.norms
             h = self_norm(x) if self.pre_norm else x
             query, key, value = _linear(h, layer.self_qkv).view(-1, 3, self.n_heads, self.d_head).unbind(1)
+            query = query * self.query_scale
             self_keys[i][rows, :, positions] = key  # each sentence's new position, (B, H, d_head)
             self_values[i][rows, :, positions] = value
             out, weights = self._attend(query[:, :, None], self_keys[i], self_values[i], self_bias,
@@ -173,7 +209,7 @@ class StepDecoder:
             x = self._residual(x, _linear(out, layer.self_out), self_norm)
 
             h = cross_norm(x) if self.pre_norm else x
-            query = _linear(h, layer.cross_query).view(-1, self.n_heads, 1, self.d_head)
+            query = _linear(h, layer.cross_query).view(-1, self.n_heads, 1, self.d_head) * self.query_scale
             out, weights = self._attend(query, *cross[i], cross_bias, None if cross_gates is None else cross_gates[i])
             cross_maps.append(weights)
             x = self._residual(x, _linear(out, layer.cross_out), cross_norm)

@@ -44,6 +44,11 @@ def _widen(model: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 # Helsinki-NLP/opus-mt-en-de's config.json, for the benchmark (74 M parameters).
+# NLLB-200-distilled-600M's sizes (d 1024, 12 + 12 layers, 16 heads, ffn 4096, 256,206 tokens), for a Marian model
+# whose arithmetic is that of the real one (benchmarks/hub_model.py --family nllb-600m).
+NLLB_600M = dict(d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+                 decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024,
+                 vocab_size=256206)
 OPUS_MT_EN_DE = dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
                      decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
                      max_position_embeddings=512, vocab_size=58101)

@@ -7,6 +7,8 @@ numbers differ in their last bits: up to 1.5e-6 in a probability and 1.2e-6 in a
 sentences of the shipped en-de model (`ROUNDING` allows 2e-6); the choices and the candidates are the same.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -118,3 +120,30 @@ def test_the_shipped_model_traces_sixteen_sentences_together_as_alone():
     finished.update(batch.run())
     for ticket, request in zip(tickets, requests):
         assert_close_traces(finished[ticket], greedy_trace(translator.model, request.src_ids))
+
+
+def storages(tensors) -> dict[int, int]:
+    """The distinct memory behind `tensors`: each storage's address and size in bytes."""
+    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+
+
+def test_a_served_model_holds_its_decoder_weights_once():
+    """The step decoder's fused weights are the model's own (its linear maps view them, tied weights stay tied):
+    the model and its step decoder together hold no more memory than the model's parameters."""
+    from model.checkpoint import load_checkpoint
+    from model.step_decoder import StepDecoder
+
+    translator = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "en-de")
+    model, step = translator.model, translator.step_decoder
+    parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+    fused = [t for layer in step.layers for pair in (layer.self_qkv, layer.self_out, layer.cross_query,
+                                                     layer.cross_key_value, layer.cross_out, layer.feed_forward_in,
+                                                     layer.feed_forward_out) for t in pair]
+    held = storages([*model.parameters(), *fused, *step.generator, step.token_table])
+    assert sum(held.values()) <= parameters
+    assert model.generator.weight is model.tgt_embedding.tokens.weight  # still tied
+    # A model being trained keeps its own parameters (an optimizer holds them): the step decoder copies.
+    model.train()
+    before = [id(p) for p in model.parameters()]
+    StepDecoder(model)
+    assert [id(p) for p in model.parameters()] == before
