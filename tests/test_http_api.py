@@ -141,6 +141,25 @@ def test_trace_and_attribute_in_words_and_pieces(server, services):
         assert event == "error" and message in answer, (bad, answer)
 
 
+def test_attribute_explains_a_translation_given_to_it(server, services):
+    """`target` (a text, or tokens) is forced and explained instead of the greedy translation, as inseq does with a
+    reference: its steps are the given tokens, each attribution the one of that forced token."""
+    translator = services.translators[MODEL]
+    greedy = translator.trace("A dog runs.").target_tokens
+    other = next(t for t in translator.trace("A dog runs.").top_tokens[1] if t != greedy[1])
+    given = [greedy[0], other, *greedy[2:-1]]
+    expected = translator.attributions("A dog runs.", [*given, "<eos>"], "saliency", None, None, None)
+    for target in (given, " ".join(given)):
+        event, answer = call(server, "v2/attribute", json.dumps({"model": MODEL, "text": "A dog runs.",
+                                                                 "method": "saliency", "target": target}))
+        assert event == "complete", answer
+        assert answer[0]["explained"] == "target" and answer[0]["target_tokens"] == [*given, "<eos>"]
+        assert [step["token"] for step in answer[0]["steps"]] == [*given, "<eos>"]
+        np.testing.assert_allclose(answer[0]["steps"][1]["source"], expected[1].source, atol=1e-4)
+    event, answer = call(server, "v2/attribute", json.dumps({"model": MODEL, "text": "A dog runs.", "target": 7}))
+    assert event == "error" and "target must be a translation" in answer
+
+
 def test_trace_forces_and_masks(server, services):
     translator = services.translators[MODEL]
     expected = translator.trace("A dog runs.", force=["ein", "kind"], mask=["cross.1.1", "encoder.2.3"])

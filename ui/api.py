@@ -26,6 +26,21 @@ def rounded(array: np.ndarray | None, digits: int = 4):
     return None if array is None else np.round(array.astype(np.float64), digits).tolist()
 
 
+def given_target(translator, target: object) -> list[str] | None:
+    """The tokens to force for a translation given to explain (None: the greedy one): a text in the model's target
+    pieces, or tokens as given, then <eos>; a gr.Error for anything else."""
+    if target is None:
+        return None
+    if isinstance(target, str) and target.strip():
+        tokens = translator.tgt_tokenizer(target)
+    elif isinstance(target, list) and target and all(isinstance(token, str) for token in target):
+        tokens = list(target)
+    else:
+        raise gr.Error(f"target must be a translation (text), or its tokens as /trace spells them, or null for the "
+                       f"greedy translation; not {shown(target)}")
+    return tokens if tokens[-1] == "<eos>" else [*tokens, "<eos>"]
+
+
 def endpoints(services: Services) -> list:
     """The API's functions, bound to `services`, each named as its endpoint."""
 
@@ -127,21 +142,25 @@ def endpoints(services: Services) -> list:
 
     def attribute(model: str, text: str, method: str = INTEGRATED_GRADIENTS, step: int | None = None,
                   contrast: str | None = None, units: str | None = None, mask: list[str] | None = None,
-                  src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
-        """Gradient attributions of the greedy translation of `text` by checkpoint `model`: for step `step` (1-based;
-        None: every step), how much each source token and each earlier decoder input moved the log-probability of
-        the token chosen there. `method`: saliency (gradient norm), input_x_gradient or integrated_gradients (32
-        points from zero embeddings; `completeness_error` is Σ attributions − (f(x) − f(baseline))). `contrast`: a
-        token (as the candidates show it) to explain the choice against: log p(token) − log p(contrast).
-        `units` "words": sums over each word's pieces. Heads of `mask` switched off; languages as in `/trace`."""
+                  src_lang: str | None = None, tgt_lang: str | None = None,
+                  target: str | list[str] | None = None) -> dict:
+        """Gradient attributions of the greedy translation of `text` by checkpoint `model`, or of `target` (a
+        translation to explain instead, forced: its text, or its tokens as `/trace` spells them): for step `step`
+        (1-based; None: every step), how much each source token and each earlier decoder input moved the
+        log-probability of the token at that step. `method`: saliency (gradient norm), input_x_gradient or
+        integrated_gradients (32 points from zero embeddings; `completeness_error` is Σ attributions − (f(x) −
+        f(baseline))). `contrast`: a token (as the candidates show it) to explain the choice against:
+        log p(token) − log p(contrast). `units` "words": sums over each word's pieces. Heads of `mask` switched off;
+        languages as in `/trace`."""
         check_model(services, model)
+        force = given_target(services.translators[model], target)
         if units not in (None, *UNITS):
             raise gr.Error(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
             raise gr.Error(f"step must be a whole number from 1, or null for every step; not {shown(step)}")
         translator = services.translators[model]
         try:
-            traced = services.trace(model, text, None, mask, src_lang, tgt_lang)
+            traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
             results = translator.attributions(text, traced.target_tokens, method, None if step is None else step - 1,
                                               contrast, mask, src_lang, tgt_lang)
         except InputError as error:
@@ -156,7 +175,8 @@ def endpoints(services: Services) -> list:
         def per_unit(values: np.ndarray, spans: list[range] | None) -> list[float]:
             return rounded(values if spans is None else summed(values, spans))
 
-        return {"method": method, "units": units or PIECES, "source_tokens": traced.source_tokens,
+        return {"method": method, "units": units or PIECES, "explained": "greedy" if force is None else "target",
+                "translation": traced.text, "source_tokens": traced.source_tokens,
                 "decoder_input_tokens": inputs, "target_tokens": traced.target_tokens, **labelled,
                 "steps": [{"step": result.step + 1, "token": traced.target_tokens[result.step], "contrast": contrast,
                            "source": per_unit(result.source, source_spans),
