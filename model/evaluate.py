@@ -15,16 +15,22 @@ import torch
 
 from model.checkpoint import METRICS, load_checkpoint, write_json
 from model.data import load_pairs
+from model.hub import HubTokenizer
 from model.translator import Translator
+from model.vocab import Tokenizer
 
 DEFAULT_DATA = "../shared/data/multi30k"
+# The ISO 639-3 codes that NLLB-200's languages start with, as Multi30k's two-letter names.
+ISO_639_3 = {"eng": "en", "deu": "de", "fra": "fr", "ces": "cs"}
 
 
-def score(translator: Translator, hypotheses: list[list[str]], references: list[str]) -> dict:
+def score(translator: Translator, hypotheses: list[list[str]], references: list[str],
+          target_language: str | None = None) -> dict:
     """BLEU/chrF of lower-cased hypothesis tokens against raw reference sentences.
 
     `bleu` and `chrf`: truecased, detokenized output against the raw references (sacreBLEU defaults).
-    `bleu_tok_lc`: lower-cased spaCy tokens on both sides, `--tokenize none`, as Multi30k papers report.
+    `bleu_tok_lc`: lower-cased spaCy tokens on both sides, `--tokenize none`, as Multi30k papers report (a Hub
+    model's output is read as text by `target_language`'s spaCy tokenizer, never counted in its pieces).
     `exact_match`: percent of outputs identical to their reference (the measure for string reversal).
     """
     detokenized = [translator.to_text(h) for h in hypotheses]
@@ -33,8 +39,14 @@ def score(translator: Translator, hypotheses: list[list[str]], references: list[
     bleu_score = bleu.corpus_score(detokenized, [references])
     chrf_score = chrf.corpus_score(detokenized, [references])
     # Word tokens on both sides (byte-pair pieces joined again), as papers score.
-    reference_tokens = [" ".join(t.lower() for t in words) for words in translator.tgt_tokenizer.words_all(references)]
-    hypothesis_tokens = [" ".join(translator.tgt_tokenizer.words(h)).lower() for h in hypotheses]
+    if isinstance(translator.tgt_tokenizer, HubTokenizer):
+        spacy_words = Tokenizer(target_language, lowercase=True)
+        reference_tokens, hypothesis_tokens = ([" ".join(words) for words in spacy_words.words_all(texts)]
+                                               for texts in (references, detokenized))
+    else:
+        reference_tokens = [" ".join(t.lower() for t in words)
+                            for words in translator.tgt_tokenizer.words_all(references)]
+        hypothesis_tokens = [" ".join(translator.tgt_tokenizer.words(h)).lower() for h in hypotheses]
     # force: these hypotheses are tokenized on purpose (sacreBLEU would warn about it).
     tok_lc = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)
     tok_lc_score = tok_lc.corpus_score(hypothesis_tokens, [reference_tokens])
@@ -45,18 +57,31 @@ def score(translator: Translator, hypotheses: list[list[str]], references: list[
         "chrf": round(chrf_score.score, 2), "chrf_signature": str(chrf.get_signature()),
         "bleu_tok_lc": round(tok_lc_score.score, 2),
         "bleu_tok_lc_signature": str(tok_lc.get_signature()) + " (spaCy tokens, lower-cased)",
+        "hypothesis_words": sum(len(tokens.split()) for tokens in hypothesis_tokens),
     }
 
 
-def evaluate(translator: Translator, data: str, split: str, beam_size: int,
-             length_penalty: float = 1.0) -> tuple[dict, list[str]]:
-    """Translate a split and score it; returns (metrics, detokenized hypotheses)."""
-    pairs = load_pairs(data, split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+def multi30k_language(code: str) -> str:
+    """A model's language code as Multi30k names it: "en" for en, eng_Latn (NLLB), en_XX (mBART-50); others
+    (the reverser's chars) as they are."""
+    head = code.split("_")[0]
+    return ISO_639_3.get(head, head)
+
+
+def evaluate(translator: Translator, data: str, split: str, beam_size: int, length_penalty: float = 1.0,
+             src_lang: str | None = None, tgt_lang: str | None = None) -> tuple[dict, list[str]]:
+    """Translate a split and score it; returns (metrics, detokenized hypotheses). A multilingual model translates
+    from `src_lang` to `tgt_lang` (its codes; None: its defaults), scored on Multi30k's pair of those languages."""
+    defaults = translator.languages
+    codes = (src_lang or (defaults and defaults.source) or translator.src_tokenizer.lang,
+             tgt_lang or (defaults and defaults.target) or translator.tgt_tokenizer.lang)
+    source, target = (multi30k_language(code) for code in codes)
+    pairs = load_pairs(data, split, source, target)
     start = time.perf_counter()
     hypotheses = translator.translate_tokens(translator.src_tokenizer.tokenize_all(pairs["src"]), beam_size,
-                                             length_penalty=length_penalty)
+                                             length_penalty=length_penalty, src_lang=src_lang, tgt_lang=tgt_lang)
     seconds = time.perf_counter() - start
-    metrics = score(translator, hypotheses, pairs["tgt"])
+    metrics = score(translator, hypotheses, pairs["tgt"], target)
     # A ceiling on any score: reference tokens outside the target vocabulary can never be written.
     references = translator.tgt_tokenizer.tokenize_all(pairs["tgt"])
     metrics.update(split=split, sentences=len(pairs), beam_size=beam_size, length_penalty=length_penalty,
@@ -72,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default="test", choices=["val", "test"])
     parser.add_argument("--beam", type=int, default=None, help="beam size (default: the checkpoint's shipped setting)")
     parser.add_argument("--length-penalty", type=float, default=None)
+    parser.add_argument("--src-lang", help="a multilingual model's source language, its code (eng_Latn, en_XX)")
+    parser.add_argument("--tgt-lang", help="a multilingual model's target language, its code (deu_Latn, de_DE)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     parser.add_argument("--output", help="write the detokenized translations here")
     parser.add_argument("--save-metrics", action="store_true",
@@ -84,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     decoding = translator.metrics.get("decoding", {})
     beam = args.beam if args.beam is not None else decoding.get("beam_size", 5)
     length_penalty = args.length_penalty if args.length_penalty is not None else decoding.get("length_penalty", 1.0)
-    metrics, translations = evaluate(translator, args.data, args.split, beam, length_penalty)
+    metrics, translations = evaluate(translator, args.data, args.split, beam, length_penalty, args.src_lang,
+                                     args.tgt_lang)
     print(json.dumps(metrics, indent=1, ensure_ascii=False))
     print(f"BLEU {metrics['bleu']} ({metrics['bleu_signature']})")
     print(f"chrF {metrics['chrf']} ({metrics['chrf_signature']})")

@@ -156,15 +156,16 @@ class Translator:
 
     @torch.no_grad()
     def translate_tokens(self, sentences: list[list[str]], beam_size: int = 1, max_tokens: int = 6000,
-                         length_penalty: float = 1.0, gates: HeadGates | None = None) -> list[list[str]]:
-        """Translate tokenized sentences in length-bucketed batches (`gates` switching heads off); returns
-        lower-cased target tokens.
+                         length_penalty: float = 1.0, gates: HeadGates | None = None, src_lang: str | None = None,
+                         tgt_lang: str | None = None) -> list[list[str]]:
+        """Translate tokenized sentences in length-bucketed batches (`gates` switching heads off; a multilingual
+        model's languages, None: its defaults); returns lower-cased target tokens.
 
         A generated <unk> is dropped from the output: it stands for a word the vocabulary cannot spell,
         and as text it only hurts readers (and BLEU). Traces keep it, step by step.
         """
-        source_prefix = self.source_prefix()
-        prefix = self.tgt_vocab.encode(self.with_target_prefix([]))
+        source_prefix = self.source_prefix(src_lang, tgt_lang)
+        prefix = self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
         ids = [self.encode_source((source_prefix + s)[:self.max_src_tokens]) for s in sentences]
         outputs: list[list[str]] = [[] for _ in ids]
         lengths = [len(i) for i in ids]

@@ -1,6 +1,7 @@
 """Converted Hub models in the app: every view, measure and intervention, the language menus of a multilingual
 model, links and the JSON API (tiny random models of tests/hub_models.py, no server)."""
 
+import gzip
 import sys
 from functools import partial
 from pathlib import Path
@@ -284,3 +285,24 @@ def test_a_branch_and_heads_off_compare_in_words(hub_events):
     chosen = [text for text, mark in branch_view["comparison"] if mark == FORCED]
     labels, spans = words(branched.trace.target_tokens, branched.trace.scheme)
     assert chosen == [labels[next(i for i, s in enumerate(spans) if 1 in s)] + " "]
+
+
+def test_a_hub_model_is_scored_on_detokenized_text_in_its_directions(hub_events, tmp_path):
+    """model.evaluate scores a converted model's detokenized output with sacreBLEU, and its word-level BLEU on
+    spaCy words of that text (never on its sentencepiece pieces); a multilingual model on the Multi30k pair of the
+    languages asked for."""
+    import sacrebleu
+
+    from model.evaluate import evaluate, multi30k_language
+    from model.vocab import Tokenizer
+    from tests.conftest import write_parallel
+
+    data = write_parallel(tmp_path, sizes=(("test_2016_flickr", 6),))
+    assert [multi30k_language(code) for code in ("eng_Latn", "de_DE", "fr", "ces_Latn")] == ["en", "de", "fr", "cs"]
+    for name, languages in (("opus-a", (None, None)), ("nllb", ("eng_Latn", "deu_Latn"))):
+        translator = hub_events.services.translators[name]
+        metrics, translations = evaluate(translator, str(data), "test", 1, 1.0, *languages)
+        references = [line.strip() for line in gzip.open(data / "test_2016_flickr.de.gz", "rt", encoding="utf-8")]
+        assert metrics["bleu"] == round(sacrebleu.corpus_bleu(translations, [references]).score, 2)
+        words = Tokenizer("de", lowercase=True).words_all(translations)
+        assert metrics["hypothesis_words"] == sum(map(len, words)), name  # spaCy words of the text, not pieces
