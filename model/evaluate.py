@@ -40,7 +40,7 @@ def score(translator: Translator, hypotheses: list[list[str]], references: list[
     chrf_score = chrf.corpus_score(detokenized, [references])
     # Word tokens on both sides (byte-pair pieces joined again), as papers score.
     if isinstance(translator.tgt_tokenizer, HubTokenizer):
-        spacy_words = Tokenizer(target_language, lowercase=True)
+        spacy_words = Tokenizer(target_language or multi30k_pair(translator)[1], lowercase=True)
         reference_tokens, hypothesis_tokens = ([" ".join(words) for words in spacy_words.words_all(texts)]
                                                for texts in (references, detokenized))
     else:
@@ -68,14 +68,21 @@ def multi30k_language(code: str) -> str:
     return ISO_639_3.get(head, head)
 
 
+def multi30k_pair(translator: Translator, src_lang: str | None = None, tgt_lang: str | None = None
+                  ) -> tuple[str, str]:
+    """The Multi30k languages of the direction a model translates (a multilingual one's `src_lang`, `tgt_lang`,
+    or its defaults)."""
+    defaults = translator.languages
+    codes = (src_lang or (defaults and defaults.source) or translator.src_tokenizer.lang,
+             tgt_lang or (defaults and defaults.target) or translator.tgt_tokenizer.lang)
+    return multi30k_language(codes[0]), multi30k_language(codes[1])
+
+
 def evaluate(translator: Translator, data: str, split: str, beam_size: int, length_penalty: float = 1.0,
              src_lang: str | None = None, tgt_lang: str | None = None) -> tuple[dict, list[str]]:
     """Translate a split and score it; returns (metrics, detokenized hypotheses). A multilingual model translates
     from `src_lang` to `tgt_lang` (its codes; None: its defaults), scored on Multi30k's pair of those languages."""
-    defaults = translator.languages
-    codes = (src_lang or (defaults and defaults.source) or translator.src_tokenizer.lang,
-             tgt_lang or (defaults and defaults.target) or translator.tgt_tokenizer.lang)
-    source, target = (multi30k_language(code) for code in codes)
+    source, target = multi30k_pair(translator, src_lang, tgt_lang)
     pairs = load_pairs(data, split, source, target)
     start = time.perf_counter()
     hypotheses = translator.translate_tokens(translator.src_tokenizer.tokenize_all(pairs["src"]), beam_size,

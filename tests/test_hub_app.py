@@ -306,3 +306,27 @@ def test_a_hub_model_is_scored_on_detokenized_text_in_its_directions(hub_events,
         assert metrics["bleu"] == round(sacrebleu.corpus_bleu(translations, [references]).score, 2)
         words = Tokenizer("de", lowercase=True).words_all(translations)
         assert metrics["hypothesis_words"] == sum(map(len, words)), name  # spaCy words of the text, not pieces
+
+
+def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, tmp_path):
+    """model.heads works on a converted model (over the Multi30k pair of its direction); until it has run, the page
+    says the model has no head report; after, it opens on the cross-attention head that aligns best."""
+    import shutil
+
+    from model import heads
+    from model.catalog import Catalog
+    from tests.conftest import write_parallel
+    from ui import operations
+    from ui.services import Services
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(hub_events.services.root / "opus-a", root / "opus-a")
+    said = operations.translate(Services(Catalog(root), root=root), None, "opus-a", TEXT)[1]
+    assert "opus-a has no head report yet" in said
+    data = write_parallel(tmp_path, sizes=(("train", 200), ("val", 10)))
+    heads.main(["--checkpoint", str(root / "opus-a"), "--data", str(data), "--split", "val", "--threads", "1"])
+    services = Services(Catalog(root), root=root)
+    best = services.best_head("opus-a")
+    session, said = operations.translate(services, None, "opus-a", TEXT)
+    assert best is not None and (session.view.kind, session.view.layer, session.view.head) == (CROSS, *best)
+    assert "no head report" not in said

@@ -120,6 +120,9 @@ def translate(services: Services, session: Session | None, model: object, text: 
         view, said = carried_view(view, trace, model)
     else:
         view = first_view(services, model, trace)
+        if not services.card(model).head_report.get("heads"):
+            said = (f" {model} has no head report yet, so it opens on its last layer's mean; python -m model.heads "
+                    f"--checkpoint <its folder> --split val finds its best-aligning head.")
     new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
     trained = services.card(model).metrics.get("training", {}).get("source_tokens")
