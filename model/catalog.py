@@ -74,7 +74,9 @@ class Catalog(Mapping):
         self._used: dict[str, float] = {}  # lazily loaded model -> when last asked for
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-        for folder in sorted(p for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []:
+        # A folder whose name starts with "." is not a checkpoint (a conversion still being written, say).
+        for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+                if self.root.is_dir() else []:
             if (folder / CONFIG).exists() or (folder / WEIGHTS).exists():
                 self.add(folder.name, folder)
 

@@ -484,7 +484,22 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     except RuntimeError as error:  # a tensor of the wrong shape
         raise ConversionError(f"The weights do not fit config.json: {str(error).splitlines()[-1].strip()}") from None
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.converting"  # moved into place only once whole (the catalog skips it)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        write_checkpoint(staging, model, ours, config, folder, hub, origin, itos, renamed)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out
+
+
+def write_checkpoint(out: Path, model: Transformer, ours: ModelConfig, config: dict, folder: Path, hub: HubTokens,
+                     origin: dict, itos: list[str], renamed: dict) -> None:
+    """The converted checkpoint's files, written into the folder `out` (`itos`, `renamed`: its one vocabulary)."""
     save_weights(model, out / WEIGHTS)
     write_json(out / "config.json", ours.to_dict())
     for name in hub.files:
@@ -505,7 +520,6 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
         "decoding": {"beam_size": generation.get("num_beams", config.get("num_beams", 5)) or 5,
                      "length_penalty": generation.get("length_penalty", 1.0)},
     })
-    return out
 
 
 def split_at_whitespace(path: Path) -> None:

@@ -322,3 +322,24 @@ def test_t5_reads_the_prompt_of_each_direction_its_config_names(hub, tmp_path):
         convert(str(folder), tmp_path / "es", tgt_lang="es")
     with pytest.raises(ConversionError, match="does not translate de→fr; it translates en→de, en→fr, en→ro"):
         convert(str(folder), tmp_path / "de-fr", src_lang="de", tgt_lang="fr")
+
+
+def test_a_conversion_that_fails_leaves_nothing_in_the_checkpoints(tmp_path, monkeypatch):
+    """The checkpoint is written into a hidden folder and moved into place only once whole: a conversion that
+    fails midway (the disk full as the weights are written, say) leaves no half-written checkpoint to be served."""
+    from model import convert_hf
+    from model.catalog import Catalog
+
+    source = hub_models.marian(tmp_path / "hub")
+    root = tmp_path / "checkpoints"
+
+    def disk_full(model, path):
+        path.write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(convert_hf, "save_weights", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        convert_hf.convert(str(source), root / "opus")
+    assert list(root.iterdir()) == [] and Catalog(root).errors == {}
+    monkeypatch.undo()
+    assert (convert_hf.convert(str(source), root / "opus") / "model.safetensors").is_file()
+    assert [folder.name for folder in root.iterdir()] == ["opus"]
