@@ -84,11 +84,12 @@ def _rebind(owners: dict[int, list[nn.Module]], module: nn.Module, name: str, da
     parameter (`owners`): tied weights, the output layer and the target embedding, stay tied."""
     old = getattr(module, name)
     new = nn.Parameter(data, requires_grad=old.requires_grad)
-    for owner in owners.pop(id(old), [module]):
+    holders = owners.pop(id(old), [module])
+    for owner in holders:
         for key, parameter in owner._parameters.items():
             if parameter is old:
                 owner._parameters[key] = new
-    owners[id(new)] = [module]
+    owners[id(new)] = holders
 
 
 def _linear(x: Tensor, bias_weight: tuple[Tensor, Tensor]) -> Tensor:
