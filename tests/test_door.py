@@ -56,4 +56,4 @@ def test_the_running_app_refuses_beyond_its_bound_and_keeps_serving(server, serv
                           json={"data": [None, "toy-en-de", "A dog.", "cross", 0, "mean", "weights", 1, False,
                                          "pieces", None], "session_hash": "door"})
     core = next(json.loads(value) for value in answered.json()["data"] if isinstance(value, str))  # the core view
-    assert answered.status_code == 200 and core["status"] == "Translated."
+    assert answered.status_code == 200 and core["status"].startswith("Translated.")
