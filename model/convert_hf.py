@@ -107,6 +107,21 @@ def too_large(what: str, size: int, max_bytes: int) -> str:
             f"model.convert_hf … --max-gb {math.ceil(size / 1024 ** 3)}.")
 
 
+def free_bytes(path: Path) -> int:
+    """The free space of the disk `path` is (or would be) on."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def check_room(needed: int, path: Path, what: str) -> None:
+    """A ConversionError unless the disk of `path` has `needed` bytes free (and a little more)."""
+    free = free_bytes(path)
+    if needed * 1.05 > free:
+        raise ConversionError(f"There is not enough disk {what}: it needs {needed / 1024 ** 3:.2f} GiB in {path}, "
+                              f"which has {free / 1024 ** 3:.2f} GiB free.")
+
+
 def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[str], None] = lambda _: None,
           hub_only: bool = False) -> tuple[Path, dict]:
     """A local folder holding the model `source` names (a folder, or a Hub id to download), and where it came from.
@@ -148,6 +163,8 @@ def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[s
         raise ConversionError(too_large(f"{source}'s {weights}", sizes[weights], max_bytes))
     wanted = [name for name in HUB_FILES if name in sizes and not (name == "pytorch_model.bin"
                                                                      and weights == "model.safetensors")]
+    from huggingface_hub.constants import HF_HUB_CACHE
+    check_room(sum(sizes.get(name, 0) for name in wanted), Path(HF_HUB_CACHE), f"to download {source}")
     try:
         path = Path(snapshot_download(source, allow_patterns=["config.json"], revision=info.sha))
         read_config(path)  # the family, before the weights are fetched
@@ -484,6 +501,8 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     except RuntimeError as error:  # a tensor of the wrong shape
         raise ConversionError(f"The weights do not fit config.json: {str(error).splitlines()[-1].strip()}") from None
     out = Path(out)
+    check_room(sum(p.numel() * p.element_size() for p in {p.data_ptr(): p for p in model.parameters()}.values()),
+               out.parent, f"to write {out.name}")
     staging = out.parent / f".{out.name}.converting"  # moved into place only once whole (the catalog skips it)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

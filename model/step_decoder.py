@@ -106,12 +106,13 @@ class StepDecoder:
     step is a flat run of tensor operations. Each sentence of the batch has its own position, its own number of
     cached target positions and its own source length (keys past those carry -inf scores, so exactly zero
     weight): what `Transformer.decode` computes for each sentence alone, up to float rounding (a test compares).
-    Read-only once built; the caches belong to the caller (`model.decoding.TraceBatch`). For a model in eval mode
-    (loaded to serve), the model's decoder weights become views of the fused ones, so that the weights are held
-    once; a model in training mode keeps its own (an optimizer may hold them), and this holds a copy.
+    Read-only once built; the caches belong to the caller (`model.decoding.TraceBatch`). With `share` (a model
+    loaded to serve, never trained again), the model's decoder weights become views of the fused ones, so that the
+    weights are held once; without (a model being trained: an optimizer and DDP hold its parameters), this holds a
+    copy.
     """
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, share: bool = False):
         config = model.config
         self.n_heads, self.d_head = config.n_heads, config.d_head
         self.pre_norm = config.norm == "pre"
@@ -124,7 +125,7 @@ class StepDecoder:
         self.gated = config.gated_feed_forward
         # Queries are scaled by 1/sqrt(d_head), rather than every score after.
         self.query_scale = 1 / math.sqrt(self.d_head)
-        fused = partial(_fused, None if model.training else _owners(model))
+        fused = partial(_fused, _owners(model) if share else None)
         self.layers = [DecoderLayerWeights(
             self_qkv=fused(layer.self_attention.w_q, layer.self_attention.w_k, layer.self_attention.w_v),
             self_out=fused(layer.self_attention.w_o),

@@ -186,9 +186,11 @@ class Translator:
         return self.tgt_tokenizer.detokenize(self.truecaser(self.tgt_tokenizer.words(tokens)))
 
     def __post_init__(self):
-        # Traces step a Transformer's decoder through its weights laid out once (the GRU models step their modules),
-        # the same tensors as the model's own once it serves (in eval mode).
-        self.step_decoder = StepDecoder(self.model) if isinstance(self.model, Transformer) else None
+        # Traces step a Transformer's decoder through its weights laid out once (the GRU models step their modules):
+        # the same tensors as the model's own where it is built to serve (in eval mode: `load_checkpoint`); a model
+        # built to be trained keeps its own parameters.
+        self.step_decoder = StepDecoder(self.model, share=not self.model.training) \
+            if isinstance(self.model, Transformer) else None
 
     def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
               mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None

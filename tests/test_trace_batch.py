@@ -142,8 +142,8 @@ def test_a_served_model_holds_its_decoder_weights_once():
     held = storages([*model.parameters(), *fused, *step.generator, step.token_table])
     assert sum(held.values()) <= parameters
     assert model.generator.weight is model.tgt_embedding.tokens.weight  # still tied
-    # A model being trained keeps its own parameters (an optimizer holds them): the step decoder copies.
-    model.train()
+    # A model being trained keeps its own parameters (an optimizer and DDP hold them), even while it is in eval
+    # mode for a validation pass: a step decoder built for it (a `TraceBatch`'s) copies.
     before = [id(p) for p in model.parameters()]
     StepDecoder(model)
     assert [id(p) for p in model.parameters()] == before
