@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from model.hub import HubTokenizer, Languages
 from model.rnn import RNNConfig, RNNSeq2Seq
@@ -39,8 +39,32 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_weights(model: torch.nn.Module, path: Path, dtype: torch.dtype | None = None) -> None:
     """Write the model's weights as safetensors, optionally cast (float16 halves a shipped checkpoint)."""
-    save_file({name: (t if dtype is None else t.to(dtype)).contiguous()
-               for name, t in unique_state_dict(model).items()}, str(path))
+    write_safetensors(unique_state_dict(model), Path(path), dtype)
+
+
+SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
+                      torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, dtype: torch.dtype | None = None) -> None:
+    """`tensors` (floating ones cast to `dtype`, if given) as a safetensors file, written one tensor at a time: the
+    memory it takes is one tensor's, not the whole file's (as `safetensors.torch.save_file` takes)."""
+    def cast(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
+    header, offset = {}, 0
+    for name, tensor in tensors.items():
+        kind = cast(tensor[(0,) * tensor.dim()] if tensor.numel() else tensor).dtype  # the stored dtype, cheaply
+        size = tensor.numel() * torch.empty((), dtype=kind).element_size()
+        header[name] = {"dtype": SAFETENSORS_DTYPES[kind], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as file:
+        file.write(len(encoded).to_bytes(8, "little"))
+        file.write(encoded)
+        for tensor in tensors.values():
+            file.write(cast(tensor).contiguous().view(-1).view(torch.uint8).numpy().data)
 
 
 def save_checkpoint(translator: Translator, folder: str | Path, dtype: torch.dtype = torch.float16) -> None:

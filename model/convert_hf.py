@@ -41,7 +41,7 @@ from safetensors.torch import load_file
 from model.checkpoint import (METRICS, WEIGHTS, CheckpointError, load_checkpoint, read_json, save_weights,
                               write_json)
 from model.hub import M2M100_LANGUAGES, T5_LANGUAGES, Languages
-from model.transformer import ModelConfig, Transformer
+from model.transformer import POSITIONALS, ModelConfig, Transformer
 from model.vocab import SPECIALS
 
 HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "README.md",
@@ -488,14 +488,8 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
                 ours = replace(ours, tie_embeddings=False)
         else:
             weights = state_dict(hub_state, ours, config["model_type"], order)
-        model = Transformer(ours)
-        if config["model_type"] == "t5":  # T5's linear maps have no biases
-            weights |= {name: torch.zeros_like(tensor) for name, tensor in model.state_dict().items()
-                        if name.endswith(".bias") and name not in weights}
-        missing = set(model.state_dict()) - set(weights) - {"tgt_embedding.tokens.weight", "generator.weight"}
-        if missing:
-            raise KeyError(sorted(missing)[0])
-        model.load_state_dict(weights, strict=False)
+        del hub_state  # the tensors kept are in `weights`
+        model = assembled(ours, weights, zero_biases=config["model_type"] == "t5")  # T5's maps have no biases
     except KeyError as error:
         raise ConversionError(f"The weights lack {error} for a {config['model_type']} model of this config.") from None
     except RuntimeError as error:  # a tensor of the wrong shape
@@ -514,6 +508,34 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return out
+
+
+def assembled(config: ModelConfig, weights: dict[str, torch.Tensor], zero_biases: bool = False) -> Transformer:
+    """A `Transformer` of `config` whose parameters are the tensors of `weights` themselves: built without memory of
+    its own (on the meta device, no random initialisation), then given them, tied weights tied again and its
+    computed position table made; with `zero_biases`, zeros for the biases `weights` lacks. A KeyError names a weight
+    it lacks; a RuntimeError, one of the wrong shape."""
+    with torch.device("meta"):
+        model = Transformer(config)
+    expected = model.state_dict()
+    if zero_biases:
+        weights |= {name: torch.zeros(tensor.shape) for name, tensor in expected.items()
+                    if name.endswith(".bias") and name not in weights}
+    missing = set(expected) - set(weights) - {"tgt_embedding.tokens.weight", "generator.weight"}
+    if missing:
+        raise KeyError(sorted(missing)[0])
+    model.load_state_dict(weights, strict=False, assign=True)
+    if config.share_embeddings:
+        model.tgt_embedding.tokens = model.src_embedding.tokens
+    if config.tie_embeddings:
+        model.generator.weight = model.tgt_embedding.tokens.weight
+    table = POSITIONALS[config.positional]
+    for embedding in (model.src_embedding, model.tgt_embedding):
+        embedding.sinusoid = table(config.max_len, config.d_model) if table else None
+    meta = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if meta:
+        raise KeyError(meta[0])
+    return model.eval()
 
 
 def write_checkpoint(out: Path, model: Transformer, ours: ModelConfig, config: dict, folder: Path, hub: HubTokens,
