@@ -42,31 +42,6 @@ def save_weights(model: torch.nn.Module, path: Path, dtype: torch.dtype | None =
     write_safetensors(unique_state_dict(model), Path(path), dtype)
 
 
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """A safetensors file's tensors, each read from the file into memory of its own (no memory map, whose pages of
-    the whole file would count against the process beside the copies). A ValueError for a malformed file."""
-    by_name = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
-    tensors = {}
-    with open(path, "rb") as file:
-        length = int.from_bytes(file.read(8), "little")
-        if not 0 < length <= 100 * 1024 ** 2:
-            raise ValueError(f"a header of {length} bytes")
-        header = json.loads(file.read(length))
-        start = 8 + length
-        for name, entry in header.items():
-            if name == "__metadata__":
-                continue
-            begin, end = entry["data_offsets"]
-            tensor = torch.empty(entry["shape"], dtype=by_name[entry["dtype"]])
-            if tensor.numel() * tensor.element_size() != end - begin:
-                raise ValueError(f"{name}: {end - begin} bytes for a {entry['dtype']} tensor of shape {entry['shape']}")
-            file.seek(start + begin)
-            if file.readinto(tensor.view(-1).view(torch.uint8).numpy().data) != end - begin:
-                raise ValueError(f"{name}: the file ends early")
-            tensors[name] = tensor
-    return tensors
-
-
 SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
                       torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
 

@@ -35,9 +35,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
-from model.checkpoint import (METRICS, WEIGHTS, CheckpointError, load_checkpoint, read_json, read_safetensors,
-                              save_weights, write_json)
+from model.checkpoint import (METRICS, WEIGHTS, CheckpointError, load_checkpoint, read_json, save_weights,
+                              write_json)
 from model.hub import M2M100_LANGUAGES, T5_LANGUAGES, Languages
 from model.transformer import POSITIONALS, ModelConfig, Transformer
 from model.vocab import SPECIALS
@@ -195,8 +197,8 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     safetensors, pickled = folder / "model.safetensors", folder / "pytorch_model.bin"
     if safetensors.is_file():
         try:
-            return read_safetensors(safetensors)
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            return load_file(str(safetensors))
+        except (SafetensorError, OSError, ValueError) as error:
             raise ConversionError(f"{safetensors} is not a readable safetensors file: {error}") from None
     if pickled.is_file():
         try:
