@@ -169,3 +169,21 @@ def test_the_seeds_attentions_work_in_every_view_and_compare_in_the_app():
             if other != name:
                 compared = events.run(operations.compare, session, other)["session"]
                 assert compared.compare.model == other and compared.compare.trace.target_tokens
+
+
+def test_weights_are_written_a_tensor_at_a_time_as_safetensors_reads_them(tmp_path):
+    """`write_safetensors` writes what safetensors' own loader reads back: non-contiguous tensors, scalars, empty
+    ones and integers as they are, floating ones cast where asked."""
+    from safetensors.torch import load_file
+
+    from model.checkpoint import write_safetensors
+
+    tensors = {"w": torch.randn(3, 4), "t": torch.randn(2, 3).t(), "ids": torch.arange(5), "s": torch.tensor(1.5),
+               "e": torch.zeros(0, 3)}
+    write_safetensors(tensors, tmp_path / "a.safetensors")
+    back = load_file(str(tmp_path / "a.safetensors"))
+    assert all(torch.equal(back[name], tensor.contiguous()) for name, tensor in tensors.items())
+    write_safetensors(tensors, tmp_path / "b.safetensors", torch.float16)
+    half = load_file(str(tmp_path / "b.safetensors"))
+    assert half["w"].dtype == torch.float16 and half["ids"].dtype == torch.int64
+    torch.testing.assert_close(half["t"].float(), tensors["t"].contiguous(), atol=2e-3, rtol=1e-3)
