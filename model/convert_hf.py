@@ -39,23 +39,18 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from model.checkpoint import (METRICS, WEIGHTS, CheckpointError, load_checkpoint, read_json, save_weights,
-                              write_json)
+                              unique_state_dict, write_json)
 from model.hub import M2M100_LANGUAGES, T5_LANGUAGES, Languages
+from model.hub_checks import (DEFAULT_MAX_BYTES, ConversionError, check_room, checked_hub_id, hub_id, is_folder,
+                              shown_id, too_large)
 from model.transformer import POSITIONALS, ModelConfig, Transformer
 from model.vocab import SPECIALS
 
 HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "README.md",
              "tokenizer.json", "tokenizer_config.json", "source.spm", "target.spm", "vocab.json",
              "sentencepiece.bpe.model", "special_tokens_map.json"]
-# The largest weights file converted without asking: NLLB-200-distilled-600M's and mBART-large-50's (2.3 GiB each in
-# float32) fit; a conversion peaks at about three times its file, within a 16 GB machine (a free Space).
-DEFAULT_MAX_BYTES = int(2.5 * 1024 ** 3)
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 FAMILIES = ("marian", "m2m_100", "mbart", "t5")
-
-
-class ConversionError(RuntimeError):
-    """A model that cannot be converted; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -70,56 +65,6 @@ class HubTokens:
     spec: dict  # vocab.json's description of the tokenizer (model/hub.py HubTokenizer)
     files: list[str]  # tokenizer files to copy beside the weights
     languages: Languages | None
-
-
-def hub_id(source: str) -> bool:
-    """Whether `source` has the shape of a Hub model id: [owner/]name, each at most 96 letters, digits, - _ ."""
-    return re.fullmatch(r"([\w-][\w.-]{0,95}/)?[\w-][\w.-]{0,95}", source, flags=re.ASCII) is not None
-
-
-def checked_hub_id(source: str) -> str:
-    """`source` where it has the shape of a Hub model id; else a ConversionError saying what one looks like (what a
-    web page asks for: never a folder of the server's)."""
-    if not hub_id(source):
-        raise ConversionError(f"{shown_id(source)} is not a Hub model id: ids look like owner/name (such as "
-                              "Helsinki-NLP/opus-mt-en-de), at most 96 characters each. A model in a folder on the "
-                              "server is converted there: python -m model.convert_hf FOLDER --out checkpoints/NAME.")
-    return source
-
-
-def is_folder(path: Path) -> bool:
-    """Whether `path` is a folder (a name the system refuses, too long say, is none)."""
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
-def shown_id(source: str) -> str:
-    """`source` quoted for a message, cut to 60 characters."""
-    return repr(source if len(source) <= 60 else source[:57] + "…")
-
-
-def too_large(what: str, size: int, max_bytes: int) -> str:
-    """Why weights of `size` bytes are refused, and what to set to convert them anyway."""
-    return (f"{what} is {size / 1024 ** 3:.1f} GiB; the limit here is {max_bytes / 1024 ** 3:.1f} GiB (a conversion "
-            f"needs about three times its file in memory). Where the memory is there, convert it with python -m "
-            f"model.convert_hf … --max-gb {math.ceil(size / 1024 ** 3)}.")
-
-
-def free_bytes(path: Path) -> int:
-    """The free space of the disk `path` is (or would be) on."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return shutil.disk_usage(path).free
-
-
-def check_room(needed: int, path: Path, what: str) -> None:
-    """A ConversionError unless the disk of `path` has `needed` bytes free (and a little more)."""
-    free = free_bytes(path)
-    if needed * 1.05 > free:
-        raise ConversionError(f"There is not enough disk {what}: it needs {needed / 1024 ** 3:.2f} GiB in {path}, "
-                              f"which has {free / 1024 ** 3:.2f} GiB free.")
 
 
 def fetch(source: str, max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[str], None] = lambda _: None,
@@ -495,8 +440,8 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     except RuntimeError as error:  # a tensor of the wrong shape
         raise ConversionError(f"The weights do not fit config.json: {str(error).splitlines()[-1].strip()}") from None
     out = Path(out)
-    check_room(sum(p.numel() * p.element_size() for p in {p.data_ptr(): p for p in model.parameters()}.values()),
-               out.parent, f"to write {out.name}")
+    check_room(sum(t.numel() * t.element_size() for t in unique_state_dict(model).values()), out.parent,
+               f"to write {out.name}")  # what save_weights writes
     staging = out.parent / f".{out.name}.converting"  # moved into place only once whole (the catalog skips it)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

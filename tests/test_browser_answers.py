@@ -29,11 +29,16 @@ def foot_says(page, prefix: str) -> str:
     return page.locator("#status-bar").text_content()
 
 
-def test_a_beam_row_opens_its_hypothesis_and_says_so_where_the_user_is(page, services):
+def asked_in_tab(page, services, tab: str, button: str, said: str) -> None:
+    """SENTENCE translated, then `button` pressed in the tab `tab`, until the status says `said`."""
     translate(page, services, SENTENCE)
-    page.get_by_role("tab", name="Beam search").click()
-    page.click("#beam")
-    status_starts(page, "Beam search")
+    page.get_by_role("tab", name=tab).click()
+    page.click(button)
+    status_starts(page, said)
+
+
+def test_a_beam_row_opens_its_hypothesis_and_says_so_where_the_user_is(page, services):
+    asked_in_tab(page, services, "Beam search", "#beam", "Beam search")
     row = page.locator("#n-best [role=row][aria-rowindex=\"3\"]").first  # the second hypothesis
     row.scroll_into_view_if_needed()
     assert not in_sight(page, "#status")  # the user is down at the table
@@ -93,10 +98,7 @@ def test_a_tabs_answers_are_drawn_in_the_tab_and_emptied_by_another_translation(
     """A tab's answers are one value the page draws (ui/static/answers.js): the head statistics as a table sorted
     by a click on its header, the alignments as text; a new translation empties both, as they were about the
     decoding before it."""
-    translate(page, services, SENTENCE)
-    page.get_by_role("tab", name="Head statistics").click()
-    page.click("#head-statistics")
-    status_starts(page, "Statistics of")
+    asked_in_tab(page, services, "Head statistics", "#head-statistics", "Statistics of")
     config = services.translators[MODEL].model.config
     heads = (config.n_encoder_layers + 2 * config.n_decoder_layers) * config.n_heads
     assert page.locator("#head-table tbody tr").count() == heads
@@ -118,10 +120,7 @@ def test_a_tabs_answers_are_drawn_in_the_tab_and_emptied_by_another_translation(
 
 
 def test_which_explanation_to_trust_is_drawn_in_its_tab_and_stop_says_so(page, services):
-    translate(page, services, SENTENCE)
-    page.get_by_role("tab", name="Where each word came from").click()
-    page.click("#faithfulness")
-    status_starts(page, "Step ")
+    asked_in_tab(page, services, "Where each word came from", "#faithfulness", "Step ")
     page.wait_for_function("() => document.querySelector('#faithfulness-curves .js-plotly-plot')", timeout=30000)
     headers = page.locator("#faithfulness-table th").all_text_contents()
     assert headers[0] == "method" and "input × gradient" in headers and "ALTI+" in headers

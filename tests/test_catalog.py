@@ -167,7 +167,7 @@ def test_a_worker_forked_before_a_model_was_loaded_hands_its_request_back(hub_ro
 
 def test_a_model_the_disk_has_no_room_for_is_refused_before_anything_is_written(tmp_path, stand_in_hub, monkeypatch):
     """Neither a download nor a conversion starts without the room it needs on its disk; each says how much."""
-    from model import convert_hf
+    from model import convert_hf, hub_checks
     from ui.services import Services
 
     root = tmp_path / "checkpoints"
@@ -175,12 +175,12 @@ def test_a_model_the_disk_has_no_room_for_is_refused_before_anything_is_written(
     services = Services(Catalog(root), root=root)
     folder, calls = stand_in_hub
     download = sum(f.stat().st_size for f in folder.iterdir() if f.name in convert_hf.HUB_FILES)
-    monkeypatch.setattr(convert_hf, "free_bytes", lambda path: download // 2)
+    monkeypatch.setattr(hub_checks, "free_bytes", lambda path: download // 2)
     with pytest.raises(ConversionError, match="not enough disk to download Helsinki-NLP/opus-mt-tiny: it needs"):
         services.load_from_hub("Helsinki-NLP/opus-mt-tiny")
     assert calls == []  # nothing downloaded
     room = {"left": 10 ** 12}
-    monkeypatch.setattr(convert_hf, "free_bytes", lambda path: room["left"] if "checkpoints" not in str(path) else 10)
+    monkeypatch.setattr(hub_checks, "free_bytes", lambda path: room["left"] if "checkpoints" not in str(path) else 10)
     with pytest.raises(ConversionError, match="not enough disk to write Helsinki-NLP--opus-mt-tiny"):
         services.load_from_hub("Helsinki-NLP/opus-mt-tiny")
     assert list(root.iterdir()) == []  # nothing half-written

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from model.catalog import DEFAULT_BUDGET, Card, Catalog
-from model.convert_hf import ConversionError, checked_hub_id, convert
+from model.convert_hf import convert
 from model.head_stats import best_aligning_head
+from model.hub_checks import ConversionError, checked_hub_id
 from model.translator import InputError, TracedTranslation, Translator
 from model.vocab import CHARS
 from model.workers import TracePool, available_cores, can_fork
