@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model.keys import CROSS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
+from model.keys import CROSS, HEAD_LABELS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
 from model.words import PIECES, WORDS
 from ui.operations import EVERY_HEAD, WHOLE_MODEL
 from ui.page import Page
@@ -59,8 +59,9 @@ def build(page: Page, services: Services) -> None:
             # another model's layers never refuses a request.
             page.layer = gr.Dropdown([("Layer 1", 0)], value=0, label="Layer", elem_id="layer",
                                      min_width=fitting(WHOLE_MODEL), scale=1, allow_custom_value=True)
-            page.head = gr.Dropdown([("Mean of heads", MEAN)], value=MEAN, label="Head", elem_id="head",
-                                    min_width=fitting(EVERY_HEAD, "Mean of heads"), scale=2, allow_custom_value=True)
+            page.head = gr.Dropdown([(HEAD_LABELS[MEAN], MEAN)], value=MEAN, label="Head", elem_id="head",
+                                    min_width=fitting(EVERY_HEAD, *HEAD_LABELS.values()), scale=2,
+                                    allow_custom_value=True)
             page.measure = gr.Dropdown(choices(MEASURE_LABELS), value=WEIGHTS, label="Show",
                                        elem_id="measure", scale=2, min_width=fitting(*MEASURE_LABELS.values()))
             # Words merge a word's pieces (model/words.py): summed as keys, averaged as queries.
