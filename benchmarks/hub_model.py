@@ -36,6 +36,9 @@ from model.checkpoint import load_checkpoint  # noqa: E402
 from model.train import cpu_model  # noqa: E402
 
 TEXT = "A man reads."  # 6 source tokens with <eos>: the random model runs to the length limit, 2 * 6 + 10 = 22
+LONG = ("Two young men in orange safety vests are working on the side of a busy road while a woman with a small "
+        "child walks past them on the sidewalk")  # cut to 24 pieces and <eos>: the 25-token source of `at_size`
+STEPS = 25  # the forced output's length there
 
 
 def megabytes(kilobytes: int) -> str:
@@ -95,6 +98,59 @@ def hub_to_ours(translator, folder: Path) -> list[int]:
     return [translator.src_vocab.stoi[renamed.get(by_id.get(i), by_id.get(i, f"<unused {i}>"))] for i in range(size)]
 
 
+def at_size(root: Path, name: str, runs: int) -> None:
+    """What a user waits for at this size, a 25-token source and a 25-step output (the greedy tokens, forced to end
+    at step 25): the trace alone, then the first page view after loading (the page's translate event: the trace,
+    every step's charts and the view, encoded as Gradio sends them), and saliency at every step, ALTI+ at every
+    step, and integrated gradients of one step (32 points), as the tabs compute them."""
+    import orjson
+
+    from model.attribution import INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
+    from model.contributions import alti_plus
+    from model.keys import CROSS, MEAN, WEIGHTS
+    from model.words import PIECES
+    from ui import build_demo, listeners, load_services, operations
+    from viz.attention import PlainFigure
+
+    torch.set_num_threads(1)  # as the app serves
+    services = load_services(root, workers=0)
+    translator = services.translators[name]
+    pieces = translator.source_tokens(LONG)[:STEPS - 1]
+    text = translator.src_tokenizer.detokenize(pieces)
+    src_ids = translator.encode_source(translator.source_tokens(text))
+    greedy = translator.trace(text).target_tokens[:STEPS - 1] + ["<eos>"]
+    tgt_ids = translator.tgt_vocab.encode(greedy)
+    page = build_demo(services).page
+    answer = listeners.answer(page, services, operations.translate, listeners.session_outputs(page), 2)
+
+    def first_view():
+        sent = answer(None, name, text, CROSS, 0, MEAN, WEIGHTS, 1, False, PIECES).values()
+        return len(orjson.dumps([v.to_json() if isinstance(v, PlainFigure) else v for v in sent
+                                 if isinstance(v, (dict, str, list, PlainFigure))]))
+
+    timed = {
+        "trace with every attention map (Translator.trace)": lambda: translator.trace(text, force=greedy),
+        "first page view (translate event: trace, charts, view, JSON)": first_view,
+        "saliency at every step": lambda: attribute_steps(translator.model, src_ids, tgt_ids, SALIENCY),
+        "ALTI+ at every step": lambda: alti_plus(translator.model, src_ids, tgt_ids),
+        "integrated gradients of one step (32 points)":
+            lambda: attribute(translator.model, src_ids, tgt_ids, STEPS // 2, INTEGRATED_GRADIENTS),
+    }
+    print(f"At this size, {len(src_ids)} source tokens, {len(tgt_ids)} steps, one thread, median of {runs}:")
+    seconds = {}
+    for label, work in timed.items():
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - started)
+        seconds[label] = statistics.median(times)
+        print(f"  {label:<62} {seconds[label]:6.2f} s", flush=True)
+    trace, view = list(seconds.values())[:2]
+    print(f"  first page view / trace: {view / trace:.2f} (goal: at most 2)")
+    services.close()
+
+
 def server_memory(root: Path) -> None:
     """Load every checkpoint under `root` as the app does (one trace worker), translate with each, print memory."""
     script = f"""
@@ -152,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{translator.metrics['parameters']:,} parameters; token tables in memory: {len(tables)} "
           "(source, target and output share one)")
     trace_against_generate(folder, args.work / "checkpoints" / name, args.runs)
+    del translator, model
+    at_size(args.work / "checkpoints", name, max(1, args.runs // 3))
     shutil.copytree(args.work / "checkpoints" / name, args.work / "checkpoints" / f"{name}-copy")
     server_memory(args.work / "checkpoints")
 

@@ -3,8 +3,10 @@ model/heads.py). Loading never unpickles."""
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from safetensors import SafetensorError
@@ -60,11 +62,79 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, dtype: torch
         offset += size
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as file:
-        file.write(len(encoded).to_bytes(8, "little"))
-        file.write(encoded)
-        for tensor in tensors.values():
-            file.write(cast(tensor).contiguous().view(-1).view(torch.uint8).numpy().data)
+    written = path.with_name(f".{path.name}.writing")  # a loaded model maps its file: never rewrite it in place
+    try:
+        with open(written, "wb") as file:
+            file.write(len(encoded).to_bytes(8, "little"))
+            file.write(encoded)
+            for tensor in tensors.values():
+                file.write(cast(tensor).contiguous().view(-1).view(torch.uint8).numpy().data)
+        written.replace(path)
+    except BaseException:
+        written.unlink(missing_ok=True)
+        raise
+
+
+def _header(file, path: Path) -> tuple[int, dict]:
+    """Where a safetensors file's data starts, and its header: each tensor's dtype, shape and data offsets."""
+    length = int.from_bytes(file.read(8), "little")
+    if not 0 < length <= 100 * 1024 ** 2:
+        raise ValueError(f"{path} starts with a header of {length} bytes")
+    header = json.loads(file.read(length))
+    header.pop("__metadata__", None)
+    return 8 + length, header
+
+
+def _read_into(file, tensor: torch.Tensor, at: int, what: str) -> torch.Tensor:
+    """`tensor` filled with the bytes of `file` from `at` on (a ValueError where the file ends first)."""
+    buffer = memoryview(tensor.view(-1).view(torch.uint8).numpy())
+    file.seek(at)
+    if file.readinto(buffer) != len(buffer):
+        raise ValueError(f"the file ends inside {what}")
+    return tensor
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file, each read into memory of its own: a model loaded this way holds its
+    weights once (a memory map would stay counted beside the copies that the step decoder's fused layout makes), and
+    pages that trace workers, forked after, share. A ValueError (or KeyError, for an unknown dtype) for a malformed
+    file."""
+    by_name = {stored: dtype for dtype, stored in SAFETENSORS_DTYPES.items()}
+    with open(path, "rb") as file:
+        start, header = _header(file, path)
+        tensors = {}
+        for name, entry in header.items():
+            tensor = torch.empty(entry["shape"], dtype=by_name[entry["dtype"]])
+            begin, end = entry["data_offsets"]
+            if tensor.numel() * tensor.element_size() != end - begin:
+                raise ValueError(f"{name}: {end - begin} bytes for a {entry['dtype']} tensor of {entry['shape']}")
+            tensors[name] = _read_into(file, tensor, start + begin, name)
+    return tensors
+
+
+def read_rows(path: Path, name: str, rows: list[int]) -> torch.Tensor:
+    """Rows `rows` of the tensor `name` in a safetensors file, in that order, read from the file into a tensor of
+    their own, consecutive rows at one read: through a memory map, the pages of every row read would stay counted
+    against the process beside the copy. A ValueError for a name or row the file has not."""
+    by_name = {stored: dtype for dtype, stored in SAFETENSORS_DTYPES.items()}
+    with open(path, "rb") as file:
+        start, header = _header(file, path)
+        if name not in header:
+            raise ValueError(f"{path} has no tensor {name}")
+        shape = header[name]["shape"]
+        if rows and not 0 <= min(rows) <= max(rows) < shape[0]:
+            raise ValueError(f"{name} has {shape[0]} rows; asked for row {max(rows)}")
+        out = torch.empty([len(rows), *shape[1:]], dtype=by_name[header[name]["dtype"]])
+        row_bytes = out[0].numel() * out.element_size() if rows else 0
+        start += header[name]["data_offsets"][0]
+        first = 0
+        while first < len(rows):
+            last = first + 1
+            while last < len(rows) and rows[last] == rows[last - 1] + 1:
+                last += 1
+            _read_into(file, out[first:last], start + rows[first] * row_bytes, name)
+            first = last
+    return out
 
 
 def save_checkpoint(translator: Translator, folder: str | Path, dtype: torch.dtype = torch.float16) -> None:
@@ -112,18 +182,23 @@ def read_json(path: Path) -> dict:
     return data
 
 
-def load_weights(model: torch.nn.Module, path: Path) -> None:
-    """Fill `model` from a safetensors file, or raise a CheckpointError naming the file and the mismatch."""
+def read_weights(path: Path, mapped: bool = False) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, each in memory of its own (`read_safetensors`), or `mapped` from the file
+    (pages read only as they are used: a conversion that reads a part), or a CheckpointError naming the file."""
     if not path.is_file():
         raise CheckpointError(f"missing file {path}")
     try:
-        state = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path} is not a readable safetensors file: {error}") from error
-    expected = model.state_dict()
-    # Tied weights are stored once by safetensors; fill every alias of a stored tensor.
-    stored_pointers = {expected[name].data_ptr() for name in state if name in expected}
-    missing = [name for name in expected if name not in state and expected[name].data_ptr() not in stored_pointers]
+        return load_file(str(path)) if mapped else read_safetensors(path)
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{path} is not a readable safetensors file: {error!r}") from error
+
+
+def check_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str | Path) -> None:
+    """A CheckpointError naming what `state` lacks, has too many of, or holds in another shape than `model`'s
+    parameters and buffers; a tied weight (one tensor under several names) is stored under any one of them."""
+    expected = model.state_dict(keep_vars=True)
+    stored = {id(expected[name]) for name in state if name in expected}
+    missing = [name for name in expected if name not in state and id(expected[name]) not in stored]
     unexpected = [name for name in state if name not in expected]
     wrong_shape = [f"{name} {tuple(state[name].shape)} vs {tuple(expected[name].shape)}"
                    for name in state if name in expected and state[name].shape != expected[name].shape]
@@ -131,8 +206,42 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
         problems = "; ".join(part for part in (
             missing and f"missing {missing[:3]}", unexpected and f"unexpected {unexpected[:3]}",
             wrong_shape and f"shape mismatch {wrong_shape[:3]}") if part)
-        raise CheckpointError(f"{path} does not match config.json: {problems}")
+        raise CheckpointError(f"{source} does not match config.json: {problems}")
+
+
+def load_weights(model: torch.nn.Module, path: Path) -> None:
+    """Copy a safetensors file's tensors into a built `model`, or raise a CheckpointError naming the file and the
+    mismatch."""
+    state = read_weights(path)
+    check_weights(model, state, path)
+    expected = model.state_dict()
     model.load_state_dict({name: t.to(expected[name].dtype) for name, t in state.items()}, strict=False)
+
+
+def assembled(config: ModelConfig | RNNConfig, state: dict[str, torch.Tensor], source: str | Path = "the weights",
+              zero_biases: bool = False) -> Seq2Seq:
+    """The network `config` describes whose parameters are the tensors of `state` themselves (cast to the
+    parameter's dtype where stored in another): built without memory of its own (on the meta device, no random
+    initialisation), so a loaded model costs its weights once, not twice. Tied weights, stored once, are tied again;
+    with `zero_biases`, zeros stand for the biases `state` lacks (T5's maps have none). A CheckpointError names what
+    does not fit."""
+    with torch.device("meta"):
+        model = build_model(config)
+    expected = model.state_dict(keep_vars=True)
+    if zero_biases:
+        state |= {name: torch.zeros(tensor.shape) for name, tensor in expected.items()
+                  if name.endswith(".bias") and name not in state}
+    check_weights(model, state, source)
+    aliases: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(parameter), []).append(name)
+    model.load_state_dict({name: t.to(expected[name].dtype) for name, t in state.items()}, strict=False, assign=True)
+    for names in aliases.values():
+        kept = model.get_parameter(next(name for name in names if name in state))
+        for name in names:
+            owner, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(owner), attribute, kept)
+    return model.eval()
 
 
 def build_model(config: ModelConfig | RNNConfig) -> Seq2Seq:
@@ -155,6 +264,36 @@ def load_config(folder: Path) -> ModelConfig | RNNConfig:
 
 def load_checkpoint(folder: str | Path) -> Translator:
     """Load a checkpoint folder into a Translator in eval mode."""
+    translator = Translator(*checkpoint_parts(folder))
+    release_freed_memory()  # the step decoder's layout replaced tensors that the allocator would keep
+    return translator
+
+
+def release_freed_memory() -> None:
+    """Hand the memory that freed tensors leave inside the C allocator's heap back to the system (glibc's
+    malloc_trim; nothing elsewhere). Loading a 2.3 GB model otherwise keeps ~0.5 GB of freed pages."""
+    library = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(library), "malloc_trim", None) if library else None
+    if trim is not None:
+        trim(0)
+
+
+class CheckpointParts(NamedTuple):
+    """What a Translator is made of (its arguments, in order), read from a checkpoint folder."""
+
+    model: Seq2Seq  # in eval mode
+    src_tokenizer: Tokenizer | HubTokenizer
+    tgt_tokenizer: Tokenizer | HubTokenizer
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    truecaser: Truecaser
+    metrics: dict
+    heads: dict  # heads.json (model/heads.py), {} where none is written yet
+    languages: Languages | None
+
+
+def checkpoint_parts(folder: str | Path) -> CheckpointParts:
+    """A checkpoint folder read, every file checked (a CheckpointError names the one at fault)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {folder} does not exist")
@@ -173,12 +312,10 @@ def load_checkpoint(folder: str | Path) -> Translator:
         if len(vocab) != size:
             raise CheckpointError(f"{folder / VOCAB}: the {side} vocabulary has {len(vocab)} tokens "
                                   f"but {folder / CONFIG} says {size}")
-    model = build_model(config)
-    load_weights(model, folder / WEIGHTS)
-    model.eval()
+    model = assembled(config, read_weights(folder / WEIGHTS), folder / WEIGHTS)
     metrics, heads = (read_json(folder / name) if (folder / name).is_file() else {} for name in (METRICS, HEADS))
-    return Translator(model, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser, metrics, heads,
-                      languages)
+    return CheckpointParts(model, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, truecaser, metrics, heads,
+                           languages)
 
 
 def load_all(root: str | Path) -> tuple[dict[str, Translator], dict[str, str]]:

@@ -35,15 +35,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
-
-from model.checkpoint import (METRICS, WEIGHTS, CheckpointError, load_checkpoint, read_json, save_weights,
-                              unique_state_dict, write_json)
+from model.checkpoint import (METRICS, WEIGHTS, CheckpointError, assembled, checkpoint_parts, read_json, read_rows,
+                              read_weights, save_weights, unique_state_dict, write_json)
 from model.hub import M2M100_LANGUAGES, T5_LANGUAGES, Languages
 from model.hub_checks import (DEFAULT_MAX_BYTES, ConversionError, check_room, checked_hub_id, hub_id, is_folder,
                               shown_id, too_large)
-from model.transformer import POSITIONALS, ModelConfig, Transformer
+from model.transformer import ModelConfig, Transformer
 from model.vocab import SPECIALS
 
 HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "README.md",
@@ -51,6 +48,7 @@ HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pyto
              "sentencepiece.bpe.model", "special_tokens_map.json"]
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 FAMILIES = ("marian", "m2m_100", "mbart", "t5")
+STORED_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -137,14 +135,32 @@ def read_config(folder: Path) -> dict:
     return config
 
 
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+class HubWeights(dict):
+    """A Hub model's tensors by name (mapped from model.safetensors, or unpickled from pytorch_model.bin), which
+    reads a token table's rows in our order straight from the file: through the map, the table's pages would stay
+    counted against the process beside the renumbered copy (NLLB's table is 1 GB)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], path: Path | None = None):
+        super().__init__(tensors)
+        self.path = path
+
+    def rows(self, name: str, order: list[int]) -> torch.Tensor:
+        """The rows `order` of the table `name` (a KeyError where the weights lack it)."""
+        if name not in self:
+            raise KeyError(name)
+        if self.path is None:
+            return self[name][torch.tensor(order)]
+        return read_rows(self.path, name, order)
+
+
+def hub_weights(folder: Path) -> HubWeights:
     """The weights of `folder`: model.safetensors, or pytorch_model.bin through the restricted unpickler only."""
     safetensors, pickled = folder / "model.safetensors", folder / "pytorch_model.bin"
     if safetensors.is_file():
         try:
-            return load_file(str(safetensors))
-        except (SafetensorError, OSError, ValueError) as error:
-            raise ConversionError(f"{safetensors} is not a readable safetensors file: {error}") from None
+            return HubWeights(read_weights(safetensors, mapped=True), safetensors)
+        except CheckpointError as error:
+            raise ConversionError(str(error)) from None
     if pickled.is_file():
         try:
             state = torch.load(pickled, map_location="cpu", weights_only=True)
@@ -153,7 +169,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
                                   f"admits only tensors and plain containers: {str(error).splitlines()[0]}") from None
         if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
             raise ConversionError(f"{pickled} does not hold a state dict of tensors.")
-        return state
+        return HubWeights(state)
     raise ConversionError(f"{folder} has neither model.safetensors nor pytorch_model.bin.")
 
 
@@ -324,16 +340,15 @@ def t5_config(config: dict, vocab_size: int) -> ModelConfig:
         relative_max_distance=config.get("relative_attention_max_distance", 128))
 
 
-def t5_state_dict(hub_state: dict[str, torch.Tensor], config: ModelConfig, hub_config: dict, order: list[int]
+def t5_state_dict(hub_state: HubWeights, config: ModelConfig, hub_config: dict, order: list[int]
                   ) -> dict[str, torch.Tensor]:
     """Our weights from T5's: √d_head folded into W_Q (T5 does not scale scores), the output scale d_model^-0.5 of a
     tied model folded into the decoder's final norm, zeros for the biases T5 has not."""
-    rows = torch.tensor(order)
-    shared = hub_state["shared.weight"]
-    ours = {"src_embedding.tokens.weight": shared[rows], "generator.bias": torch.zeros(len(order))}
+    ours = {"src_embedding.tokens.weight": hub_state.rows("shared.weight", order),
+            "generator.bias": torch.zeros(len(order))}
     head = hub_state.get("lm_head.weight")
-    if head is not None and not torch.equal(head, shared):
-        ours["generator.weight"] = head[rows]
+    if head is not None and not torch.equal(head, hub_state["shared.weight"]):
+        ours["generator.weight"] = hub_state.rows("lm_head.weight", order)
     scaled = hub_config.get("scale_decoder_outputs", hub_config.get("tie_word_embeddings", True) is not False)
     query_scale = math.sqrt(config.d_head)
     for side, blocks, sublayers in (
@@ -362,21 +377,23 @@ def t5_state_dict(hub_state: dict[str, torch.Tensor], config: ModelConfig, hub_c
     return ours
 
 
-def state_dict(hub_state: dict[str, torch.Tensor], config: ModelConfig, family: str, order: list[int]
+def state_dict(hub_state: HubWeights, config: ModelConfig, family: str, order: list[int]
                ) -> dict[str, torch.Tensor]:
     """Our weights, named as `Transformer` names them, from the Hub model's."""
     state = {name.removeprefix("model."): tensor for name, tensor in hub_state.items()}
-    rows = torch.tensor(order)
-    shared = state.get("shared.weight", state.get("encoder.embed_tokens.weight"))
+    full_name = {name.removeprefix("model."): name for name in hub_state}
+    shared = next((full_name[name] for name in ("shared.weight", "encoder.embed_tokens.weight") if name in full_name),
+                  None)
     if shared is None:
         raise ConversionError("The weights have no token embedding (model.shared.weight).")
-    ours = {"src_embedding.tokens.weight": shared[rows]}
+    ours = {"src_embedding.tokens.weight": hub_state.rows(shared, order)}
     if not config.share_embeddings:
-        ours["tgt_embedding.tokens.weight"] = state["decoder.embed_tokens.weight"][rows]
+        ours["tgt_embedding.tokens.weight"] = hub_state.rows(
+            full_name.get("decoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"), order)
     if not config.tie_embeddings:
-        ours["generator.weight"] = hub_state["lm_head.weight"][rows]
+        ours["generator.weight"] = hub_state.rows("lm_head.weight", order)
     bias = hub_state.get("final_logits_bias")
-    ours["generator.bias"] = bias.reshape(-1)[rows] if bias is not None else torch.zeros(len(order))
+    ours["generator.bias"] = bias.reshape(-1)[order] if bias is not None else torch.zeros(len(order))
     for side, ours_side in (("encoder", "src"), ("decoder", "tgt")):
         if family == "mbart":
             ours[f"{ours_side}_embedding.positions.weight"] = state[f"{side}.embed_positions.weight"][2:]
@@ -406,9 +423,10 @@ def state_dict(hub_state: dict[str, torch.Tensor], config: ModelConfig, family: 
 
 def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang: str | None = None,
             max_bytes: int = DEFAULT_MAX_BYTES, progress: Callable[[str], None] = lambda _: None,
-            hub_only: bool = False) -> Path:
+            hub_only: bool = False, dtype: torch.dtype | None = None) -> Path:
     """Convert `source` (a folder or a Hub id; only a Hub id with `hub_only`) into a checkpoint folder `out`, which
-    `load_checkpoint` loads; `progress` is told each stage."""
+    `load_checkpoint` loads; `progress` is told each stage. `dtype`: store the weights so (float16 or bfloat16 halve
+    the file; the model still computes in float32), rather than as the Hub stores them."""
     folder, origin = fetch(source, max_bytes, progress, hub_only)
     progress("Converting")
     config = read_config(folder)
@@ -425,7 +443,8 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
         ours = model_config(config, len(itos))
     except (KeyError, ValueError) as error:
         raise ConversionError(f"config.json does not describe a model converted here: {error}") from None
-    hub_state = read_weights(folder)
+    hub_state = hub_weights(folder)
+    stored = hub_state.path or folder / "pytorch_model.bin"
     try:
         if config["model_type"] == "t5":
             weights = t5_state_dict(hub_state, ours, config, order)
@@ -434,19 +453,22 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
         else:
             weights = state_dict(hub_state, ours, config["model_type"], order)
         del hub_state  # the tensors kept are in `weights`
-        model = assembled(ours, weights, zero_biases=config["model_type"] == "t5")  # T5's maps have no biases
+        model = assembled(ours, weights, stored, zero_biases=config["model_type"] == "t5")  # T5's maps: no biases
     except KeyError as error:
         raise ConversionError(f"The weights lack {error} for a {config['model_type']} model of this config.") from None
+    except (CheckpointError, ValueError) as error:  # what the weights lack or hold in another shape
+        raise ConversionError(str(error)) from None
     except RuntimeError as error:  # a tensor of the wrong shape
         raise ConversionError(f"The weights do not fit config.json: {str(error).splitlines()[-1].strip()}") from None
     out = Path(out)
-    check_room(sum(t.numel() * t.element_size() for t in unique_state_dict(model).values()), out.parent,
+    stored = torch.empty((), dtype=dtype).element_size() if dtype else None
+    check_room(sum(t.numel() * (stored or t.element_size()) for t in unique_state_dict(model).values()), out.parent,
                f"to write {out.name}")  # what save_weights writes
     staging = out.parent / f".{out.name}.converting"  # moved into place only once whole (the catalog skips it)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        write_checkpoint(staging, model, ours, config, folder, hub, origin, itos, renamed)
+        write_checkpoint(staging, model, ours, config, folder, hub, origin, itos, renamed, dtype)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -455,38 +477,11 @@ def convert(source: str, out: str | Path, src_lang: str | None = None, tgt_lang:
     return out
 
 
-def assembled(config: ModelConfig, weights: dict[str, torch.Tensor], zero_biases: bool = False) -> Transformer:
-    """A `Transformer` of `config` whose parameters are the tensors of `weights` themselves: built without memory of
-    its own (on the meta device, no random initialisation), then given them, tied weights tied again and its
-    computed position table made; with `zero_biases`, zeros for the biases `weights` lacks. A KeyError names a weight
-    it lacks; a RuntimeError, one of the wrong shape."""
-    with torch.device("meta"):
-        model = Transformer(config)
-    expected = model.state_dict()
-    if zero_biases:
-        weights |= {name: torch.zeros(tensor.shape) for name, tensor in expected.items()
-                    if name.endswith(".bias") and name not in weights}
-    missing = set(expected) - set(weights) - {"tgt_embedding.tokens.weight", "generator.weight"}
-    if missing:
-        raise KeyError(sorted(missing)[0])
-    model.load_state_dict(weights, strict=False, assign=True)
-    if config.share_embeddings:
-        model.tgt_embedding.tokens = model.src_embedding.tokens
-    if config.tie_embeddings:
-        model.generator.weight = model.tgt_embedding.tokens.weight
-    table = POSITIONALS[config.positional]
-    for embedding in (model.src_embedding, model.tgt_embedding):
-        embedding.sinusoid = table(config.max_len, config.d_model) if table else None
-    meta = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
-    if meta:
-        raise KeyError(meta[0])
-    return model.eval()
-
-
 def write_checkpoint(out: Path, model: Transformer, ours: ModelConfig, config: dict, folder: Path, hub: HubTokens,
-                     origin: dict, itos: list[str], renamed: dict) -> None:
-    """The converted checkpoint's files, written into the folder `out` (`itos`, `renamed`: its one vocabulary)."""
-    save_weights(model, out / WEIGHTS)
+                     origin: dict, itos: list[str], renamed: dict, dtype: torch.dtype | None = None) -> None:
+    """The converted checkpoint's files, written into the folder `out` (`itos`, `renamed`: its one vocabulary;
+    `dtype`: the weights' stored type, None for the Hub's own)."""
+    save_weights(model, out / WEIGHTS, dtype)
     write_json(out / "config.json", ours.to_dict())
     for name in hub.files:
         shutil.copyfile(folder / name, out / name)
@@ -501,7 +496,8 @@ def write_checkpoint(out: Path, model: Transformer, ours: ModelConfig, config: d
     } | languages)
     generation = _json(folder / "generation_config.json", optional=True)
     write_json(out / METRICS, {
-        "source": {**origin, "model_type": config["model_type"], "converted_with": "python -m model.convert_hf"},
+        "source": {**origin, "model_type": config["model_type"], "converted_with": "python -m model.convert_hf",
+                   **({"stored_as": str(dtype).removeprefix("torch.")} if dtype else {})},
         "parameters": sum(p.numel() for p in {p.data_ptr(): p for p in model.parameters()}.values()),
         "decoding": {"beam_size": generation.get("num_beams", config.get("num_beams", 5)) or 5,
                      "length_penalty": generation.get("length_penalty", 1.0)},
@@ -538,15 +534,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tgt-lang", help="default target language of a multilingual model (e.g. deu_Latn)")
     p.add_argument("--max-gb", type=float, default=DEFAULT_MAX_BYTES / 1024 ** 3,
                    help="refuse a Hub model whose weights are larger (default %(default).0f)")
+    p.add_argument("--dtype", choices=sorted(STORED_DTYPES),
+                   help="store the weights as this type (float16 or bfloat16 halve the file; the model computes in "
+                        "float32 either way); default: as the Hub model stores them")
     args = p.parse_args(argv)
     started = time.perf_counter()
     try:
-        out = convert(args.source, args.out, args.src_lang, args.tgt_lang, int(args.max_gb * 1024 ** 3))
-        translator = load_checkpoint(out)
+        out = convert(args.source, args.out, args.src_lang, args.tgt_lang, int(args.max_gb * 1024 ** 3),
+                      dtype=STORED_DTYPES.get(args.dtype))
+        metrics = checkpoint_parts(out).metrics  # it loads (the step decoder's layout is the app's to make)
     except (ConversionError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({translator.metrics['parameters']:,} parameters) in {time.perf_counter() - started:.1f} s")
+    print(f"wrote {out} ({metrics['parameters']:,} parameters) in {time.perf_counter() - started:.1f} s")
     return 0
 
 

@@ -401,7 +401,9 @@ class Embedding(nn.Module):
         self.norm = config.new_norm() if config.embedding_norm else None
         self.positions = nn.Embedding(config.max_len, config.d_model) if config.positional == "learned" else None
         table = POSITIONALS[config.positional]
-        self.register_buffer("sinusoid", table(config.max_len, config.d_model) if table else None, persistent=False)
+        with torch.device("cpu"):  # computed, never stored: made even when the model is built on the meta device
+            self.register_buffer("sinusoid", table(config.max_len, config.d_model) if table else None,
+                                 persistent=False)
 
     def position_table(self) -> Tensor | None:
         """The vector added at each position, (max_len, d_model); None where positions are relative."""

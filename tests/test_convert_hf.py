@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from model.checkpoint import load_checkpoint
 from model.convert_hf import ConversionError, convert, main
@@ -333,7 +334,7 @@ def test_a_conversion_that_fails_leaves_nothing_in_the_checkpoints(tmp_path, mon
     source = hub_models.marian(tmp_path / "hub")
     root = tmp_path / "checkpoints"
 
-    def disk_full(model, path):
+    def disk_full(model, path, dtype=None):
         path.write_bytes(b"half")
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(convert_hf, "save_weights", disk_full)
@@ -343,3 +344,50 @@ def test_a_conversion_that_fails_leaves_nothing_in_the_checkpoints(tmp_path, mon
     monkeypatch.undo()
     assert (convert_hf.convert(str(source), root / "opus") / "model.safetensors").is_file()
     assert [folder.name for folder in root.iterdir()] == ["opus"]
+
+
+def test_weights_stored_as_float16_keep_the_model_and_bfloat16_stays_close(hub, tmp_path):
+    """--dtype halves the file; the model computes in float32 from the rounded weights: float16's 11-bit
+    significand keeps every probability of a tiny random model within 1e-3 of float32's and its greedy choices,
+    bfloat16's 8 bits within 1e-2 (README: the figures)."""
+    folder, reference, _, _ = hub["marian"]
+    src = torch.tensor([reference.encode_source(reference.source_tokens(TEXT))])
+    greedy = reference.trace(TEXT).trace.token_ids
+    tgt = torch.tensor([[2] + greedy[:-1]])
+    with torch.no_grad():
+        probabilities = reference.model(src, tgt)[0].softmax(-1)
+    for dtype, tolerance in ((torch.float16, 1e-3), (torch.bfloat16, 1e-2)):
+        out = convert(str(folder), tmp_path / str(dtype), dtype=dtype)
+        stored = load_file(str(out / "model.safetensors"))
+        assert {tensor.dtype for tensor in stored.values()} == {dtype}
+        translator = load_checkpoint(out)
+        assert translator.metrics["source"]["stored_as"] == str(dtype).removeprefix("torch.")
+        assert {p.dtype for p in translator.model.parameters()} == {torch.float32}
+        with torch.no_grad():
+            assert (translator.model(src, tgt)[0].softmax(-1) - probabilities).abs().max() < tolerance
+        if dtype == torch.float16:
+            assert translator.trace(TEXT).trace.token_ids == greedy
+
+
+def test_the_conversion_reads_the_hub_file_without_changing_it_and_the_model_holds_its_own_memory(hub, tmp_path):
+    """The Hub's tensors are mapped (read as used, never written: the token table is renumbered into a copy read
+    straight from the file), and a loaded model's tensors live in memory of their own, not in a map of the file,
+    which a new conversion may replace under it."""
+    import hashlib
+
+    from model.checkpoint import read_rows, read_safetensors
+
+    folder = hub["nllb"][0]
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    out = convert(str(folder), tmp_path / "nllb")
+    assert hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest() == digest
+    mapped, read = load_file(str(out / "model.safetensors")), read_safetensors(out / "model.safetensors")
+    assert mapped.keys() == read.keys() and all(torch.equal(mapped[name], read[name]) for name in mapped)
+    table = mapped["src_embedding.tokens.weight"]
+    rows = [5, 6, 7, 0, 3, 4, 2, len(table) - 1]
+    assert torch.equal(read_rows(out / "model.safetensors", "src_embedding.tokens.weight", rows), table[rows])
+    with pytest.raises(ValueError, match="has no tensor"):
+        read_rows(out / "model.safetensors", "nothing", rows)
+    translator = load_checkpoint(out)
+    (out / "model.safetensors").write_bytes(b"")  # a file replaced under a loaded model harms nothing
+    assert translator.trace(TEXT).target_tokens
