@@ -131,11 +131,12 @@ def silver_alignments(sources: list[list[str]], targets: list[list[str]]) -> tup
     return [f & b for f, b in zip(forward, backward)], [f | b for f, b in zip(forward, backward)]
 
 
-def reference_alignments(translator: Translator, data: str, split: str, sources: list[list[str]],
+def reference_alignments(translator: Translator, data: str | None, split: str, sources: list[list[str]],
                          targets: list[list[str]], gold: str | None = None) -> tuple[list[Links], list[Links], str]:
     """(sure, possible) links of a split's sentences to measure cross-attention against, and what they are: the
     `gold` file's (Pharaoh format), the reversal task's exact alignment, or else a statistical aligner's (trained
-    on the training split and this split's sentences, as unsupervised aligners are); ValueError if unusable."""
+    on the training split of `data` and this split's sentences, as unsupervised aligners are; on these sentences
+    alone where `data` is None: a user's own); ValueError if unusable."""
     from model.data import REVERSE, load_pairs  # datasets: for the commands only, not for the app
 
     if gold:
@@ -147,13 +148,15 @@ def reference_alignments(translator: Translator, data: str, split: str, sources:
     if data == REVERSE:
         exact = reversal_gold([len(t) for t in targets])
         return exact, exact, "the reversal task's exact alignment"
-    train = load_pairs(data, "train", translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+    train = {"src": [], "tgt": []} if data is None else \
+        load_pairs(data, "train", translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
     corpus_sources = sources + translator.src_tokenizer.tokenize_all(train["src"])
     corpus_targets = targets + translator.tgt_tokenizer.tokenize_all(train["tgt"])
     sure, possible = silver_alignments(corpus_sources, corpus_targets)
+    trained_on = "these sentences alone" if data is None else "train + this split"
     return (sure[:len(sources)], possible[:len(sources)],
             "a statistical aligner's alignments (no gold: IBM Model 2 with fast_align's diagonal prior, both "
-            "directions, trained on train + this split; sure where both agree, possible where either links)")
+            f"directions, trained on {trained_on}; sure where both agree, possible where either links)")
 
 
 def cross_attention(translator: Translator, source: list[str], target: list[str]) -> np.ndarray:

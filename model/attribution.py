@@ -82,8 +82,9 @@ class Prediction:
         batch = source.size(0)
         src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
         memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
-        logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target)
-        log_probs = next_token_logits(logits).log_softmax(-1)  # the last position: step t's prediction
+        last = torch.full((batch,), tgt.size(1) - 1)  # step t's prediction: the output layer there alone
+        logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target, positions=last)
+        log_probs = next_token_logits(logits).log_softmax(-1)
         score = log_probs[:, self.token]
         return score if self.contrast is None else score - log_probs[:, self.contrast]
 
@@ -103,8 +104,8 @@ class EveryStep(Prediction):
         batch = source.size(0)
         src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
         memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
-        logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target)
-        log_probs = next_token_logits(logits[torch.arange(batch), rows][:, None]).log_softmax(-1)  # (B, V)
+        logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target, positions=rows)
+        log_probs = next_token_logits(logits).log_softmax(-1)  # (B, V)
         score = log_probs.gather(1, self.tokens[rows, None])[:, 0]
         return score if self.contrast is None else score - log_probs[:, self.contrast]
 

@@ -7,18 +7,21 @@ A `Catalog` is a read-only `Mapping[str, Translator]` to its users: `catalog[nam
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from model.checkpoint import CONFIG, HEADS, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint, read_json
+from model.checkpoint import (CONFIG, HEADS, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint, read_json,
+                              safetensors_header)
 from model.hub import Languages
+from model.hub_checks import DEFAULT_MAX_BYTES
 from model.translator import Translator
 
 LAZY_BYTES = 64 * 1024 ** 2  # weights larger than this load on first use
-DEFAULT_BUDGET = 8 * 1024 ** 3  # for Hub-size models loaded at once: half a 16 GB Space's memory
+DEFAULT_BUDGET = DEFAULT_MAX_BYTES  # for Hub-size models loaded at once: half a 16 GB Space's memory
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,12 @@ class Card:
 
 
 def memory_bytes(folder: Path) -> int:
-    """What a loaded checkpoint of `folder` takes, about: its float32 weights, and the step decoder's copy of the
-    decoder's (twice the file for a float32 file)."""
-    return 2 * (folder / WEIGHTS).stat().st_size
+    """What a loaded checkpoint of `folder` takes, about: its weights in float32, held once (the step decoder's
+    layout is the model's own memory), whatever type the file stores them in."""
+    try:
+        return 4 * sum(math.prod(entry["shape"]) for entry in safetensors_header(folder / WEIGHTS).values())
+    except (OSError, ValueError, KeyError, TypeError):  # a file that cannot be read is refused when it is loaded
+        return (folder / WEIGHTS).stat().st_size
 
 
 class Catalog(Mapping):
@@ -72,6 +78,7 @@ class Catalog(Mapping):
         self._cards: dict[str, Card] = {}
         self._loaded: dict[str, Translator] = {}
         self._used: dict[str, float] = {}  # lazily loaded model -> when last asked for
+        self._reports: dict[str, tuple[int, dict]] = {}  # heads.json as last read, and its modification time
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         # A folder whose name starts with "." is not a checkpoint (a conversion still being written, say).
@@ -142,9 +149,26 @@ class Catalog(Mapping):
         return name in self._folders
 
     def card(self, name: str) -> Card:
-        """What the menus need to know of checkpoint `name`, loaded or not."""
+        """What the menus need to know of checkpoint `name`, loaded or not, with its head report as it is now."""
         translator = self._loaded.get(name)
-        return Card.of(translator) if translator is not None else self._cards[name]
+        card = Card.of(translator) if translator is not None else self._cards[name]
+        return replace(card, head_report=self._head_report(name, card.head_report))
+
+    def _head_report(self, name: str, known: dict) -> dict:
+        """heads.json as it is on disk now: python -m model.heads may write it while the app serves, and the page
+        then opens the model on its best-aligning head, with no restart (`known`: the report read at loading)."""
+        path = self._folders[name] / HEADS
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            return known
+        read = self._reports.get(name)
+        if read is None or read[0] != stamp:
+            try:
+                read = self._reports[name] = (stamp, read_json(path))
+            except CheckpointError:  # half-written: the one read before
+                return known if read is None else read[1]
+        return read[1]
 
     def loaded(self) -> dict[str, Translator]:
         """The models in memory now (what a forked worker can trace)."""

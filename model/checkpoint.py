@@ -75,6 +75,12 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, dtype: torch
         raise
 
 
+def safetensors_header(path: Path) -> dict:
+    """Each tensor's dtype, shape and data offsets in a safetensors file, read from its header alone."""
+    with open(path, "rb") as file:
+        return _header(file, path)[1]
+
+
 def _header(file, path: Path) -> tuple[int, dict]:
     """Where a safetensors file's data starts, and its header: each tensor's dtype, shape and data offsets."""
     length = int.from_bytes(file.read(8), "little")

@@ -266,7 +266,15 @@ def _hub_tokens(vocab: dict[str, int], config: dict, start: str, spec: dict, fil
     """The `HubTokens` of a vocabulary (token -> Hub id) for the model `config` describes; `start`: the token that
     starts decoding unless the config names another id."""
     pad, unk, eos = (_id(vocab, name) for name in ("<pad>", "<unk>", "</s>"))
-    return HubTokens(_by_id(vocab, config["vocab_size"]), pad, unk, eos,
+    rows, named = config["vocab_size"], len(set(vocab.values()))
+    beyond = sorted(token for token, index in vocab.items() if not 0 <= index < rows)
+    if beyond or named < rows / 2:  # a token the model has no row for, or a table mostly without tokens
+        raise ConversionError(
+            f"The tokenizer does not match the weights: it names {named:,} tokens"
+            + (f", {len(beyond):,} of them (such as {beyond[0]!r}) past the model's {rows:,} rows" if beyond else
+               f" for the model's {rows:,} rows") + " (config.json's vocab_size). Were its files taken from another "
+            "model? Download the tokenizer files and the weights of one model together.")
+    return HubTokens(_by_id(vocab, rows), pad, unk, eos,
                      config.get("decoder_start_token_id", _id(vocab, start)), spec, files, languages)
 
 

@@ -155,6 +155,21 @@ def split_statistics(translator: Translator, sources: list[list[str]], targets: 
     return statistics
 
 
+def sentence_pairs(translator: Translator, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The sentences to measure over and their references: the user's two files (`--pairs`), or a Multi30k split
+    in the checkpoint's languages; the first `--limit` of them."""
+    if args.pairs:
+        sources, targets = (Path(name).read_text(encoding="utf-8").splitlines() for name in args.pairs)
+        if len(sources) != len(targets) or not sources:
+            sys.exit(f"{args.pairs[0]} has {len(sources)} lines and {args.pairs[1]} {len(targets)}: give each "
+                     "sentence's reference translation on the same line of the second file")
+    else:
+        pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+        sources, targets = list(pairs["src"]), list(pairs["tgt"])
+    limit = args.limit or len(sources)
+    return sources[:limit], targets[:limit]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="checkpoint folder; heads.json is written into it")
@@ -164,19 +179,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--gold", help="gold word alignments of the split in Pharaoh format, for each cross-attention "
                         "head's AER (default: the reversal task's exact ones, or a statistical aligner's)")
+    parser.add_argument("--pairs", nargs=2, metavar=("SOURCES", "TARGETS"),
+                        help="two line-aligned text files, sentences and their reference translations, to measure over "
+                        "in place of a Multi30k split: any model (a converted Hub model in its default direction), "
+                        "any languages")
     parser.add_argument("--statistics-only", action="store_true",
                         help="only add the heads' statistics to the checkpoint's existing heads.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
     translator = load_checkpoint(args.checkpoint)
-    pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
-    if args.limit:
-        pairs = pairs.select(range(min(args.limit, len(pairs))))
-    sources = translator.src_tokenizer.tokenize_all(pairs["src"])
-    references = list(pairs["tgt"])
+    texts, references = sentence_pairs(translator, args)
+    sources = translator.src_tokenizer.tokenize_all(texts)
     targets = translator.tgt_tokenizer.tokenize_all(references)
-    sure, possible, reference = reference_alignments(translator, args.data, args.split, sources, targets, args.gold)
+    data = None if args.pairs else args.data  # a user's files: the aligner learns from them alone
+    sure, possible, reference = reference_alignments(translator, data, args.split, sources, targets, args.gold)
+    if args.pairs:
+        args.split = "the sentences of " + " and ".join(args.pairs)
     # Under torchrun each process reads a block of the split and the sums are added up; rank 0 writes.
     ranks = distributed.start()
     if len(sources) < ranks.world_size:

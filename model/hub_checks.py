@@ -8,9 +8,10 @@ import re
 import shutil
 from pathlib import Path
 
-# The largest weights file converted without asking: NLLB-200-distilled-600M's and mBART-large-50's (2.3 GiB each in
-# float32) fit; a conversion peaks at about three times its file, within a 16 GB machine (a free Space).
-DEFAULT_MAX_BYTES = int(2.5 * 1024 ** 3)
+# The largest weights file converted without asking: the memory the app keeps for models (MODEL_MEMORY_GB, 8 GiB
+# by default, half a free Space's 16 GB), which a model must fit to be served. NLLB-200-distilled-600M's and
+# mBART-large-50's 2.3 GiB fit; a conversion peaks at about 1.2 times its file (benchmarks/hub_model.py).
+DEFAULT_MAX_BYTES = 8 * 1024 ** 3
 
 
 class ConversionError(RuntimeError):
@@ -47,9 +48,10 @@ def shown_id(source: str) -> str:
 
 def too_large(what: str, size: int, max_bytes: int) -> str:
     """Why weights of `size` bytes are refused, and what to set to convert them anyway."""
-    return (f"{what} is {size / 1024 ** 3:.1f} GiB; the limit here is {max_bytes / 1024 ** 3:.1f} GiB (a conversion "
-            f"needs about three times its file in memory). Where the memory is there, convert it with python -m "
-            f"model.convert_hf … --max-gb {math.ceil(size / 1024 ** 3)}.")
+    needed = math.ceil(size / 1024 ** 3)
+    return (f"{what} is {size / 1024 ** 3:.1f} GiB; the limit here is {max_bytes / 1024 ** 3:.1f} GiB, the memory "
+            f"this server keeps for models. Where the memory is there, serve it with MODEL_MEMORY_GB={needed} python "
+            f"app.py, or convert it with python -m model.convert_hf … --max-gb {needed}.")
 
 
 def free_bytes(path: Path) -> int:

@@ -122,13 +122,14 @@ class RNNSeq2Seq(nn.Module):
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[RNNCache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False, teacher_forcing: float = 1.0, embedded: Tensor | None = None
-               ) -> tuple[Tensor, Attention | None]:
+               need_vectors: bool = False, teacher_forcing: float = 1.0, embedded: Tensor | None = None,
+               positions: Tensor | None = None) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, the cross-`Attention` (1, B, H, T, S).
 
         With `cache`, decoding continues from the cached state. With `teacher_forcing` < 1 each step after the
         first reads the gold token with that probability, else the model's own best guess. `embedded`
         (B, T, embedding_dim): the gold tokens' vectors to read instead of the table's (teacher forcing only).
+        `positions` (B,): only the position of each sequence whose logits are wanted, (B, 1, V) then.
         """
         need_weights = need_weights or need_vectors
         state = cache[0] if cache is not None else RNNCache()
@@ -155,12 +156,15 @@ class RNNSeq2Seq(nn.Module):
             logits.append(self.generator(self.dropout(feed)))
             maps.append(weights)
         state.hidden = torch.cat([hidden, feed], dim=-1)
+        logits = torch.stack(logits, dim=1)
+        if positions is not None:
+            logits = logits[torch.arange(logits.size(0)), positions][:, None]
         if not need_weights:
-            return torch.stack(logits, dim=1), None
+            return logits, None
         attention = Attention(cross=torch.cat(maps, dim=2)[None])  # (1, B, H, T, S)
         if need_vectors:
             attention.cross_values = self.cross_attention.head_vectors(state.cross_values)[None]  # (1, B, H, S, hidden)
-        return torch.stack(logits, dim=1), attention
+        return logits, attention
 
     def forward(self, src: Tensor, tgt: Tensor, need_weights: bool = False, fused: bool = False,
                 gates: HeadGates | None = None, need_vectors: bool = False,

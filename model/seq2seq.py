@@ -88,11 +88,13 @@ class Seq2Seq(Protocol):
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[Cache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False, embedded: Tensor | None = None) -> tuple[Tensor, Attention | None]:
+               need_vectors: bool = False, embedded: Tensor | None = None, positions: Tensor | None = None
+               ) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, the decoder side of `Attention`.
 
         With `cache`, `tgt` holds only the new positions, and the cache is extended with them. `embedded`: the
-        target tokens' vectors to read instead of the token table's.
+        target tokens' vectors to read instead of the token table's. `positions` (B,): only the position of each
+        sequence whose logits are wanted, (B, 1, V) then.
         """
 
     def new_cache(self) -> list[Cache]:

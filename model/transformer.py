@@ -485,11 +485,14 @@ class Transformer(nn.Module):
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[LayerCache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False, embedded: Tensor | None = None) -> tuple[Tensor, Attention | None]:
+               need_vectors: bool = False, embedded: Tensor | None = None, positions: Tensor | None = None
+               ) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, decoder self- and cross-`Attention`.
 
         With `cache`, `tgt` holds only the new positions, which follow those already in the cache. `embedded`
-        (B, T, d_model): token vectors to read instead of the table's.
+        (B, T, d_model): token vectors to read instead of the table's. `positions` (B,): only the position of each
+        sequence whose logits are wanted, (B, 1, V) then (gradient attributions: an output layer of 256k tokens at
+        every position costs T times one).
         """
         need_weights = need_weights or need_vectors
         offset = 0 if cache is None or cache[0].self_keys is None else cache[0].self_keys.size(2)
@@ -511,6 +514,8 @@ class Transformer(nn.Module):
             self_maps.append(self_weights)
             cross_maps.append(cross_weights)
             recorded.append(vectors)
+        if positions is not None:
+            x = x[torch.arange(x.size(0)), positions][:, None]
         logits = self.generator(self.decoder_norm(x))
         if not need_weights:
             return logits, None

@@ -184,3 +184,21 @@ def test_a_model_the_disk_has_no_room_for_is_refused_before_anything_is_written(
     with pytest.raises(ConversionError, match="not enough disk to write Helsinki-NLP--opus-mt-tiny"):
         services.load_from_hub("Helsinki-NLP/opus-mt-tiny")
     assert list(root.iterdir()) == []  # nothing half-written
+
+
+def test_the_hub_box_refuses_a_model_over_the_memory_budget_and_says_what_to_set(tmp_path, stand_in_hub):
+    """The page converts what its memory for models (MODEL_MEMORY_GB) can serve, and no more; nothing is fetched
+    or written for a model over it."""
+    from ui.services import Services
+
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    folder, calls = stand_in_hub
+    size = (folder / "model.safetensors").stat().st_size
+    services = Services(Catalog(root, budget=size - 1), root=root)
+    with pytest.raises(ConversionError, match=r"the memory this server keeps for models\. Where the memory is there, "
+                                              r"serve it with MODEL_MEMORY_GB=1 python app.py"):
+        services.load_from_hub("Helsinki-NLP/opus-mt-tiny")
+    assert calls == [] and list(root.iterdir()) == []
+    services = Services(Catalog(root, budget=size * 2), root=root)
+    assert services.load_from_hub("Helsinki-NLP/opus-mt-tiny") in services.translators

@@ -391,3 +391,24 @@ def test_the_conversion_reads_the_hub_file_without_changing_it_and_the_model_hol
     translator = load_checkpoint(out)
     (out / "model.safetensors").write_bytes(b"")  # a file replaced under a loaded model harms nothing
     assert translator.trace(TEXT).target_tokens
+
+
+def test_a_tokenizer_of_another_model_is_refused_and_nothing_is_written(hub, tmp_path):
+    """Tokenizer files that do not fit the weights (ids past the embedding's rows, or far fewer tokens than rows)
+    are refused with a message that says so, not converted into a model that reads the wrong rows."""
+    import shutil
+
+    from model.catalog import Catalog
+
+    root = tmp_path / "checkpoints"
+    for build, edit, message in (
+            ("marian", lambda vocab: {**vocab, "▁extra": max(vocab.values()) + 1}, "past the model's"),
+            ("marian", lambda vocab: {token: index for token, index in vocab.items()
+                                      if index < len(vocab) // 3 or token in ("<pad>", "<unk>", "</s>")},
+             "names .* tokens for the model's")):
+        folder = Path(shutil.copytree(hub[build][0], tmp_path / "hub", dirs_exist_ok=True))
+        vocab = json.loads((folder / "vocab.json").read_text())
+        (folder / "vocab.json").write_text(json.dumps(edit(vocab)))
+        with pytest.raises(ConversionError, match=f"The tokenizer does not match the weights: .*{message}"):
+            convert(str(folder), root / "opus")
+    assert not root.exists() or (list(root.iterdir()) == [] and Catalog(root).errors == {})

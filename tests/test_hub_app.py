@@ -2,6 +2,7 @@
 model, links and the JSON API (tiny random models of tests/hub_models.py, no server)."""
 
 import gzip
+import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -309,8 +310,9 @@ def test_a_hub_model_is_scored_on_detokenized_text_in_its_directions(hub_events,
 
 
 def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, tmp_path):
-    """model.heads works on a converted model (over the Multi30k pair of its direction); until it has run, the page
-    says the model has no head report; after, it opens on the cross-attention head that aligns best."""
+    """model.heads works on a converted model, over the Multi30k pair of its direction or over a user's own two
+    files (a multilingual model too); until it has run, the page says the model has no head report; after, with no
+    restart, it opens on the cross-attention head that aligns best."""
     import shutil
 
     from model import heads
@@ -320,13 +322,26 @@ def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, t
     from ui.services import Services
 
     root = tmp_path / "checkpoints"
-    shutil.copytree(hub_events.services.root / "opus-a", root / "opus-a")
-    said = operations.translate(Services(Catalog(root), root=root), None, "opus-a", TEXT)[1]
-    assert "opus-a has no head report yet" in said
+    for name in ("opus-a", "nllb"):
+        shutil.copytree(hub_events.services.root / name, root / name)
+    services = Services(Catalog(root), root=root)
+    for name in ("opus-a", "nllb"):
+        said = operations.translate(services, None, name, TEXT)[1]
+        assert f"{name} has no head report yet" in said and services.best_head(name) is None
     data = write_parallel(tmp_path, sizes=(("train", 200), ("val", 10)))
     heads.main(["--checkpoint", str(root / "opus-a"), "--data", str(data), "--split", "val", "--threads", "1"])
-    services = Services(Catalog(root), root=root)
-    best = services.best_head("opus-a")
-    session, said = operations.translate(services, None, "opus-a", TEXT)
-    assert best is not None and (session.view.kind, session.view.layer, session.view.head) == (CROSS, *best)
-    assert "no head report" not in said
+    sources, targets = tmp_path / "mine.en", tmp_path / "mine.de"
+    sources.write_text("A dog runs.\nTwo men read a book.\nA child plays in the park.\n", encoding="utf-8")
+    targets.write_text("Ein Hund rennt.\nZwei Männer lesen ein Buch.\nEin Kind spielt im Park.\n", encoding="utf-8")
+    heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(sources), str(targets), "--threads", "1"])
+    report = json.loads((root / "nllb" / "heads.json").read_text())
+    assert report["sentences"] == 3 and "mine.en" in report["split"] and "these sentences alone" in \
+        report["statistics"]["alignments"]
+    for name in ("opus-a", "nllb"):
+        best = services.best_head(name)
+        session, said = operations.translate(services, None, name, TEXT)
+        assert best is not None and (session.view.kind, session.view.layer, session.view.head) == (CROSS, *best)
+        assert "no head report" not in said
+    targets.write_text("Ein Hund rennt.\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="has 3 lines and .* 1"):
+        heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(sources), str(targets)])

@@ -96,8 +96,9 @@ class Services:
             return name
         if not hasattr(self.translators, "add"):
             raise ConversionError("This server's models are fixed: it cannot add one from the Hub.")
-        with self._converting:  # one conversion at a time: each needs about three times its model's size
-            folder = convert(hub_id, self.root / name, progress=progress, hub_only=True)
+        with self._converting:  # one conversion at a time: each needs about 1.2 times its model's size
+            budget = getattr(self.translators, "budget", DEFAULT_BUDGET)  # a model over it could not be served
+            folder = convert(hub_id, self.root / name, max_bytes=budget, progress=progress, hub_only=True)
             self.translators.add(name, folder)
         if name not in self.translators:
             raise ConversionError(f"{hub_id} was converted, but cannot be loaded: {self.translators.errors[name]}")
