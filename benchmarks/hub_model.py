@@ -105,7 +105,7 @@ def at_size(root: Path, name: str, runs: int) -> None:
     """What a user waits for at this size, a 25-token source and a 25-step output (the greedy tokens, forced to end
     at step 25): the trace alone, then the first page view after loading (the page's translate event: the trace,
     every step's charts and the view, encoded as Gradio sends them), and saliency at every step, ALTI+ at every
-    step, and integrated gradients of one step (32 points), as the tabs compute them."""
+    step, and integrated gradients of one step (32 points), as the page computes them for a model this large."""
     import orjson
 
     from model.attribution import INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
@@ -136,7 +136,8 @@ def at_size(root: Path, name: str, runs: int) -> None:
         "trace with every attention map (Translator.trace)": lambda: translator.trace(text, force=greedy),
         f"the same, greedy to the limit ({unforced} steps), as the page runs it": lambda: translator.trace(text),
         f"first page view ({unforced} steps; translate event: trace, charts, view, JSON)": first_view,
-        "saliency at every step": lambda: attribute_steps(translator.model, src_ids, tgt_ids, SALIENCY),
+        "saliency at every step (in passes, with progress, as the page does)":
+            lambda: attribute_steps(translator.model, src_ids, tgt_ids, SALIENCY, progress=lambda done, total: None),
         "ALTI+ at every step": lambda: alti_plus(translator.model, src_ids, tgt_ids),
         "integrated gradients of one step (32 points)":
             lambda: attribute(translator.model, src_ids, tgt_ids, STEPS // 2, INTEGRATED_GRADIENTS),

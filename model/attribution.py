@@ -32,6 +32,7 @@ from model.seq2seq import HeadGates, Seq2Seq
 from model.vocab import PAD_ID, SOS_ID
 
 METHODS = GRADIENTS
+PASSES = 8  # batches that saliency and input × gradient at every step are split into where progress is shown
 BASELINES = ("zero", "pad")
 
 
@@ -93,7 +94,8 @@ class EveryStep(Prediction):
     """f at every step of a translation in one batch: row b explains the token chosen at step `rows[b]`, from a
     decoder that reads the whole translation (<sos> and every generated token but the last). The decoder is causal
     (masked self-attention, or a recurrence), so the tokens after a step do not move its prediction: their
-    gradients are zero, and each row equals `Prediction` of its step."""
+    gradients are zero, and each row equals `Prediction` of its step. The decoder may be given the first positions
+    only (`target` (B, T', d)), as long as they hold every row's step."""
 
     def __init__(self, model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], contrast: int | None = None,
                  gates: HeadGates | None = None):
@@ -102,7 +104,7 @@ class EveryStep(Prediction):
 
     def __call__(self, source: Tensor, target: Tensor, rows: Tensor) -> Tensor:
         batch = source.size(0)
-        src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
+        src, tgt = self.src.expand(batch, -1), self.tgt[:, :target.size(1)].expand(batch, -1)  # a prefix, maybe
         memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
         logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target, positions=rows)
         log_probs = next_token_logits(logits).log_softmax(-1)  # (B, V)
@@ -115,9 +117,10 @@ def attribute_steps(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
                     gates: HeadGates | None = None, progress: Callable[[int, int], None] | None = None
                     ) -> list[Attributions]:
     """`attribute` at every step of `tgt_ids`. Saliency and input × gradient take one batch, a row per step
-    (`EveryStep`); integrated gradients one batch of its points per step (one batch of every step's points is
-    larger and slower on a CPU: 7.8 s against 4.9 s for 19 steps of en-de, one thread), `progress(done, total)`
-    called after each (it may raise to stop)."""
+    (`EveryStep`), or with `progress` up to `PASSES` batches of a few rows each, it told after each; integrated
+    gradients one batch of its points per step (one batch of every step's points is larger and slower on a CPU: 7.8 s
+    against 4.9 s for 19 steps of en-de, one thread), `progress(done, total)` called after each (it may raise to
+    stop)."""
     if method == INTEGRATED_GRADIENTS or len(tgt_ids) == 0:
         results = []
         for t in range(len(tgt_ids)):
@@ -132,19 +135,25 @@ def attribute_steps(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
 
     prediction = EveryStep(model, src_ids, tgt_ids, contrast, gates)
     count = len(tgt_ids)
-    rows = torch.arange(count)
-    inputs = tuple(e.expand(count, -1, -1).clone().requires_grad_() for e in prediction.embeddings())
-    with torch.enable_grad():
-        scores = prediction(*inputs, rows).detach().tolist()
-        if method == SALIENCY:
-            gradients = Saliency(prediction).attribute(inputs, additional_forward_args=(rows,), abs=False)
-            source, target = (g.norm(dim=-1) for g in gradients)
-        else:
-            source, target = (a.sum(-1) for a in InputXGradient(prediction).attribute(
-                inputs, additional_forward_args=(rows,)))
-    source, target = source.detach().numpy(), target.detach().numpy()
-    return [Attributions(method, t, tgt_ids[t], contrast, source[t], target[t, :t + 1], scores[t])
-            for t in range(count)]
+    embeddings = prediction.embeddings()
+    results = []
+    for rows in torch.arange(count).chunk(PASSES if progress is not None else 1):
+        source, target = embeddings[0], embeddings[1][:, :int(rows[-1]) + 1]  # the decoder up to the last row's step
+        inputs = tuple(e.expand(len(rows), -1, -1).clone().requires_grad_() for e in (source, target))
+        with torch.enable_grad():
+            scores = prediction(*inputs, rows).detach().tolist()
+            if method == SALIENCY:
+                gradients = Saliency(prediction).attribute(inputs, additional_forward_args=(rows,), abs=False)
+                source, target = (g.norm(dim=-1) for g in gradients)
+            else:
+                source, target = (a.sum(-1) for a in InputXGradient(prediction).attribute(
+                    inputs, additional_forward_args=(rows,)))
+        source, target = source.detach().numpy(), target.detach().numpy()
+        results += [Attributions(method, t, tgt_ids[t], contrast, source[i], target[i, :t + 1], scores[i])
+                    for i, t in enumerate(rows.tolist())]
+        if progress is not None:
+            progress(len(results), count)
+    return results
 
 
 def step_shares(results: list[Attributions]) -> tuple[np.ndarray, np.ndarray]:

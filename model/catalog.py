@@ -33,11 +33,12 @@ class Card:
     source_language: str
     target_language: str
     languages: Languages | None
+    parameters: int  # each tied weight counted once
 
     @classmethod
     def of(cls, translator: Translator) -> Card:
         return cls(translator.metrics, translator.head_report, translator.src_tokenizer.lang,
-                   translator.tgt_tokenizer.lang, translator.languages)
+                   translator.tgt_tokenizer.lang, translator.languages, translator.parameters)
 
     @classmethod
     def read(cls, folder: Path) -> Card:
@@ -50,16 +51,22 @@ class Card:
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(f"{folder / VOCAB} is not a valid vocabulary file: {error!r}") from None
         metrics, heads = (read_json(folder / name) if (folder / name).is_file() else {} for name in (METRICS, HEADS))
-        return cls(metrics, heads, source, target, languages)
+        return cls(metrics, heads, source, target, languages, stored_parameters(folder))
+
+
+def stored_parameters(folder: Path) -> int:
+    """The numbers a checkpoint's weights file holds (its header's shapes; tied weights are stored once), or, for
+    a file that cannot be read (refused when it is loaded), a fourth of its bytes."""
+    try:
+        return sum(math.prod(entry["shape"]) for entry in safetensors_header(folder / WEIGHTS).values())
+    except (OSError, ValueError, KeyError, TypeError):
+        return (folder / WEIGHTS).stat().st_size // 4
 
 
 def memory_bytes(folder: Path) -> int:
     """What a loaded checkpoint of `folder` takes, about: its weights in float32, held once (the step decoder's
     layout is the model's own memory), whatever type the file stores them in."""
-    try:
-        return 4 * sum(math.prod(entry["shape"]) for entry in safetensors_header(folder / WEIGHTS).values())
-    except (OSError, ValueError, KeyError, TypeError):  # a file that cannot be read is refused when it is loaded
-        return (folder / WEIGHTS).stat().st_size
+    return 4 * stored_parameters(folder)
 
 
 class Catalog(Mapping):

@@ -87,7 +87,7 @@ def test_integrated_gradients_are_drawn_later_with_progress_and_can_be_stopped(e
     chosen = events.named(listeners.answer(page, services, listeners.view_changed, listeners.view_outputs(page), 0,
                                            writes=False, stepped_later=True)(session, *GRADIENT_VIEW))
     pending = chosen["session"]
-    assert operations.pending(pending) == INTEGRATED_GRADIENTS and "Computing integrated gradients" in \
+    assert operations.pending(services, pending) == INTEGRATED_GRADIENTS and "Computing integrated gradients" in \
         chosen["status"]
     assert "integrated" not in chosen["attention"]  # the weights, drawn at once
 
@@ -98,7 +98,7 @@ def test_integrated_gradients_are_drawn_later_with_progress_and_can_be_stopped(e
     drawn = events.named(listeners.measure_event(page, services)(pending, *GRADIENT_VIEW, progress=progress))
     steps = session.trace.steps
     assert told == [(done, steps) for done in range(1, steps + 1)]
-    assert operations.pending(drawn["session"]) is None and "integrated gradients" in drawn["attention"]
+    assert operations.pending(services, drawn["session"]) is None and "integrated gradients" in drawn["attention"]
     assert drawn["status"] == "Integrated gradients at every step: computed."
 
     def stopped_at_the_second_step(fraction, desc):  # the user presses Stop while step 2 is computed
@@ -108,6 +108,33 @@ def test_integrated_gradients_are_drawn_later_with_progress_and_can_be_stopped(e
                                                                  progress=stopped_at_the_second_step)) == DROPPED
     stop = events.run(operations.stop_measure, pending, view=GRADIENT_VIEW)  # the page's menu says the method
     assert stop["session"].view.measure == WEIGHTS and stop["status"].startswith("Stopped computing")
+
+
+def test_on_a_large_model_saliency_comes_later_in_a_few_passes_with_progress(events, monkeypatch):
+    """Saliency at every step takes one batch, at once, on a small model; on one of LARGE_MODEL parameters or more
+    (seconds at NLLB-600M's size) it is drawn later, in up to PASSES batches with progress after each, and gives
+    what the one batch gives."""
+    from model.attribution import PASSES
+    from model.keys import SALIENCY
+
+    session = translated(events)
+    page, services = events.page, events.services
+    view = (CROSS, 1, MEAN, SALIENCY, 2, False, "pieces")
+    change = listeners.answer(page, services, listeners.view_changed, listeners.view_outputs(page), 0, writes=False,
+                              stepped_later=True)
+    at_once = events.named(change(session, *view))["session"]
+    assert operations.pending(services, at_once) is None and SALIENCY in at_once.current.measure_maps
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)
+    pending = events.named(change(session, *view))["session"]
+    assert operations.pending(services, pending) == SALIENCY
+    told = []
+    drawn = events.named(listeners.measure_event(page, services)(
+        pending, *view, progress=lambda fraction, desc: told.append(fraction)))
+    steps = session.trace.steps
+    assert 1 < len(told) <= PASSES and told[-1] == (steps, steps) and sorted(told) == told
+    later = drawn["session"].current.measure_maps[SALIENCY]
+    for kind in (CROSS, "decoder"):
+        assert abs(later[kind] - at_once.current.measure_maps[SALIENCY][kind]).max() < 1e-5
 
 
 def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):

@@ -3,6 +3,7 @@ launched server with gradio_client."""
 
 import dataclasses
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -355,11 +356,14 @@ def test_a_view_change_runs_in_the_event_loop_only_when_it_needs_no_model_work(e
     from ui.listeners import light
 
     session = events.translate("A man plays with a red ball.")["session"]
+    light = partial(light, events.services)
     assert light(session, CROSS, 1, 2, WEIGHTS, 1, False) and light(None, CROSS, 1, 2, "alti", 1, False)
     assert not light(session, CROSS, 1, 0, "alti", 1, False)  # a teacher-forced pass: in a worker thread
     measured = events.view(session, CROSS, 1, 0, "alti", 1, False)["session"]
     assert light(measured, CROSS, 0, 0, "rollout", 1, False)  # its maps are kept with the decoding
     assert light(session, "Cross-attention", 1, 2, WEIGHTS, 1, False)  # refused at once
+    assert light(session, CROSS, 1, 0, "integrated_gradients", 1, False)  # drawn later, in a queued event
+    assert not light(session, CROSS, 1, 0, "saliency", 1, False)  # on a model this small: at once, in a thread
 
 
 def test_the_same_request_sent_twice_at_once_is_answered_once(demo, services):

@@ -16,6 +16,7 @@ import asyncio
 import inspect
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -123,8 +124,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
             message = note
         if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
             after = operations.with_measures(services, after, progress, stepped_later)
-            if stepped_later and operations.pending(after):
-                message = COMPUTING.format(MEASURE_LABELS[operations.pending(after)])
+            if stepped_later and operations.pending(services, after):
+                message = COMPUTING.format(MEASURE_LABELS[operations.pending(services, after)])
         if revisions.latest != revision:
             return stale(page)
         if writes and after is not None:
@@ -173,7 +174,7 @@ def serialized(component, value):
     return value.model_dump() if hasattr(value, "model_dump") else value
 
 
-def light(state, *values) -> bool:
+def light(services: Services, state, *values) -> bool:
     """Whether a view change can be answered without model work: the view shows weights, a stepped measure (whose
     maps come later, `measure_event`), or a measure whose maps are already computed for the decoding on screen."""
     try:
@@ -181,8 +182,8 @@ def light(state, *values) -> bool:
     except InputError:
         return True  # answered with the reason at once
     session, _ = unpacked(state)
-    return session is None or view.measure in operations.STEPPED_MEASURES or operations.measured(session.current,
-                                                                                                 view.measure)
+    return session is None or operations.stepped(services, session.model, view.measure) or \
+        operations.measured(session.current, view.measure)
 
 
 def admitted(page: Page, services: Services, function: Callable, inline: Callable | None = None) -> Callable:
@@ -232,7 +233,7 @@ def on(page: Page, services: Services, triggers: list, operation: Callable, extr
     run = answer(page, services, operation, outputs, len(extras), writes=not view_change,
                  stepped_later=view_change)
     if not queued:
-        run = admitted(page, services, run, light if view_change else None)
+        run = admitted(page, services, run, partial(light, services) if view_change else None)
     if not queued:  # the progress shows where the answer will appear, not on each of its outputs (the page's work)
         options.setdefault("show_progress_on", [page.core])
     # A new state asked for while another is on its way is sent at once (only the latest is answered: `answer`);
@@ -256,7 +257,7 @@ def measure_event(page: Page, services: Services) -> Callable:
     def computed(state, kind, layer, head, measure, step, model_view, units, revision=None,
                  progress=gr.Progress()) -> dict:
         session, revisions = unpacked(state)
-        if operations.pending(session) is None:
+        if operations.pending(services, session) is None:
             return stale(page)
         label = MEASURE_LABELS[session.view.measure]
 

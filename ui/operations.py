@@ -38,9 +38,11 @@ COMPLETENESS = "32 points from zero; completeness error ≤ {:.1%}"  # integrate
 WHOLE_MODEL, EVERY_HEAD = "Whole model", "Every head, combined"
 GRU_MEASURES = ("The GRU models have no residual stream: value norms, rollout and contributions need a "
                 "Transformer; the weights and the gradient attributions can be shown.")
-# The measures computed later, step by step with progress (`pending`): integrated gradients at every step takes
-# seconds; saliency and input × gradient take one batch of every step, a few times a translation, and come at once.
+# The measures computed later, step by step with progress (`stepped`, `pending`): integrated gradients at every step
+# takes seconds; saliency and input × gradient take one batch of every step, a few times a translation, and come at
+# once, but on a model of LARGE_MODEL parameters or more (4 s for 25 steps of NLLB-600M's size, one thread), later.
 STEPPED_MEASURES = (INTEGRATED_GRADIENTS,)
+LARGE_MODEL = 100_000_000
 GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
                             "tokens (Cross-attention) or the target prefix (Decoder self-attention), not in the "
                             "encoder's view; showing them over the source.")
@@ -170,11 +172,19 @@ def measured(decoding: Decoding, measure: str) -> bool:
     return measure == WEIGHTS or measure in (decoding.measure_maps or {})
 
 
-def pending(session: Session | None) -> str | None:
-    """The stepped measure (`STEPPED_MEASURES`) the session shows but has not computed yet (its weights drawn
-    meanwhile), if any."""
-    if session is None or session.view.measure not in STEPPED_MEASURES or measured(session.current,
-                                                                                     session.view.measure):
+def stepped(services: Services, model: str, measure: str) -> bool:
+    """Whether `model` computes `measure` later, step by step with progress: integrated gradients always, and every
+    gradient method on a model of `LARGE_MODEL` parameters or more."""
+    if measure in STEPPED_MEASURES:
+        return True
+    return measure in GRADIENTS and services.card(model).parameters >= LARGE_MODEL
+
+
+def pending(services: Services, session: Session | None) -> str | None:
+    """The stepped measure (`stepped`) the session shows but has not computed yet (its weights drawn meanwhile), if
+    any."""
+    if session is None or not stepped(services, session.model, session.view.measure) or \
+            measured(session.current, session.view.measure):
         return None
     return session.view.measure
 
@@ -183,7 +193,7 @@ def pending(session: Session | None) -> str | None:
 def stop_measure(services: Services, session: Session) -> tuple[Session, str]:
     """Stop computing a stepped measure (the event claims a new revision, which stops the computation at its next
     step): the view goes back to the weights."""
-    measure = pending(session)
+    measure = pending(services, session)
     if measure is None:
         return session, None
     return session.with_view(replace(session.view, measure=WEIGHTS)), (
@@ -197,7 +207,7 @@ def with_measures(services: Services, session: Session, progress: Callable[[int,
     told to `progress(done, total)` step by step); a session that shows the weights as it is, and one that shows a
     stepped measure as it is where its maps come later (`stepped_later`, `pending`)."""
     decoding, measure = session.current, session.view.measure
-    if measured(decoding, measure) or (stepped_later and measure in STEPPED_MEASURES):
+    if measured(decoding, measure) or (stepped_later and stepped(services, session.model, measure)):
         return session
     translator = services.translators[session.model]
     arguments = (session.source, decoding.trace.target_tokens)
