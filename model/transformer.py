@@ -194,8 +194,9 @@ class MultiHeadAttention(nn.Module):
                 ) -> tuple[Tensor, Tensor | None]:
         """Attend from `query` (B, T, d_model) to already split `keys`/`values` (B, H, S, d_head).
 
-        `gate` (H,) or (B, H) scales each head's output before the output projection (0: head switched off);
-        `bias` (1, H, T, S) is added to the scores (T5's relative positions).
+        `gate` (H,) or (B, H) scales each head's output before the output projection (0: head switched off), or,
+        a function, maps the heads' outputs (B, H, T, d_head) to the ones used (model/patching.py records and
+        replaces them); `bias` (1, H, T, S) is added to the scores (T5's relative positions).
         """
         q = self.split_heads(self.w_q(query))
         dropout = self.dropout if self.training else 0.0
@@ -206,7 +207,9 @@ class MultiHeadAttention(nn.Module):
             weights = None
         else:
             out, weights = attention(q, keys, values, mask, dropout, bias)
-        if gate is not None:
+        if callable(gate):
+            out = gate(out)
+        elif gate is not None:
             out = out * gate[..., None, None]  # (B, H, T, d_head) * (B or 1, H, 1, 1)
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T, d_model)

@@ -16,6 +16,7 @@ from model.contributions import Contributions, alti_plus, measure_maps
 from model.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
                             greedy_decode, greedy_trace, output_limit, teacher_forced_log_probs)
 from model.hub import Languages
+from model.patching import Patching, patch_heads
 from model.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
 from model.step_decoder import StepDecoder
 from model.transformer import Transformer
@@ -265,6 +266,31 @@ class Translator:
                                   "Target token")
         return src_ids, tgt_ids
 
+    def token_id(self, token: str | None, what: str) -> int | None:
+        """The id of one target token of the model's, spelled as the candidates show it (None for None), or an
+        InputError naming `what` it was meant to be."""
+        if token is None:
+            return None
+        pieces = self.in_pieces(checked_strings([token], what))
+        if len(pieces) != 1 or pieces[0] not in self.tgt_vocab:
+            raise InputError(f"The {what} must be one token the model has (as the candidates show it), not "
+                             f"{reprlib.repr(token)}.")
+        return self.tgt_vocab.stoi[pieces[0]]
+
+    def patching(self, text: str, counterfactual: str, target_tokens: list[str], step: int,
+                 token: str | None = None, contrast: str | None = None, src_lang: str | None = None,
+                 tgt_lang: str | None = None) -> Patching:
+        """Patching per head (model/patching.py) at `step` (0-based) of `target_tokens` (spelled as in a trace) as
+        the translation of `text`: each head's output taken from the run of `counterfactual` on the same prefix;
+        `token` (default: the one at that step) scored, against `contrast` if given. An InputError for what cannot
+        be read."""
+        src_ids, tgt_ids = self.given_translation(text, target_tokens, src_lang, tgt_lang)
+        counterfactual_ids = self.encode_source(self.source_tokens(counterfactual, src_lang, tgt_lang))
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(tgt_ids):
+            raise InputError(f"The step must be a whole number from 1 to {len(tgt_ids)}, not {reprlib.repr(step)}.")
+        return patch_heads(self.model, src_ids, counterfactual_ids, tgt_ids, step, self.token_id(token, "token"),
+                           self.token_id(contrast, "contrast"))
+
     @torch.inference_mode()
     def reference_attention(self, source: list[str], target: list[str]) -> Attention:
         """Every attention map of a reference translation read teacher-forced (batch of one), from tokens as the
@@ -323,13 +349,7 @@ class Translator:
         src_ids, tgt_ids = self.given_translation(text, target_tokens, src_lang, tgt_lang)
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(tgt_ids)):
             raise InputError(f"The step must be a whole number from 1 to {len(tgt_ids)}, not {reprlib.repr(step)}.")
-        other = None
-        if contrast is not None:
-            pieces = self.in_pieces(checked_strings([contrast], "contrast"))
-            if len(pieces) != 1 or pieces[0] not in self.tgt_vocab:
-                raise InputError(f"The contrast must be one token the model has (as the candidates show it), not "
-                                 f"{reprlib.repr(contrast)}.")
-            other = self.tgt_vocab.stoi[pieces[0]]
+        other = self.token_id(contrast, "contrast")
         gates = self.gates(checked_strings(mask, "mask"))
         if step is None:
             return attribute_steps(self.model, src_ids, tgt_ids, method, contrast=other, steps=steps, gates=gates,

@@ -1,0 +1,282 @@
+"""Which heads carry the difference between a sentence and its counterfactual: activation patching per head.
+
+Causal mediation (Vig et al., 2020) and activation patching (Meng et al., 2022; Wang et al., 2023): run the
+sentence and a counterfactual source (one word swapped, say) teacher-forced on the same target prefix, then run
+the sentence again with one head's output (before W_O) taken from the counterfactual run, and measure how the
+prediction at a step moves: the change in log p of the token (or in log p(token) − log p(contrast)), patched run
+minus original run. One batch row per head: decoder-side heads share one encoding of the sentence, encoder heads
+each encode it anew.
+
+Decoder self-attention and cross-attention heads work at target positions, which both runs share, so they can be
+patched whatever the counterfactual's length; an encoder head's output sits at source positions, and is patched
+only where both sources have as many tokens. A Transformer's decoder reads the source only through
+cross-attention, so patching every cross-attention head gives the counterfactual's own score (a test checks it); a
+GRU decoder also reads it through its initial state, so there its one attention carries only part of it.
+
+    python -m model.patching --checkpoint checkpoints/en-de --pairs pairs.tsv
+    python -m model.patching --checkpoint checkpoints/en-de --gender 100
+
+`--pairs`: a TSV of source, counterfactual, token, contrast (the two target words, spelled as the model writes
+them); `--gender N`: pairs made from the first N Multi30k test sentences with a man↔woman, boy↔girl... swap, the
+German articles of the original and swapped noun as token and contrast. Prints the mean effect per head at the
+step that writes the token, with its standard deviation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from model.decoding import next_token_logits
+from model.keys import ENCODER, KINDS, head_name
+from model.seq2seq import Seq2Seq
+from model.vocab import SOS_ID
+
+Head = tuple[str, int, int]  # (kind, 0-based layer, 0-based head)
+ROWS = 64  # patched runs per batch
+
+
+class HeadHooks:
+    """What `MultiHeadAttention` calls in place of a gate, per kind and layer (the `HeadGates` interface): each a
+    function of the heads' outputs (B, H, T, d_head)."""
+
+    def __init__(self, hooks: dict[str, dict[int, Callable[[Tensor], Tensor]]]):
+        self.hooks = hooks
+
+    def layer(self, kind: str, index: int) -> Callable[[Tensor], Tensor] | None:
+        return self.hooks.get(kind, {}).get(index)
+
+
+class Recorder:
+    """Keeps every head's output of one layer as it passes (a GRU decoder calls it once per step)."""
+
+    def __init__(self):
+        self.outputs: list[Tensor] = []
+
+    def __call__(self, out: Tensor) -> Tensor:
+        self.outputs.append(out.detach())
+        return out
+
+    @property
+    def output(self) -> Tensor:
+        """(B, H, T, d_head): the whole run's."""
+        return torch.cat(self.outputs, dim=2)
+
+
+class Replace:
+    """Heads' outputs replaced by another run's: row b's head h takes `values`' where `keep[b, h]` is 0, and keeps
+    its own where 1. Positions follow the calls (a GRU decoder calls it once per step)."""
+
+    def __init__(self, keep: Tensor, values: Tensor):
+        self.keep, self.values, self.position = keep[..., None, None], values, 0
+
+    def __call__(self, out: Tensor) -> Tensor:
+        length = out.size(2)
+        values = self.values[:, :, self.position:self.position + length]
+        self.position += length
+        return out * self.keep + values * (1 - self.keep)
+
+
+@dataclass
+class Patching:
+    """Patching per head at one step: the effect of each head (patched score − original score; NaN where a head
+    cannot be patched), the scores of both runs, and why a kind was left out."""
+
+    step: int  # 0-based
+    token: int
+    contrast: int | None
+    original: float  # log p(token) (− log p(contrast)) of the sentence
+    counterfactual: float  # the same of the counterfactual source
+    effects: dict[str, np.ndarray]  # kind -> (L, H)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def ranked(self, count: int = 10) -> list[tuple[str, float]]:
+        """The heads that move the score most (either way), by name: [(\"cross.2.5\", effect), ...]."""
+        named = [(head_name(kind, layer, head), float(value)) for kind, grid in self.effects.items()
+                 for (layer, head), value in np.ndenumerate(grid) if not np.isnan(value)]
+        return sorted(named, key=lambda item: -abs(item[1]))[:count]
+
+
+def score(logits: Tensor, token: int, contrast: int | None) -> Tensor:
+    """log p(token), or log p(token) − log p(contrast), of each row's logits (B, 1, V)."""
+    log_probs = next_token_logits(logits).log_softmax(-1)
+    value = log_probs[:, token]
+    return value if contrast is None else value - log_probs[:, contrast]
+
+
+def recorded_run(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None
+                 ) -> tuple[float, dict[str, list[Tensor]]]:
+    """The score of one run and every head's output (1, H, T, d_head) per kind and layer."""
+    recorders = {kind: {layer: Recorder() for layer in range(layers)} for kind, (layers, _) in model.heads().items()}
+    hooks = HeadHooks(recorders)
+    memory, src_mask, _ = model.encode(torch.tensor([src_ids]), gates=hooks)
+    logits, _ = model.decode(prefix, memory, src_mask, gates=hooks, positions=torch.tensor([prefix.size(1) - 1]))
+    outputs = {kind: [recorders[kind][layer].output for layer in sorted(recorders[kind])] for kind in recorders}
+    return float(score(logits, token, contrast)), outputs
+
+
+def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None,
+                   outputs: dict[str, list[Tensor]], head_sets: list[list[Head]]) -> list[float]:
+    """The sentence's score with each set of heads' outputs taken from `outputs` (another run's): one batch row per
+    set, in batches of `ROWS`. Sets without an encoder head share one encoding of the sentence."""
+    heads = model.heads()
+    src = torch.tensor([src_ids])
+    memory, src_mask, _ = model.encode(src)
+    scores = [0.0] * len(head_sets)
+    decoder_side = [i for i, heads_set in enumerate(head_sets) if all(kind != ENCODER for kind, _, _ in heads_set)]
+    encoder_side = [i for i in range(len(head_sets)) if i not in set(decoder_side)]
+    for indices, reencode in ((decoder_side, False), (encoder_side, True)):
+        for start in range(0, len(indices), ROWS):
+            rows = indices[start:start + ROWS]
+            keep = {kind: torch.ones(layers, len(rows), count) for kind, (layers, count) in heads.items()}
+            for row, index in enumerate(rows):
+                for kind, layer, head in head_sets[index]:
+                    keep[kind][layer, row, head] = 0.0
+            hooks = HeadHooks({kind: {layer: Replace(keep[kind][layer], outputs[kind][layer])
+                                      for layer in range(len(outputs[kind])) if (keep[kind][layer] < 1).any()}
+                               for kind in keep})
+            batch = len(rows)
+            if reencode:
+                row_memory, row_mask, _ = model.encode(src.expand(batch, -1), gates=hooks)
+            else:
+                row_memory, row_mask = memory.expand(batch, -1, -1), src_mask.expand(batch, -1, -1, -1)
+            logits, _ = model.decode(prefix.expand(batch, -1), row_memory, row_mask, gates=hooks,
+                                     positions=torch.full((batch,), prefix.size(1) - 1))
+            for index, value in zip(rows, score(logits, token, contrast).tolist()):
+                scores[index] = value
+    return scores
+
+
+def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], tgt_ids: list[int], step: int,
+                token: int | None = None, contrast: int | None = None) -> Patching:
+    """Patching per head at `step` (0-based) of the translation `tgt_ids` of `src_ids`: each head of each kind
+    taken alone from the run of `counterfactual_ids` on the same target prefix; `token` (default: the one chosen
+    there) scored, against `contrast` if given."""
+    if not 0 <= step < len(tgt_ids):
+        raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
+    token = tgt_ids[step] if token is None else token
+    prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]])
+    heads = model.heads()
+    with torch.no_grad():
+        original, _ = recorded_run(model, src_ids, prefix, token, contrast)
+        counterfactual, outputs = recorded_run(model, counterfactual_ids, prefix, token, contrast)
+        skipped = {}
+        if ENCODER in heads and len(src_ids) != len(counterfactual_ids):
+            skipped[ENCODER] = (f"The sentence has {len(src_ids)} tokens and the counterfactual "
+                                f"{len(counterfactual_ids)}: encoder heads work at source positions, so they are "
+                                "patched only between sources of as many tokens.")
+        patched = [(kind, layer, head) for kind, (layers, count) in heads.items() if kind not in skipped
+                   for layer in range(layers) for head in range(count)]
+        scores = patched_scores(model, src_ids, prefix, token, contrast, outputs, [[head] for head in patched])
+    effects = {kind: np.full(shape, np.nan) for kind, shape in heads.items()}
+    for (kind, layer, head), value in zip(patched, scores):
+        effects[kind][layer, head] = value - original
+    return Patching(step, token, contrast, original, counterfactual, effects, skipped)
+
+
+# Multi30k's English words of one gender and their swap, with the German article each takes in the nominative
+# (what an en-de model writes first for "A man ..." / "The woman ..."): the token and the contrast of the study.
+GENDER_SWAPS = {"man": ("woman", "mann", "frau"), "woman": ("man", "frau", "mann"),
+                "boy": ("girl", "junge", "mädchen"), "girl": ("boy", "mädchen", "junge"),
+                "men": ("women", "männer", "frauen"), "women": ("men", "frauen", "männer")}
+
+
+def gender_pairs(sentences: list[str], count: int) -> list[tuple[str, str, str, str]]:
+    """(source, counterfactual, token, contrast) from the first sentences with exactly one word of `GENDER_SWAPS`:
+    that word swapped, and the German noun of each as the token and its contrast."""
+    pattern = re.compile(r"\b(" + "|".join(GENDER_SWAPS) + r")\b", flags=re.IGNORECASE)
+    pairs = []
+    for sentence in sentences:
+        found = pattern.findall(sentence)
+        if len(found) != 1:
+            continue
+        other, token, contrast = GENDER_SWAPS[found[0].lower()]
+        swapped = pattern.sub(lambda match: other.capitalize() if match[0][0].isupper() else other, sentence)
+        pairs.append((sentence, swapped, token, contrast))
+        if len(pairs) == count:
+            break
+    return pairs
+
+
+def study(translator, pairs: list[tuple[str, str, str, str]]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Each pair patched at the step where its greedy translation writes `token` (pairs whose translation does not
+    write it, or whose contrast is no single token of the model's, are left out, and said): the effects stacked
+    per kind, (N, L, H), and what was left out."""
+    effects: dict[str, list[np.ndarray]] = {}
+    left_out = []
+    for source, counterfactual, token, contrast in pairs:
+        traced = translator.trace(source)
+        written = [t.lower() for t in traced.target_tokens]
+        if token.lower() not in written or contrast not in translator.tgt_vocab.stoi:
+            left_out.append(f"{source!r}: its translation has no {token!r}" if token.lower() not in written
+                            else f"{contrast!r} is not one token of the model's")
+            continue
+        step = written.index(token.lower())
+        result = translator.patching(source, counterfactual, traced.target_tokens, step, contrast=contrast)
+        for kind, grid in result.effects.items():
+            effects.setdefault(kind, []).append(grid)
+    return {kind: np.stack(grids) for kind, grids in effects.items()}, left_out
+
+
+def read_pairs(path: str) -> list[tuple[str, str, str, str]]:
+    """The rows of a TSV file: source, counterfactual, token, contrast."""
+    with open(path, encoding="utf-8", newline="") as file:
+        rows = [row for row in csv.reader(file, delimiter="\t") if row and not row[0].startswith("#")]
+    bad = [i + 1 for i, row in enumerate(rows) if len(row) != 4]
+    if bad:
+        raise ValueError(f"{path}: rows {bad[:5]} do not have four columns (source, counterfactual, token, contrast)")
+    return [tuple(row) for row in rows]
+
+
+def main(argv: list[str] | None = None) -> None:
+    from model.checkpoint import load_checkpoint
+    from model.data import load_pairs
+    from model.evaluate import DEFAULT_DATA
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True)
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--pairs", help="TSV: source, counterfactual, token, contrast")
+    given.add_argument("--gender", type=int, metavar="N",
+                       help="N pairs from Multi30k test with a man/woman, boy/girl, men/women swap (en-de)")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k folder or hub id (--gender)")
+    parser.add_argument("--top", type=int, default=10, help="heads to print")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    translator = load_checkpoint(args.checkpoint)
+    try:
+        if args.pairs:
+            pairs = read_pairs(args.pairs)
+        else:
+            sentences = load_pairs(args.data, "test", translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+            pairs = gender_pairs(list(sentences["src"]), args.gender)
+    except (OSError, ValueError) as error:
+        sys.exit(f"error: {error}")
+    effects, left_out = study(translator, pairs)
+    for reason in left_out:
+        print(f"left out: {reason}", file=sys.stderr)
+    count = next(iter(effects.values())).shape[0] if effects else 0
+    print(f"{count} of {len(pairs)} pairs patched at the step that writes the token; effect on log p(token) − "
+          "log p(contrast), patched − original (mean ± standard deviation over the pairs):")
+    named = [(head_name(kind, layer, head), stack[:, layer, head]) for kind, stack in effects.items()
+             for layer in range(stack.shape[1]) for head in range(stack.shape[2])
+             if not np.isnan(stack[:, layer, head]).any()]
+    for name, values in sorted(named, key=lambda item: -abs(item[1].mean()))[:args.top]:
+        print(f"  {name:<12} {values.mean():+8.3f} ± {values.std():.3f}")
+    for kind in KINDS:
+        if kind in effects:
+            means = np.nanmean(effects[kind], axis=0)
+            print(f"{kind}: mean effect per layer (heads summed): "
+                  + ", ".join(f"{layer + 1}: {means[layer].sum():+.3f}" for layer in range(means.shape[0])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Activation patching per head (model/patching.py): the known answers, on the shipped checkpoints, a GRU model and
+tiny converted Hub models, and the command line."""
+
+import gzip
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.keys import CROSS, DECODER, ENCODER
+from model.patching import gender_pairs, main, patch_heads, patched_scores, recorded_run
+from model.translator import InputError
+from model.vocab import SOS_ID
+
+sys.path.insert(0, str(Path(__file__).parent))
+import hub_models  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SENTENCE, COUNTERFACTUAL = "A man is riding a bicycle down the street.", "A woman is riding a bicycle down the street."
+
+
+@pytest.fixture(scope="module")
+def en_de():
+    return load_checkpoint(ROOT / "checkpoints" / "en-de")
+
+
+def runs(translator, text: str, counterfactual: str, step: int):
+    """The ids, the prefix before `step` and the token chosen there, and both runs' scores and head outputs."""
+    tgt_tokens = translator.trace(text).target_tokens
+    src_ids, tgt_ids = translator.given_translation(text, tgt_tokens)
+    counterfactual_ids = translator.encode_source(translator.source_tokens(counterfactual))
+    prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]])
+    with torch.no_grad():
+        original, _ = recorded_run(translator.model, src_ids, prefix, tgt_ids[step], None)
+        other, outputs = recorded_run(translator.model, counterfactual_ids, prefix, tgt_ids[step], None)
+    return src_ids, counterfactual_ids, tgt_ids, prefix, original, other, outputs
+
+
+def every_head(model, kinds) -> list:
+    return [(kind, layer, head) for kind in kinds for layer in range(model.heads()[kind][0])
+            for head in range(model.heads()[kind][1])]
+
+
+def all_cross_heads_give_the_counterfactual(translator, text=SENTENCE, counterfactual=COUNTERFACTUAL, step=1):
+    """The decoder reads the source only through cross-attention: every cross head patched is the counterfactual
+    run; none patched, the original."""
+    src_ids, _, tgt_ids, prefix, original, other, outputs = runs(translator, text, counterfactual, step)
+    with torch.no_grad():
+        patched, unpatched = patched_scores(translator.model, src_ids, prefix, tgt_ids[step], None, outputs,
+                                            [every_head(translator.model, [CROSS]), []])
+    assert abs(patched - other) < 1e-5 and abs(unpatched - original) < 1e-5
+    assert abs(other - original) > 1e-2  # the two runs differ: the check can fail
+    return translator
+
+
+def test_patching_every_cross_head_gives_the_counterfactual_and_none_the_original(en_de):
+    all_cross_heads_give_the_counterfactual(en_de)
+
+
+def test_a_counterfactual_identical_to_the_sentence_changes_nothing(en_de):
+    tokens = en_de.trace(SENTENCE).target_tokens
+    result = en_de.patching(SENTENCE, SENTENCE, tokens, 1)
+    assert result.original == pytest.approx(result.counterfactual, abs=1e-6)
+    assert all(np.abs(grid).max() < 1e-5 for grid in result.effects.values())
+
+
+def test_each_heads_effect_in_the_batch_is_its_own_run_alone(en_de):
+    """A row of the batch patches one head and nothing else: its effect is that of a run with that head alone."""
+    tokens = en_de.trace(SENTENCE).target_tokens
+    result = en_de.patching(SENTENCE, COUNTERFACTUAL, tokens, 1, contrast="frau")
+    assert result.skipped == {} and set(result.effects) == {ENCODER, DECODER, CROSS}
+    src_ids, _, tgt_ids, prefix, _, _, outputs = runs(en_de, SENTENCE, COUNTERFACTUAL, 1)
+    contrast = en_de.tgt_vocab.stoi["frau"]
+    with torch.no_grad():
+        for kind, layer, head in [(ENCODER, 0, 1), (DECODER, 2, 3), (CROSS, 2, 1)]:
+            [alone] = patched_scores(en_de.model, src_ids, prefix, tgt_ids[1], contrast, outputs,
+                                     [[(kind, layer, head)]])
+            assert result.effects[kind][layer, head] == pytest.approx(alone - result.original, abs=1e-5)
+    name, effect = result.ranked(1)[0]
+    assert name.startswith("cross.") and effect < -0.5  # "Mann" over "Frau" is carried by cross heads
+
+
+def test_sources_of_other_lengths_patch_the_decoder_side_only_and_say_so(en_de):
+    tokens = en_de.trace(SENTENCE).target_tokens
+    result = en_de.patching(SENTENCE, "A young woman is riding a bicycle down the street.", tokens, 1)
+    assert np.isnan(result.effects[ENCODER]).all() and "encoder heads work at source positions" in \
+        result.skipped[ENCODER]
+    assert not np.isnan(result.effects[CROSS]).any() and not np.isnan(result.effects[DECODER]).any()
+
+
+def test_bad_requests_are_refused_with_a_reason(en_de):
+    tokens = en_de.trace(SENTENCE).target_tokens
+    for arguments, message in (((SENTENCE, COUNTERFACTUAL, tokens, len(tokens)), "The step must be"),
+                               ((SENTENCE, COUNTERFACTUAL, tokens, True), "The step must be"),
+                               ((SENTENCE, "", tokens, 0), "empty|Type"),
+                               ((SENTENCE, COUNTERFACTUAL, tokens, 0, None, "two words"), "The contrast must be")):
+        with pytest.raises(InputError, match=message):
+            en_de.patching(*arguments)
+
+
+def test_on_reverse_the_four_anti_diagonal_heads_carry_the_character_together():
+    """`reverse` has one layer of four cross heads, all drawing the anti-diagonal: with the last two characters
+    swapped, the first output character changes; one head patched alone barely moves it (the other three outvote
+    it), all four patched give the counterfactual's character."""
+    translator = load_checkpoint(ROOT / "checkpoints" / "reverse")
+    text, counterfactual = "hello world", "hello wordl"
+    assert translator.trace(text).target_tokens[0] == "d" and translator.trace(counterfactual).target_tokens[0] == "l"
+    result = translator.patching(text, counterfactual, translator.trace(text).target_tokens, 0)
+    assert np.abs(result.effects[CROSS]).max() < 0.5 and result.counterfactual < -5
+    src_ids, _, tgt_ids, prefix, _, _, outputs = runs(translator, text, counterfactual, 0)
+    heads = translator.model.heads()[CROSS][1]
+    hooks_all = [[(CROSS, 0, head) for head in range(heads)]]
+    with torch.no_grad():
+        [patched] = patched_scores(translator.model, src_ids, prefix, tgt_ids[0], None, outputs, hooks_all)
+    assert patched == pytest.approx(result.counterfactual, abs=1e-5)
+
+
+def test_a_gru_model_patches_its_one_attention_step_by_step():
+    """The GRU decoder calls its attention once per step; the patch follows the steps. Its source reaches the decoder
+    through the initial state as well (the bridge from the encoder's mean), so the known answer is the identity: a
+    counterfactual equal to the sentence changes nothing, and a head patched alone in the batch is its own run."""
+    translator = load_checkpoint(ROOT / "checkpoints" / "en-fr-rnn-multihead")
+    tokens = translator.trace(SENTENCE).target_tokens
+    same = translator.patching(SENTENCE, SENTENCE, tokens, 2)
+    assert set(same.effects) == {CROSS} and np.abs(same.effects[CROSS]).max() < 1e-5
+    result = translator.patching(SENTENCE, COUNTERFACTUAL, tokens, 2)
+    src_ids, _, tgt_ids, prefix, original, _, outputs = runs(translator, SENTENCE, COUNTERFACTUAL, 2)
+    assert outputs[CROSS][0].size(2) == prefix.size(1)  # one output a step, every step kept
+    with torch.no_grad():
+        [alone] = patched_scores(translator.model, src_ids, prefix, tgt_ids[2], None, outputs, [[(CROSS, 0, 1)]])
+    assert result.effects[CROSS][0, 1] == pytest.approx(alone - original, abs=1e-5)
+    assert np.abs(result.effects[CROSS]).max() > 1e-3
+
+
+@pytest.mark.parametrize("family", ["marian", "t5"])
+def test_converted_hub_models_patch_every_kind(tmp_path, family):
+    from model.convert_hf import convert
+
+    folder = hub_models.marian(tmp_path / "hub") if family == "marian" else hub_models.t5(tmp_path / "hub")
+    translator = load_checkpoint(convert(str(folder), tmp_path / "converted"))
+    all_cross_heads_give_the_counterfactual(translator, "A man reads the newspaper.", "A woman reads the newspaper.",
+                                            step=0)
+    result = translator.patching("A man reads.", "A dog reads.", translator.trace("A man reads.").target_tokens, 0)
+    assert set(result.effects) == set(translator.model.heads())
+
+
+def test_the_command_line_reports_the_mean_effect_per_head(tmp_path, capsys):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(f"# source\tcounterfactual\ttoken\tcontrast\n{SENTENCE}\t{COUNTERFACTUAL}\tmann\tfrau\n"
+                     "A boy plays in the park.\tA girl plays in the park.\tjunge\tmädchen\n"
+                     "A cat sleeps.\tA dog sleeps.\tzebra\tmann\n", encoding="utf-8")
+    main(["--checkpoint", str(ROOT / "checkpoints" / "en-de"), "--pairs", str(pairs), "--top", "3"])
+    out = capsys.readouterr()
+    assert "2 of 3 pairs patched" in out.out and "its translation has no 'zebra'" in out.err
+    lines = [line for line in out.out.splitlines() if line.startswith("  cross.") or line.startswith("  ")]
+    assert len(lines) == 3 and all("±" in line for line in lines)
+    pairs.write_text("only\ttwo\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="do not have four columns"):
+        main(["--checkpoint", str(ROOT / "checkpoints" / "en-de"), "--pairs", str(pairs)])
+
+
+def test_the_gender_pairs_swap_one_word_and_contrast_the_german_nouns(tmp_path, capsys):
+    assert gender_pairs(["A man and a woman.", "A boy runs.", "Two men sit.", "A dog.", "A mansion."], 5) == [
+        ("A boy runs.", "A girl runs.", "junge", "mädchen"), ("Two men sit.", "Two women sit.", "männer", "frauen")]
+    data = tmp_path / "multi30k"
+    data.mkdir()
+    for lang, lines in (("en", ["A man is riding a bicycle.", "A girl plays in the park."]),
+                        ("de", ["Ein Mann fährt Fahrrad.", "Ein Mädchen spielt im Park."])):
+        with gzip.open(data / f"test_2016_flickr.{lang}.gz", "wt", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+    main(["--checkpoint", str(ROOT / "checkpoints" / "en-de"), "--gender", "2", "--data", str(data)])
+    assert "2 of 2 pairs patched" in capsys.readouterr().out
+
+
+def test_patch_heads_refuses_a_step_past_the_translation(en_de):
+    with pytest.raises(ValueError, match="is not a step"):
+        patch_heads(en_de.model, [5, 6, 3], [5, 7, 3], [8, 3], 2)
