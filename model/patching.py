@@ -45,14 +45,20 @@ ROWS = 64  # patched runs per batch
 
 
 class HeadHooks:
-    """What `MultiHeadAttention` calls in place of a gate, per kind and layer (the `HeadGates` interface): each a
-    function of the heads' outputs (B, H, T, d_head)."""
+    """What `MultiHeadAttention` calls in place of a gate, per kind and layer, and what a Transformer's encoder
+    passes its residual stream through after each layer (the `HeadGates` interface): each a function of the heads'
+    outputs (B, H, T, d_head), or of the stream (B, S, d_model) after layer `index` (0: the embeddings)."""
 
-    def __init__(self, hooks: dict[str, dict[int, Callable[[Tensor], Tensor]]]):
-        self.hooks = hooks
+    def __init__(self, hooks: dict[str, dict[int, Callable[[Tensor], Tensor]]],
+                 streams: dict[int, Callable[[Tensor], Tensor]] | None = None):
+        self.hooks, self.streams = hooks, streams or {}
 
     def layer(self, kind: str, index: int) -> Callable[[Tensor], Tensor] | None:
         return self.hooks.get(kind, {}).get(index)
+
+    def stream(self, index: int, x: Tensor) -> Tensor:
+        hook = self.streams.get(index)
+        return x if hook is None else hook(x)
 
 
 class Recorder:
@@ -69,6 +75,17 @@ class Recorder:
     def output(self) -> Tensor:
         """(B, H, T, d_head): the whole run's."""
         return torch.cat(self.outputs, dim=2)
+
+
+class StreamReplace:
+    """Source positions of the residual stream replaced by another run's: row b's position p takes `values`'
+    (1, S, d) where `keep[b, p]` is 0 (causal tracing's patch, Meng et al., 2022)."""
+
+    def __init__(self, keep: Tensor, values: Tensor):
+        self.keep, self.values = keep[..., None], values
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x * self.keep + self.values * (1 - self.keep)
 
 
 class Replace:
@@ -97,6 +114,9 @@ class Patching:
     counterfactual: float  # the same of the counterfactual source
     effects: dict[str, np.ndarray]  # kind -> (L, H)
     skipped: dict[str, str] = field(default_factory=dict)
+    # The encoder's residual stream at each source position after each layer (row 0: the embeddings) taken from
+    # the counterfactual: (L + 1, S); None where it cannot be (sources of other lengths, a GRU encoder).
+    stream: np.ndarray | None = None
 
     def ranked(self, count: int = 10) -> list[tuple[str, float]]:
         """The heads that move the score most (either way), by name: [(\"cross.2.5\", effect), ...]."""
@@ -155,6 +175,32 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
     return scores
 
 
+def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], prefix: Tensor, token: int,
+                   contrast: int | None) -> np.ndarray:
+    """The sentence's score with the encoder's residual stream at one source position after one layer taken from
+    the counterfactual's run, for every layer (0: the embeddings) and position: (L + 1, S), one batch row each."""
+    layers, length = len(model.encoder_layers) + 1, len(src_ids)
+    recorders = {index: Recorder() for index in range(layers)}
+    model.encode(torch.tensor([counterfactual_ids]), gates=HeadHooks({}, recorders))
+    values = {index: recorder.outputs[0] for index, recorder in recorders.items()}
+    cells = [(index, position) for index in range(layers) for position in range(length)]
+    scores = np.zeros((layers, length))
+    for start in range(0, len(cells), ROWS):
+        rows = cells[start:start + ROWS]
+        keep = torch.ones(layers, len(rows), length)
+        for row, (index, position) in enumerate(rows):
+            keep[index, row, position] = 0.0
+        hooks = HeadHooks({}, {index: StreamReplace(keep[index], values[index]) for index in range(layers)
+                               if (keep[index] < 1).any()})
+        batch = len(rows)
+        memory, src_mask, _ = model.encode(torch.tensor([src_ids]).expand(batch, -1), gates=hooks)
+        logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask,
+                                 positions=torch.full((batch,), prefix.size(1) - 1))
+        for (index, position), value in zip(rows, score(logits, token, contrast).tolist()):
+            scores[index, position] = value
+    return scores
+
+
 def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], tgt_ids: list[int], step: int,
                 token: int | None = None, contrast: int | None = None) -> Patching:
     """Patching per head at `step` (0-based) of the translation `tgt_ids` of `src_ids`: each head of each kind
@@ -176,10 +222,13 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
         patched = [(kind, layer, head) for kind, (layers, count) in heads.items() if kind not in skipped
                    for layer in range(layers) for head in range(count)]
         scores = patched_scores(model, src_ids, prefix, token, contrast, outputs, [[head] for head in patched])
+        stream = None
+        if hasattr(model, "encoder_layers") and len(src_ids) == len(counterfactual_ids):
+            stream = patched_stream(model, src_ids, counterfactual_ids, prefix, token, contrast) - original
     effects = {kind: np.full(shape, np.nan) for kind, shape in heads.items()}
     for (kind, layer, head), value in zip(patched, scores):
         effects[kind][layer, head] = value - original
-    return Patching(step, token, contrast, original, counterfactual, effects, skipped)
+    return Patching(step, token, contrast, original, counterfactual, effects, skipped, stream)
 
 
 # Multi30k's English words of one gender and their swap, with the German article each takes in the nominative
@@ -187,6 +236,28 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
 GENDER_SWAPS = {"man": ("woman", "mann", "frau"), "woman": ("man", "frau", "mann"),
                 "boy": ("girl", "junge", "mädchen"), "girl": ("boy", "mädchen", "junge"),
                 "men": ("women", "männer", "frauen"), "women": ("men", "frauen", "männer")}
+
+
+# Words the page suggests swapping, each way: gender first (Vig et al., 2020), then a few nouns and numbers.
+SWAPS = dict(pair for a, b in [
+    ("man", "woman"), ("men", "women"), ("boy", "girl"), ("boys", "girls"), ("he", "she"),
+    ("father", "mother"), ("brother", "sister"), ("son", "daughter"), ("husband", "wife"), ("king", "queen"),
+    ("gentleman", "lady"), ("dog", "cat"), ("dogs", "cats"), ("car", "bicycle"), ("two", "three"), ("red", "blue"),
+    ("Mann", "Frau"), ("Junge", "Mädchen"), ("er", "sie"), ("Hund", "Katze"),
+] for pair in ((a, b), (b, a)))
+
+
+def suggested_swap(text: str) -> str | None:
+    """`text` with its first word of `SWAPS` swapped (the first letter's case kept), or None where it has none."""
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, SWAPS), key=len, reverse=True)) + r")\b",
+                         flags=re.IGNORECASE)
+    match = pattern.search(text)
+    if match is None:
+        return None
+    word = match[0]
+    other = SWAPS.get(word) or SWAPS.get(word.lower()) or SWAPS[word.capitalize()]
+    other = other[0].upper() + other[1:] if word[0].isupper() else other[0].lower() + other[1:]
+    return text[:match.start()] + other + text[match.end():]
 
 
 def gender_pairs(sentences: list[str], count: int) -> list[tuple[str, str, str, str]]:
@@ -206,24 +277,31 @@ def gender_pairs(sentences: list[str], count: int) -> list[tuple[str, str, str, 
     return pairs
 
 
-def study(translator, pairs: list[tuple[str, str, str, str]]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Each pair patched at the step where its greedy translation writes `token` (pairs whose translation does not
-    write it, or whose contrast is no single token of the model's, are left out, and said): the effects stacked
-    per kind, (N, L, H), and what was left out."""
-    effects: dict[str, list[np.ndarray]] = {}
-    left_out = []
+# A German article and the one of the other gender in the same case (the article study's contrast).
+ARTICLE_SWAPS = {"ein": "eine", "eine": "ein", "der": "die", "die": "der", "einen": "eine", "einem": "einer",
+                 "einer": "einem", "dem": "der"}
+
+
+def study(translator, pairs: list[tuple[str, str, str, str]], article: bool = False
+          ) -> tuple[list[Patching], list[str]]:
+    """Each pair patched at the step where its greedy translation writes `token`, scored against `contrast`; with
+    `article`, at the step before, where the translation writes that word's article, scored against the article of
+    the other gender (`ARTICLE_SWAPS`). Pairs whose translation does not write them, or whose contrast is no single
+    token of the model's, are left out, and said. The results, and what was left out."""
+    results, left_out = [], []
     for source, counterfactual, token, contrast in pairs:
         traced = translator.trace(source)
         written = [t.lower() for t in traced.target_tokens]
-        if token.lower() not in written or contrast not in translator.tgt_vocab.stoi:
-            left_out.append(f"{source!r}: its translation has no {token!r}" if token.lower() not in written
-                            else f"{contrast!r} is not one token of the model's")
+        step = written.index(token.lower()) if token.lower() in written else None
+        if article and step:
+            step, contrast = step - 1, ARTICLE_SWAPS.get(written[step - 1])
+        if step is None or (article and contrast is None) or contrast not in translator.tgt_vocab.stoi:
+            left_out.append(f"{source!r}: its translation has no {token!r}" if step is None else
+                            f"{source!r}: no article before {token!r}" if contrast is None else
+                            f"{contrast!r} is not one token of the model's")
             continue
-        step = written.index(token.lower())
-        result = translator.patching(source, counterfactual, traced.target_tokens, step, contrast=contrast)
-        for kind, grid in result.effects.items():
-            effects.setdefault(kind, []).append(grid)
-    return {kind: np.stack(grids) for kind, grids in effects.items()}, left_out
+        results.append(translator.patching(source, counterfactual, traced.target_tokens, step, contrast=contrast))
+    return results, left_out
 
 
 def read_pairs(path: str) -> list[tuple[str, str, str, str]]:
@@ -249,6 +327,9 @@ def main(argv: list[str] | None = None) -> None:
                        help="N pairs from Multi30k test with a man/woman, boy/girl, men/women swap (en-de)")
     parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k folder or hub id (--gender)")
     parser.add_argument("--top", type=int, default=10, help="heads to print")
+    parser.add_argument("--article", action="store_true",
+                        help="patch at the article before the token (German: ein/eine, der/die), scored against the "
+                             "article of the other gender")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     translator = load_checkpoint(args.checkpoint)
@@ -260,12 +341,20 @@ def main(argv: list[str] | None = None) -> None:
             pairs = gender_pairs(list(sentences["src"]), args.gender)
     except (OSError, ValueError) as error:
         sys.exit(f"error: {error}")
-    effects, left_out = study(translator, pairs)
+    results, left_out = study(translator, pairs, args.article)
     for reason in left_out:
         print(f"left out: {reason}", file=sys.stderr)
-    count = next(iter(effects.values())).shape[0] if effects else 0
-    print(f"{count} of {len(pairs)} pairs patched at the step that writes the token; effect on log p(token) − "
-          "log p(contrast), patched − original (mean ± standard deviation over the pairs):")
+    if not results:
+        sys.exit("no pair could be patched")
+    effects = {kind: np.stack([result.effects[kind] for result in results]) for kind in results[0].effects}
+    original = np.array([result.original for result in results])
+    counterfactual = np.array([result.counterfactual for result in results])
+    where = "the article before the token" if args.article else "the token"
+    print(f"{len(results)} of {len(pairs)} pairs patched at the step that writes {where}. log p(token) − "
+          f"log p(contrast): {original.mean():+.3f} ± {original.std():.3f} for the sentences, "
+          f"{counterfactual.mean():+.3f} ± {counterfactual.std():.3f} for the counterfactuals.")
+    print("Each head alone from the counterfactual, the change in it, patched − original (mean ± standard "
+          "deviation over the pairs):")
     named = [(head_name(kind, layer, head), stack[:, layer, head]) for kind, stack in effects.items()
              for layer in range(stack.shape[1]) for head in range(stack.shape[2])
              if not np.isnan(stack[:, layer, head]).any()]

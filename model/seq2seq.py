@@ -64,6 +64,11 @@ class HeadGates:
         gates = getattr(self, kind)
         return None if gates is None else gates[index]
 
+    def stream(self, index: int, x: Tensor) -> Tensor:
+        """The encoder's residual stream (B, S, d) after its `index`-th layer (0: the embeddings), as the next layer
+        reads it: gates leave it as it is (model/patching.py's hooks replace positions of it)."""
+        return x
+
 
 class Cache(Protocol):
     """One decoder layer's state between steps."""

@@ -472,9 +472,11 @@ class Transformer(nn.Module):
             positions = torch.arange(src.size(1), device=src.device)
             position_bias = self.encoder_position_bias(positions, positions)[None]  # (1, H, S, S)
         maps, recorded = [], []
+        x = x if gates is None else gates.stream(0, x)
         for i, layer in enumerate(self.encoder_layers):
             x, weights, vectors = layer(x, src_mask, fused and not need_weights,
                                         gates and gates.layer(ENCODER, i), need_vectors, position_bias)
+            x = x if gates is None else gates.stream(i + 1, x)
             maps.append(weights)
             recorded.append(vectors)
         memory = self.encoder_norm(x)

@@ -160,6 +160,27 @@ def test_attribute_explains_a_translation_given_to_it(server, services):
     assert event == "error" and "target must be a translation" in answer
 
 
+def test_patch_answers_each_heads_effect_over_raw_http(server, services):
+    """`/patch` patches every head at the step where the two translations part (or the step asked) and answers
+    the grids as JSON numbers, null where a kind cannot be patched, with the reason."""
+    translator = services.translators[MODEL]
+    body = {"model": MODEL, "text": "A man plays with a red ball.", "counterfactual": "A woman plays with a red ball."}
+    event, answer = call(server, "v2/patch", json.dumps(body))
+    assert event == "complete", answer
+    [result] = answer
+    tokens = result["target_tokens"]
+    expected = translator.patching(body["text"], body["counterfactual"], tokens, result["step"] - 1)
+    assert result["parted_at"] == result["step"] and result["skipped"] == {}
+    np.testing.assert_allclose(result["effects"]["cross"], expected.effects["cross"], atol=1e-5)
+    event, answer = call(server, "v2/patch", json.dumps({**body, "counterfactual": "A young woman plays.", "step": 1,
+                                                         "contrast": tokens[0]}))
+    assert event == "complete" and answer[0]["effects"]["encoder"][0][0] is None and "encoder" in answer[0]["skipped"]
+    for bad, message in (({"step": "two"}, "step must be a whole number"), ({"step": 99}, "The step must be"),
+                         ({"counterfactual": 5}, "counterfactual"), ({"contrast": "x y z"}, "The contrast must be")):
+        event, answer = call(server, "v2/patch", json.dumps({**body, **bad}))
+        assert event == "error" and message in answer, (bad, answer)
+
+
 def test_trace_forces_and_masks(server, services):
     translator = services.translators[MODEL]
     expected = translator.trace("A dog runs.", force=["ein", "kind"], mask=["cross.1.1", "encoder.2.3"])
@@ -258,7 +279,7 @@ def endpoints(server: str) -> dict[str, int]:
 
 def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
     offered = endpoints(server)
-    assert {"trace", "score", "beam", "attribute", "translate", "switch_model", "first_visit", "kind", "layer",
+    assert {"trace", "score", "beam", "attribute", "patch", "translate", "switch_model", "first_visit", "kind", "layer",
             "head", "measure", "model_view", "units"} <= set(offered)
     for endpoint, count in offered.items():
         for name, junk in JUNK.items():

@@ -83,6 +83,21 @@ def test_each_heads_effect_in_the_batch_is_its_own_run_alone(en_de):
     assert name.startswith("cross.") and effect < -0.5  # "Mann" over "Frau" is carried by cross heads
 
 
+def test_the_encoder_stream_at_the_swapped_word_carries_the_whole_difference_at_the_embeddings(en_de):
+    """Causal tracing's grid (Meng et al., 2022): the stream after the embeddings differs from the counterfactual's
+    at the swapped word alone, so patching it there gives the counterfactual's score and anywhere else nothing."""
+    tokens = en_de.trace(SENTENCE).target_tokens
+    result = en_de.patching(SENTENCE, COUNTERFACTUAL, tokens, 1, contrast="frau")
+    swapped = en_de.source_tokens(SENTENCE).index("man")
+    layers = len(en_de.model.encoder_layers)
+    assert result.stream.shape == (layers + 1, len(en_de.source_tokens(SENTENCE)) + 1)  # <eos> too
+    assert result.stream[0, swapped] == pytest.approx(result.counterfactual - result.original, abs=1e-4)
+    assert np.abs(np.delete(result.stream[0], swapped)).max() < 1e-5
+    assert np.abs(result.stream[1:, swapped]).min() > 1.0  # and it stays there through the layers
+    other = en_de.patching(SENTENCE, "A young woman is riding a bicycle down the street.", tokens, 1)
+    assert other.stream is None
+
+
 def test_sources_of_other_lengths_patch_the_decoder_side_only_and_say_so(en_de):
     tokens = en_de.trace(SENTENCE).target_tokens
     result = en_de.patching(SENTENCE, "A young woman is riding a bicycle down the street.", tokens, 1)
@@ -172,9 +187,37 @@ def test_the_gender_pairs_swap_one_word_and_contrast_the_german_nouns(tmp_path, 
         with gzip.open(data / f"test_2016_flickr.{lang}.gz", "wt", encoding="utf-8") as file:
             file.write("\n".join(lines) + "\n")
     main(["--checkpoint", str(ROOT / "checkpoints" / "en-de"), "--gender", "2", "--data", str(data)])
-    assert "2 of 2 pairs patched" in capsys.readouterr().out
+    assert "2 of 2 pairs patched at the step that writes the token" in capsys.readouterr().out
+    main(["--checkpoint", str(ROOT / "checkpoints" / "en-de"), "--gender", "2", "--data", str(data), "--article"])
+    assert "2 of 2 pairs patched at the step that writes the article before the token" in capsys.readouterr().out
 
 
 def test_patch_heads_refuses_a_step_past_the_translation(en_de):
     with pytest.raises(ValueError, match="is not a step"):
         patch_heads(en_de.model, [5, 6, 3], [5, 7, 3], [8, 3], 2)
+
+
+def test_the_counterfactual_tab_shows_both_translations_and_each_heads_effect(events):
+    import json
+
+    from ui.session import packed
+    from ui.tabs.counterfactual import marked, patch_at_step, suggest
+
+    services = events.services
+    for model in ("toy-en-de", "toy-rnn"):
+        session = events.translate("A man plays with a red ball.", model=model)["session"]
+        assert suggest(packed(session, session.revision)) == "A woman plays with a red ball."
+        (text, figure, stream), said = patch_at_step(services, session, "A woman plays with a red ball.", 2, "")
+        assert (stream is None) == (model == "toy-rnn")  # a GRU encoder has no residual stream between layers
+        assert text.startswith("Sentence:       A man plays with a red ball.\n  → ")
+        assert "Counterfactual: A woman plays with a red ball." in text
+        grids = json.loads(figure)["data"]
+        assert [grid["xaxis"] for grid in grids] == (["x", "x2", "x3"] if model == "toy-en-de" else ["x"])
+        assert all(name.count(".") == 2 for grid in grids for row in grid["customdata"] for name in row)
+        assert "the head that moves it most alone is" in said and said.startswith("Step 2, ")
+    refused, said = patch_at_step(services, session, "  ", 2, "")
+    assert refused is session and "Type a counterfactual source first" in said
+    refused, said = patch_at_step(services, session, "A woman plays.", 2, "two words")
+    assert refused is session and "The contrast must be one token" in said
+    assert marked(["ein", "mann", "spielt"], ["ein", "frau", "spielt"]) == "ein [mann] spielt"
+    assert marked(["<script>", "x"], ["x"]) == "[<script>] x"  # shown as text by the page, never as HTML

@@ -1,4 +1,5 @@
-"""The JSON API: `/trace`, `/score` and `/beam`, for clients that want numbers rather than the page.
+"""The JSON API: `/trace`, `/score`, `/beam`, `/attribute` and `/patch`, for clients that want numbers rather than
+the page.
 
 Each is a plain function of JSON values registered with `gr.api`; a bad value is answered with a `gr.Error` that
 says what was wrong. Heads are named kind.layer.head with the keys of model/keys.py ("cross.2.5").
@@ -187,4 +188,41 @@ def endpoints(services: Services) -> list:
                            "completeness_error": None if result.delta is None else round(result.delta, 6)}
                           for result in results]}
 
-    return [trace, score, beam, attribute]
+    def patch(model: str, text: str, counterfactual: str, step: int | None = None,
+              target: str | list[str] | None = None, token: str | None = None, contrast: str | None = None,
+              src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
+        """Activation patching per head (model/patching.py): the greedy translation of `text` (or `target`, forced,
+        as in `/attribute`) run again with one head's output (before W_O) taken from the run of `counterfactual` on
+        the same target prefix, for every head of every kind, at step `step` (1-based; None: the first step where
+        the two greedy translations part, else 1). `effects`: per kind, (layers x heads) of the change in log p of
+        `token` (default: the token at that step), or of log p(token) − log p(`contrast`), patched − original; null
+        where a kind cannot be patched (`skipped` says why: encoder heads need sources of as many tokens).
+        `stream`: the same for the encoder's residual stream at each source position (columns) after each layer
+        (rows; the first: the embeddings), causal tracing's grid; null for sources of other lengths or a GRU.
+        Languages as in `/trace`."""
+        check_model(services, model)
+        translator = services.translators[model]
+        force = given_target(translator, target)
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+            raise gr.Error(f"step must be a whole number from 1, or null; not {shown(step)}")
+        if not isinstance(counterfactual, str):
+            raise gr.Error(f"counterfactual must be a sentence (text), not {shown(counterfactual)}")
+        try:
+            traced = services.trace(model, text, force, None, src_lang, tgt_lang)
+            other = services.trace(model, counterfactual, None, None, src_lang, tgt_lang)
+            ours, theirs = traced.target_tokens, other.target_tokens
+            parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+            at = (parted if parted is not None else 0) if step is None else step - 1
+            result = translator.patching(text, counterfactual, ours, at, token, contrast, src_lang, tgt_lang)
+        except InputError as error:
+            raise gr.Error(str(error)) from None
+        return {"translation": traced.text, "counterfactual_translation": other.text, "target_tokens": ours,
+                "counterfactual_tokens": theirs, "parted_at": None if parted is None else parted + 1,
+                "step": at + 1, "token": translator.tgt_vocab.itos[result.token], "contrast": contrast,
+                "original": round(result.original, 6), "counterfactual": round(result.counterfactual, 6),
+                "effects": {kind: [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in grid]
+                            for kind, grid in result.effects.items()},
+                "skipped": result.skipped, "ranked": result.ranked(10), "source_tokens": traced.source_tokens,
+                "stream": rounded(result.stream, 6)}
+
+    return [trace, score, beam, attribute, patch]

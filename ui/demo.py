@@ -18,9 +18,9 @@ from ui.page import Page
 from ui.plots import serve_plotly
 from ui.services import Services
 from ui.session import Revisions
-from ui.tabs import beam, branch, compare, heads, hub, inspect, share, sources, statistics
+from ui.tabs import beam, branch, compare, counterfactual, heads, hub, inspect, share, sources, statistics
 
-TABS = (branch, heads, beam, statistics, compare, share, sources, hub)
+TABS = (branch, heads, beam, statistics, compare, counterfactual, share, sources, hub)
 # Memory bounds for a public server: a session is freed an hour after its last update, and Gradio keeps the
 # state of at most `state_session_capacity` sessions (app.py), the least recently used dropped first.
 SESSION_TTL_S = 3600

@@ -91,23 +91,47 @@ def log_prob_change_figure(tokens: list[str], change: np.ndarray, title: str) ->
 
 def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]], measure: str) -> PlainFigure:
     """A layers x heads heatmap per attention kind of one measure from heads.json (`shapes`: kind key ->
-    (layers, heads)); each cell carries its head's name (customdata), so a click can open that head."""
+    (layers, heads)); a click opens a head (`head_grid_figure`)."""
     key, unit = IMPORTANCE_MEASURES[measure]
-    kinds = [kind for kind in KINDS if kind in shapes]
     values = {kind: np.array([[heads.get(head_name(kind, layer, head), {}).get(key, np.nan) for head in range(h)]
                               for layer in range(layers)], dtype=float) for kind, (layers, h) in shapes.items()}
+    return head_grid_figure(values, [f"{measure}: click a head to open it"], unit, signed=key in SIGNED)
+
+
+def patching_figure(effects: dict[str, np.ndarray], title: list[str], unit: str) -> PlainFigure:
+    """Activation patching per head (model/patching.py): each head's effect, patched − original, on a red-white-blue
+    scale around zero (blank where a kind could not be patched); a click opens a head."""
+    return head_grid_figure(effects, title, unit, signed=True)
+
+
+def stream_figure(stream: np.ndarray, source_tokens: list[str], title: list[str], unit: str) -> PlainFigure:
+    """Causal tracing's picture: the effect of the encoder's residual stream at each source position (columns) after
+    each layer (rows; the first: the embeddings) taken from the counterfactual, red-white-blue around zero."""
+    rows = ["embeddings"] + [f"after layer {layer}" for layer in range(1, stream.shape[0])]
+    span = float(np.abs(stream).max(initial=0)) or 1.0
+    return attention_heatmap(stream, rows, source_tokens, title, query_label="encoder stream",
+                             key_label="source position", value_label=unit, zmax=span, signed=True,
+                             height=title_room(title) + 60 + 28 * len(rows) + X_LABEL_ROOM)
+
+
+def head_grid_figure(values: dict[str, np.ndarray], title: list[str], unit: str, signed: bool) -> PlainFigure:
+    """A layers x heads heatmap per attention kind (`values`: kind key -> (L, H), NaN blank), side by side on one
+    colour scale (red-white-blue around zero where `signed`); each cell carries its head's name (customdata), so
+    a click can open that head."""
+    kinds = [kind for kind in KINDS if kind in values]
     finite = np.concatenate([v[np.isfinite(v)] for v in values.values()] + [np.zeros(1)])
     span = float(np.abs(finite).max()) or 1.0
-    scale = dict(colorscale=DIVERGING, cmin=-span, cmax=span) if key in SIGNED else \
+    scale = dict(colorscale=DIVERGING, cmin=-span, cmax=span) if signed else \
         dict(colorscale=COLORSCALE, cmin=0.0, cmax=span)
     gap = 0.06
     width = (1 - gap * (len(kinds) - 1)) / len(kinds)
     data, layout = [], {}
     for i, kind in enumerate(kinds):
         suffix = "" if i == 0 else str(i + 1)
-        layers, count = shapes[kind]
+        layers, count = values[kind].shape
         names = [[head_name(kind, layer, head) for head in range(count)] for layer in range(layers)]
-        data.append(dict(type="heatmap", z=values[kind].tolist(), x=[f"H{h + 1}" for h in range(count)],
+        z = [[None if not np.isfinite(v) else float(v) for v in row] for row in values[kind]]
+        data.append(dict(type="heatmap", z=z, x=[f"H{h + 1}" for h in range(count)],
                          y=[f"L{layer + 1}" for layer in range(layers)], customdata=names, coloraxis="coloraxis",
                          xaxis=f"x{suffix}", yaxis=f"y{suffix}", xgap=1, ygap=1,
                          hovertemplate="%{customdata}<br>" + escape_text(unit) + " %{z:.3f}<extra></extra>"))
@@ -115,7 +139,6 @@ def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]]
         layout[f"xaxis{suffix}"] = dict(domain=[x0, x0 + width], anchor=f"y{suffix}", tickfont=dict(size=9),
                                         title=dict(text=kind, font=dict(size=11)))
         layout[f"yaxis{suffix}"] = dict(anchor=f"x{suffix}", autorange="reversed", tickfont=dict(size=9))
-    title = [f"{measure}: click a head to open it"]
     layout.update(title=title_layout(title),
                   coloraxis=dict(**scale, colorbar=dict(thickness=12, title=dict(text=escape_text(unit)))),
                   height=260 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room(title), b=10), plot_bgcolor="white")

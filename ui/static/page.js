@@ -10,13 +10,14 @@
 
   // A click on a candidate's bar branches there, or, while the tab "Where each word came from" is open, asks why
   // the model chose its word and not that one (contrastive attribution, its chart then scrolled into view); a
-  // click on a head of the importance heatmap opens it: the click fills the text field beside the plot and
-  // presses its button, as a user would.
+  // click on a head of the importance heatmap or of the patching grid opens it: the click fills the text field
+  // beside the plot and presses its button, as a user would.
   const contrasting = () => document.querySelector("#sources-tab")?.checkVisibility() === true;
   const targets = {
     candidates: () => contrasting() ? ["#attribution-contrast", "#attribute", "#attribution"]
                                     : ["#branch-word", "#branch"],
     importance: () => ["#open-head", "#open-head-button"],
+    "patching-grid": () => ["#open-head", "#open-head-button"],
   };
   const bind = () => {
     for (const [id, target] of Object.entries(targets)) {

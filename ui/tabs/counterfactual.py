@@ -1,0 +1,108 @@
+"""Counterfactual: a second source beside the sentence on screen, both translations with the words that differ
+marked and the first step where they part, and activation patching per head at the step on screen (which heads
+carry the difference, model/patching.py)."""
+
+from __future__ import annotations
+
+import difflib
+
+import gradio as gr
+
+from model.keys import KIND_LABELS
+from model.patching import suggested_swap
+from ui.listeners import tab_answer
+from ui.operations import operation
+from ui.page import Page
+from ui.plots import Answer, answers_view, figure_json
+from ui.services import Services
+from ui.session import Session, clamp, unpacked
+from viz.attention import visible
+from viz.whatif import patching_figure, stream_figure
+
+
+def build(page: Page, services: Services) -> None:
+    with gr.Tab("Counterfactual", elem_id="counterfactual-tab"):
+        gr.Markdown("Why this word and not that one, by cause. Type a second source that differs from the sentence "
+                    "in a word (or let the page suggest a swap: man↔woman, he↔she, one noun for another), then patch "
+                    "every head at the step on screen: the sentence is run again with one head's output taken from "
+                    "the counterfactual's run, teacher-forced on the same translation so far, and the grid shows how "
+                    "far that alone moves the word's log-probability (activation patching: Vig et al. 2020, Meng et "
+                    "al. 2022). Name a second word to score the choice between the two (e.g. *der* against "
+                    "*die*). Click a head to open it.")
+        with gr.Row(equal_height=True):
+            page.counterfactual = gr.Textbox(label="Counterfactual source", elem_id="counterfactual", scale=4,
+                                             placeholder="e.g. the sentence with one word swapped")
+            page.suggest_swap = gr.Button("Suggest a swap", elem_id="suggest-swap", scale=1, min_width=120)
+        with gr.Row(equal_height=True):
+            page.patch_contrast = gr.Textbox(label="…and not (a second word; optional)", placeholder="e.g. frau",
+                                             elem_id="patch-contrast", scale=2, min_width=140)
+            page.patch = gr.Button("Patch every head at this step", variant="primary", elem_id="patch", scale=2,
+                                   min_width=160)
+        page.counterfactual_answers = answers_view(
+            "counterfactual-answers", Answer("counterfactual-text", "text", "Both translations ([words] that differ)"),
+            Answer("patching-grid", "figure"), Answer("patching-stream", "figure"))
+
+
+def marked(tokens: list[str], other: list[str]) -> str:
+    """`tokens` as text, each one that `other` has not at its place (a token-level diff) in [brackets]."""
+    matcher = difflib.SequenceMatcher(a=other, b=tokens, autojunk=False)
+    same = {j for block in matcher.get_matching_blocks() for j in range(block.b, block.b + block.size)}
+    return " ".join(visible(token) if i in same else f"[{visible(token)}]" for i, token in enumerate(tokens))
+
+
+@operation
+def patch_at_step(services: Services, session: Session, counterfactual: object, step: object, contrast: object
+                  ) -> tuple[tuple, str]:
+    """Both translations side by side, and patching per head at `step` of the decoding on screen."""
+    if not isinstance(counterfactual, str) or not counterfactual.strip():
+        return session, "Type a counterfactual source first (or press Suggest a swap)."
+    decoding, trace = session.current, session.current.trace
+    step = clamp(step, 1, trace.steps, 1)
+    contrast = contrast.strip() if isinstance(contrast, str) and contrast.strip() else None
+    translator = services.translators[session.model]
+    other = services.trace(session.model, counterfactual, **session.direction)
+    result = translator.patching(session.source, counterfactual, trace.target_tokens, step - 1, contrast=contrast,
+                                 **session.direction)
+    ours, theirs = trace.target_tokens, other.target_tokens
+    parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    text = "\n".join([
+        f"Sentence:       {session.source}", f"  → {marked(ours, theirs)}",
+        f"Counterfactual: {counterfactual}", f"  → {marked(theirs, ours)}",
+        f"They part at step {parted + 1}: {visible(ours[parted]) if parted < len(ours) else '(end)'} / "
+        f"{visible(theirs[parted]) if parted < len(theirs) else '(end)'}." if ours != theirs else
+        "The two translations are the same."])
+    chosen = visible(ours[step - 1])
+    asked = f'log p("{chosen}")' + (f' − log p("{visible(contrast)}")' if contrast else "")
+    title = [f"Patching each head at step {step}: the change in {asked}, patched − original",
+             f"original {result.original:+.2f}, counterfactual {result.counterfactual:+.2f}; red: the head alone "
+             "moves it toward the counterfactual's"]
+    figure = patching_figure(result.effects, title, "Δ score")
+    stream = None if result.stream is None else figure_json(stream_figure(
+        result.stream, trace.source_tokens, [f"The encoder's stream at one source position after one layer, from the "
+                                             f"counterfactual: the change in {asked}"], "Δ score"))
+    [(name, effect)] = result.ranked(1) or [("none", 0.0)]
+    notes = "".join(f" {KIND_LABELS[kind]}: {reason}" for kind, reason in result.skipped.items())
+    if decoding.mask:
+        notes += " (Patched with every head on.)"
+    shift = result.counterfactual - result.original
+    said = (f'Step {step}, "{chosen}": the counterfactual moves {asked} by {shift:+.2f}; the head that moves it most '
+            f"alone is {name} ({effect:+.2f}{f', {effect / shift:.0%} of the whole' if abs(shift) > 1e-6 else ''})."
+            + notes)
+    return (text, figure_json(figure), stream), said
+
+
+def suggest(state) -> str:
+    """The sentence on screen with its first swappable word swapped (the field left as it is where it has none)."""
+    session, _ = unpacked(state)
+    if session is None:
+        return gr.update()
+    swapped = suggested_swap(session.source)
+    return swapped if swapped is not None else gr.update()
+
+
+def wire(page: Page, services: Services) -> None:
+    page.suggest_swap.click(suggest, [page.session], [page.counterfactual], queue=False, api_visibility="private")
+    tab_answer(page, services, patch_at_step, [page.counterfactual, page.step, page.patch_contrast],
+               ["counterfactual-text", "patching-grid", "patching-stream"], "patch_view", page.patch.click,
+               answers=page.counterfactual_answers, **services.trace_queue)
+
