@@ -7,7 +7,8 @@ Runs the page's own events as Gradio runs them (ui/listeners.py `answer`: the op
 browser receives. Stepping needs no request: benchmarks/browser_latency.py
 measures it in a browser. The what-if table compares a branch, a re-translation with a head switched off and
 the beam view with a plain translation of the same sentence, in the same run (goal: each within 1.5x), and
-the ALTI+ contributions of the translation on screen (goal: within 1.5x of the plain trace). Then a new user's
+the ALTI+ contributions of the translation on screen (goal: within 1.5x of the plain trace), and patching every head
+of one step against a counterfactual (goal: within 3x). Then a new user's
 first translation (every menu's properties sent) against a later one (values only). Last, a 20-token
 trace alone against the time of its bare matrix products (every weight matrix it multiplies by, as one torch.mm
 each, nothing else; goal: the trace within 2x), through the step decoder and through the module tree.
@@ -115,6 +116,7 @@ def main() -> None:
     new_users(page, args.checkpoint, SENTENCES[1], args.runs)
     against_matmuls(translator, SENTENCES[1], args.runs)
     attributions(page, args.checkpoint, SENTENCES[1], args.runs)
+    patching(page, args.checkpoint, SENTENCES[1], args.runs)
 
 
 def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
@@ -154,6 +156,32 @@ def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     integrated = median_ms(lambda: attribute_step(services, session, step, "integrated_gradients", ""), runs)
     print(f"integrated gradients, 32 points: {integrated:.1f} ms; 32 passes with gradients batched {batched:.1f} ms, "
           f"looped {looped:.1f} ms")
+
+
+def patching(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
+    """Patching every head at one step against a counterfactual with one word swapped (the Counterfactual tab's
+    button, in the server: both translations, one batch row per head, and causal tracing's stream grid), against a
+    translation (goal: within 3x)."""
+    from model.patching import suggested_swap
+    from ui.tabs.counterfactual import patch_at_step
+
+    counterfactual = suggested_swap(sentence) or sentence
+    session = page.translate(checkpoint, sentence)[page.page.session]
+    translation = median_ms(lambda: page.translate(checkpoint, sentence, session), runs)
+    step = session.trace.steps // 2 + 1
+    translator = page.services.translators[checkpoint]
+    heads = sum(layers * count for layers, count in translator.model.heads().values())
+    grid = median_ms(lambda: translator.patching(sentence, counterfactual, session.trace.target_tokens, step - 1),
+                     runs)
+    tab = median_ms(lambda: patch_at_step(page.services, session, counterfactual, step, ""), runs)
+    print(f"\npatching every head ({heads}) at step {step} of {session.trace.steps}, counterfactual "
+          f"{counterfactual!r} (server side), one thread")
+    print("| request | ms | x a translation |")
+    print("|---|---|---|")
+    print(f"| a translation (trace, charts, view) | {translation:.1f} | 1.00 |")
+    print(f"| the per-head grid and the stream grid (Translator.patching) | {grid:.1f} | {grid / translation:.2f} |")
+    print(f"| the tab's answer (the counterfactual's translation too, figures) | {tab:.1f} | {tab / translation:.2f} "
+          "| (goal: the grid within 3x)")
 
 
 def new_users(page: Page, checkpoint: str, sentence: str, runs: int) -> None:

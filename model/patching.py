@@ -38,6 +38,7 @@ from torch import Tensor
 from model.decoding import next_token_logits
 from model.keys import ENCODER, KINDS, head_name
 from model.seq2seq import Seq2Seq
+from model.transformer import LayerCache, Transformer
 from model.vocab import SOS_ID
 
 Head = tuple[str, int, int]  # (kind, 0-based layer, 0-based head)
@@ -143,6 +144,19 @@ def recorded_run(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int,
     return float(score(logits, token, contrast)), outputs
 
 
+def shared_memory_cache(model: Seq2Seq, memory: Tensor, batch: int) -> list[LayerCache] | None:
+    """A Transformer's decoder cache holding only the cross-attention keys and values of one sentence's `memory`
+    (1, S, d), computed once and viewed by every row of a batch that decodes that sentence (None for a GRU)."""
+    if not isinstance(model, Transformer):
+        return None
+    caches = []
+    for layer in model.decoder_layers:
+        keys, values = layer.cross_attention.project_keys_values(memory)
+        caches.append(LayerCache(cross_keys=keys.expand(batch, -1, -1, -1),
+                                 cross_values=values.expand(batch, -1, -1, -1)))
+    return caches
+
+
 def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None,
                    outputs: dict[str, list[Tensor]], head_sets: list[list[Head]]) -> list[float]:
     """The sentence's score with each set of heads' outputs taken from `outputs` (another run's): one batch row per
@@ -165,10 +179,12 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
                                for kind in keep})
             batch = len(rows)
             if reencode:
-                row_memory, row_mask, _ = model.encode(src.expand(batch, -1), gates=hooks)
+                row_memory, row_mask, _ = model.encode(src.expand(batch, -1), gates=hooks, fused=True)
+                cache = None
             else:
                 row_memory, row_mask = memory.expand(batch, -1, -1), src_mask.expand(batch, -1, -1, -1)
-            logits, _ = model.decode(prefix.expand(batch, -1), row_memory, row_mask, gates=hooks,
+                cache = shared_memory_cache(model, memory, batch)
+            logits, _ = model.decode(prefix.expand(batch, -1), row_memory, row_mask, cache, gates=hooks, fused=True,
                                      positions=torch.full((batch,), prefix.size(1) - 1))
             for index, value in zip(rows, score(logits, token, contrast).tolist()):
                 scores[index] = value
@@ -180,11 +196,17 @@ def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[
     """The sentence's score with the encoder's residual stream at one source position after one layer taken from
     the counterfactual's run, for every layer (0: the embeddings) and position: (L + 1, S), one batch row each."""
     layers, length = len(model.encoder_layers) + 1, len(src_ids)
-    recorders = {index: Recorder() for index in range(layers)}
-    model.encode(torch.tensor([counterfactual_ids]), gates=HeadHooks({}, recorders))
-    values = {index: recorder.outputs[0] for index, recorder in recorders.items()}
-    cells = [(index, position) for index in range(layers) for position in range(length)]
-    scores = np.zeros((layers, length))
+    streams = []
+    for ids in (src_ids, counterfactual_ids):
+        recorders = {index: Recorder() for index in range(layers)}
+        model.encode(torch.tensor([ids]), gates=HeadHooks({}, recorders))
+        streams.append({index: recorder.outputs[0] for index, recorder in recorders.items()})
+    original, values = streams
+    # A position whose stream the counterfactual leaves as it is (every one but the swapped word's, after the
+    # embeddings) changes nothing when patched: its run is skipped.
+    cells = [(index, position) for index in range(layers) for position in range(length)
+             if not torch.equal(original[index][0, position], values[index][0, position])]
+    scores = np.full((layers, length), float(score_of_original(model, src_ids, prefix, token, contrast)))
     for start in range(0, len(cells), ROWS):
         rows = cells[start:start + ROWS]
         keep = torch.ones(layers, len(rows), length)
@@ -193,12 +215,18 @@ def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[
         hooks = HeadHooks({}, {index: StreamReplace(keep[index], values[index]) for index in range(layers)
                                if (keep[index] < 1).any()})
         batch = len(rows)
-        memory, src_mask, _ = model.encode(torch.tensor([src_ids]).expand(batch, -1), gates=hooks)
-        logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask,
+        memory, src_mask, _ = model.encode(torch.tensor([src_ids]).expand(batch, -1), gates=hooks, fused=True)
+        logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask, fused=True,
                                  positions=torch.full((batch,), prefix.size(1) - 1))
         for (index, position), value in zip(rows, score(logits, token, contrast).tolist()):
             scores[index, position] = value
     return scores
+
+
+def score_of_original(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None) -> float:
+    memory, src_mask, _ = model.encode(torch.tensor([src_ids]))
+    logits, _ = model.decode(prefix, memory, src_mask, positions=torch.tensor([prefix.size(1) - 1]))
+    return float(score(logits, token, contrast))
 
 
 def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], tgt_ids: list[int], step: int,

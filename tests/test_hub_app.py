@@ -102,7 +102,7 @@ def test_the_api_takes_languages(hub_events):
 
     from ui.api import endpoints
 
-    trace, score, beam, attribute = endpoints(hub_events.services)
+    trace, score, beam, attribute, patch = endpoints(hub_events.services)
     traced = trace("nllb", TEXT, src_lang="fra_Latn", tgt_lang="spa_Latn")
     assert traced["source_tokens"][0] == "fra_Latn" and traced["target_tokens"][0] == "spa_Latn"
     assert traced["forced"] == 1 and traced["source_contribution"] is not None
@@ -113,6 +113,8 @@ def test_the_api_takes_languages(hub_events):
     assert attributed["source_words"][0] == "fra_Latn" and attributed["decoder_input_words"][:2] == ["<sos>",
                                                                                                    "spa_Latn"]
     assert len(attributed["steps"][0]["source"]) == len(attributed["source_words"])
+    patched = patch("nllb", TEXT, TEXT.replace("man", "woman"), 2, src_lang="fra_Latn", tgt_lang="spa_Latn")
+    assert patched["target_tokens"][0] == "spa_Latn" and set(patched["effects"]) == {"encoder", "decoder", "cross"}
     with pytest.raises(gr.Error, match="one direction only"):
         trace("opus-a", TEXT, tgt_lang="de")
     with pytest.raises(gr.Error, match="no source language"):

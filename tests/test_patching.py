@@ -221,3 +221,23 @@ def test_the_counterfactual_tab_shows_both_translations_and_each_heads_effect(ev
     assert refused is session and "The contrast must be one token" in said
     assert marked(["ein", "mann", "spielt"], ["ein", "frau", "spielt"]) == "ein [mann] spielt"
     assert marked(["<script>", "x"], ["x"]) == "[<script>] x"  # shown as text by the page, never as HTML
+
+
+def test_a_link_keeps_the_counterfactual_and_opens_its_tab(events):
+    from types import SimpleNamespace
+    from urllib.parse import parse_qs
+
+    from ui.links import LinkSpec
+    from ui.listeners import COUNTERFACTUAL_TAB, first_visit
+    from ui.tabs.share import link_query
+
+    session = events.translate("A man plays with a red ball.")["session"]
+    (query,), _ = link_query(events.services, session, 2, "A woman plays with a red ball.")
+    spec, notes = LinkSpec.parse(parse_qs(query.removeprefix("?")))
+    assert notes == [] and spec.counterfactual == "A woman plays with a red ball." and spec.step == 2
+    request = SimpleNamespace(query_params=parse_qs(query.removeprefix("?")))
+    out = first_visit(events.page, events.services, None, request)
+    assert out[events.page.counterfactual] == "A woman plays with a red ball."
+    assert out[events.page.tabs].selected == COUNTERFACTUAL_TAB
+    (plain,), _ = link_query(events.services, session, 2, "  ")
+    assert "counterfactual" not in plain

@@ -1,5 +1,6 @@
 """Links that open a view: `?model=en-de&text=…&force=…&mask=…&step=3&kind=cross&layer=2&head=5&measure=rollout
-&compare=de-en` (and `src_lang=…&tgt_lang=…` for a multilingual model; `units=words` merges pieces into words).
+&compare=de-en` (and `src_lang=…&tgt_lang=…` for a multilingual model; `units=words` merges pieces into words;
+`counterfactual=…` opens the Counterfactual tab with that second source typed in).
 Parsing is pure (`LinkSpec.parse`); `open_link` translates and applies what was parsed.
 
 Whatever a link gets wrong falls back to the default, with a note in the status line.
@@ -19,7 +20,7 @@ from ui.services import Services
 from ui.session import Decoding, Session, View, to_arrays
 
 PARAMETERS = ("model", "text", "force", "mask", "step", "kind", "layer", "head", "measure", "compare", "src_lang",
-              "tgt_lang", "units")
+              "tgt_lang", "units", "counterfactual")
 HEADS = {"mean": MEAN, "all": ALL_HEADS}
 
 
@@ -46,6 +47,7 @@ class LinkSpec:
     src_lang: str | None = None
     tgt_lang: str | None = None
     units: str = PIECES
+    counterfactual: str | None = None  # the Counterfactual tab's second source
     given: frozenset[str] = field(default=frozenset())  # the parameters the link had
 
     @classmethod
@@ -89,7 +91,7 @@ class LinkSpec:
         spec = cls(model=one("model"), text=one("text"), force=tuple(query_values(query, "force")),
                    mask=tuple(query_values(query, "mask")), step=number("step"), kind=kind, layer=number("layer"),
                    head=head, measure=measure, compare=one("compare"), src_lang=one("src_lang"),
-                   tgt_lang=one("tgt_lang"), units=units,
+                   tgt_lang=one("tgt_lang"), units=units, counterfactual=one("counterfactual"),
                    given=frozenset(name for name in PARAMETERS if query_values(query, name)))
         return spec, notes
 
@@ -105,17 +107,19 @@ class LinkSpec:
         pairs += [(name, value) for name, value in (("src_lang", self.src_lang), ("tgt_lang", self.tgt_lang)) if value]
         if self.units != PIECES:
             pairs.append(("units", self.units))
+        if self.counterfactual:
+            pairs.append(("counterfactual", self.counterfactual))
         return urlencode(pairs)
 
 
-def link_of(session: Session) -> LinkSpec:
-    """The link that opens `session`'s view as it is on screen."""
+def link_of(session: Session, counterfactual: str | None = None) -> LinkSpec:
+    """The link that opens `session`'s view as it is on screen (and `counterfactual` in its tab)."""
     view, decoding = session.view, session.current
     return LinkSpec(model=session.model, text=session.source, force=decoding.force, mask=decoding.mask,
                     step=view.step, kind=view.kind, layer=view.layer + 1,
                     head=view.head + 1 if isinstance(view.head, int) else view.head, measure=view.measure,
                     compare=session.compare.model if session.compare else None, src_lang=session.src_lang,
-                    tgt_lang=session.tgt_lang, units=view.units)
+                    tgt_lang=session.tgt_lang, units=view.units, counterfactual=counterfactual or None)
 
 
 def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Session | None, str]:

@@ -37,6 +37,7 @@ from viz.attention import visible
 STATIC = Path(__file__).parent / "static"
 QUEUE_SIZE = 64
 COMPARE_TAB = "compare"  # the id of the tab Compare models: a link that compares opens on it (`first_visit`)
+COUNTERFACTUAL_TAB = "counterfactual"  # the Counterfactual tab's: a link with a counterfactual opens on it
 COMPUTING = ("Computing {} at every step: the weights are shown meanwhile; stepping, the other views and the tabs "
              "work. Stop gives it up.")
 # A new step: the core view and every plot redraw themselves in the browser (ui/static/core.js, plot.js).
@@ -375,8 +376,10 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
     query = request.query_params if request is not None else {}
     _, revisions = unpacked(state)
     revision = revisions.claim()
+    spec = None
     if any(query_values(query, name) for name in PARAMETERS):
-        session, message = open_link(services, *LinkSpec.parse(query))
+        spec, notes = LinkSpec.parse(query)
+        session, message = open_link(services, spec, notes)
     else:
         examples = services.examples(services.default_model)
         if not examples:
@@ -390,6 +393,9 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
                page.revision: revision}
     if session is not None and session.compare is not None:  # a link that compares opens on Compare models
         updates[page.tabs] = gr.Tabs(selected=COMPARE_TAB)
+    if session is not None and spec is not None and spec.counterfactual:  # and one with a counterfactual, on its tab
+        updates[page.counterfactual] = spec.counterfactual
+        updates[page.tabs] = gr.Tabs(selected=COUNTERFACTUAL_TAB)
     return folded(page, updates, revision)
 
 
@@ -409,8 +415,8 @@ def wire(page: Page, services: Services) -> None:
 
     def visit(state, request: gr.Request) -> dict:  # Gradio hands an argument typed gr.Request the page's request
         return first_visit(page, services, state, request)
-    page.demo.load(visit, page.session, [*session_outputs(page), page.tabs], api_name="first_visit",
-                   **services.trace_queue)
+    page.demo.load(visit, page.session, [*session_outputs(page), page.tabs, page.counterfactual],
+                   api_name="first_visit", **services.trace_queue)
 
     # A view change reads the user's stored trace (a few ms): the view's settings are the change. Integrated
     # gradients chosen are drawn with the weights at once, then computed step by step with progress, and can be

@@ -10,7 +10,7 @@ import gradio as gr
 
 from model.keys import KIND_LABELS
 from model.patching import suggested_swap
-from ui.listeners import tab_answer
+from ui.listeners import COUNTERFACTUAL_TAB, tab_answer
 from ui.operations import operation
 from ui.page import Page
 from ui.plots import Answer, answers_view, figure_json
@@ -21,9 +21,10 @@ from viz.whatif import patching_figure, stream_figure
 
 
 def build(page: Page, services: Services) -> None:
-    with gr.Tab("Counterfactual", elem_id="counterfactual-tab"):
-        gr.Markdown("Why this word and not that one, by cause. Type a second source that differs from the sentence "
-                    "in a word (or let the page suggest a swap: man↔woman, he↔she, one noun for another), then patch "
+    with gr.Tab("Counterfactual", id=COUNTERFACTUAL_TAB, elem_id="counterfactual-tab"):
+        gr.Markdown("Why this word and not that one, by cause. Type a second source that differs from the "
+                    "sentence in a word (or let the page suggest a swap: man↔woman, he↔she, one noun for another), "
+                    "then patch "
                     "every head at the step on screen: the sentence is run again with one head's output taken from "
                     "the counterfactual's run, teacher-forced on the same translation so far, and the grid shows how "
                     "far that alone moves the word's log-probability (activation patching: Vig et al. 2020, Meng et "

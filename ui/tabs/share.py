@@ -46,9 +46,12 @@ def build(page: Page, services: Services) -> None:
 
 
 @operation
-def link_query(services: Services, session: Session, step: object) -> tuple[tuple, str]:
-    """The query of a link that opens the view on screen at `step` (ui/links.py)."""
-    spec = link_of(session.with_view(replace(session.view, step=step)))
+def link_query(services: Services, session: Session, step: object, counterfactual: object = None
+               ) -> tuple[tuple, str]:
+    """The query of a link that opens the view on screen at `step` (ui/links.py), with the counterfactual typed in
+    its tab."""
+    counterfactual = counterfactual.strip() if isinstance(counterfactual, str) else None
+    spec = link_of(session.with_view(replace(session.view, step=step)), counterfactual)
     return ("?" + spec.url_query(),), "A link to this view: it opens the same model, sentence, decoding and view."
 
 
@@ -90,7 +93,8 @@ def export_view(services: Services, session: Session, step: object) -> tuple[tup
 
 
 def wire(page: Page, services: Services) -> None:
-    tab_answer(page, services, link_query, [page.step], [page.link_box], "link", page.copy_link.click).then(
+    tab_answer(page, services, link_query, [page.step, page.counterfactual], [page.link_box], "link",
+               page.copy_link.click).then(
         None, page.link_box, page.link_box, js=LINK_JS)
     for button, file_format in ((page.export_json, "json"), (page.export_npz, "npz")):
         tab_answer(page, services, partial(export_trace, file_format=file_format), [], [page.export_file],
