@@ -127,3 +127,23 @@ def test_which_explanation_to_trust_is_drawn_in_its_tab_and_stop_says_so(page, s
     assert page.locator("#faithfulness-table tbody tr").count() == len(headers) - 1
     page.click("#stop-faithfulness")
     assert status_starts(page, "Stopped") == "Stopped: the explanations are not compared."
+
+
+def test_the_counterfactual_tab_suggests_a_swap_draws_both_grids_and_a_head_click_opens_it(page, services):
+    """Suggest a swap fills the second source from the sentence on screen; patching draws both translations, the
+    per-head grid and the stream grid in the tab; a click on a head of the grid opens it in the view."""
+    translate(page, services, SENTENCE)
+    page.get_by_role("tab", name="Counterfactual").click()
+    page.click("#suggest-swap")
+    page.wait_for_function("""() => document.querySelector('#counterfactual textarea, #counterfactual input')
+        ?.value === 'A woman plays with a red ball in the park.'""", timeout=15000)
+    page.click("#patch")
+    status_starts(page, "Step ")
+    text = page.locator("#counterfactual-text .answer-text").text_content()
+    assert text.startswith("Sentence:       A man plays") and "Counterfactual: A woman plays" in text
+    page.wait_for_function("() => document.querySelector('#patching-grid .js-plotly-plot')?.on", timeout=15000)
+    assert page.locator("#patching-grid .js-plotly-plot .heatmaplayer").count() == 3
+    assert page.locator("#patching-stream .js-plotly-plot").count() == 1
+    page.evaluate("""() => document.querySelector('#patching-grid .js-plotly-plot')
+        .emit('plotly_click', {points: [{customdata: 'cross.2.3'}]})""")
+    status_starts(page, "Showing cross.2.3")

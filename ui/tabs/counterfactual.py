@@ -75,8 +75,8 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     chosen = visible(ours[step - 1])
     asked = f'log p("{chosen}")' + (f' − log p("{visible(contrast)}")' if contrast else "")
     title = [f"Patching each head at step {step}: the change in {asked}, patched − original",
-             f"original {result.original:+.2f}, counterfactual {result.counterfactual:+.2f}; red: the head alone "
-             "moves it toward the counterfactual's"]
+             f"original {result.original:+.2f}, counterfactual {result.counterfactual:+.2f}; red: that head alone "
+             "lowers it, blue: raises it"]
     figure = patching_figure(result.effects, title, "Δ score")
     stream = None if result.stream is None else figure_json(stream_figure(
         result.stream, trace.source_tokens, [f"The encoder's stream at one source position after one layer, from the "
