@@ -7,6 +7,7 @@ import json
 import httpx
 import numpy as np
 import pytest
+from gradio_client import Client
 
 
 MODEL = "toy-en-de"
@@ -272,15 +273,36 @@ JUNK = {  # the values a client can put in "data", each sent in every position o
 
 
 def endpoints(server: str) -> dict[str, int]:
-    """Every named endpoint the running app offers, with how many values it takes."""
-    info = httpx.get(f"{server.rstrip('/')}/gradio_api/info", timeout=30).json()
-    return {name.lstrip("/"): len(spec["parameters"]) for name, spec in info["named_endpoints"].items()}
+    """Every named endpoint the running app answers, listed or not, with how many values a client sends it (the
+    page's config: each event's inputs but the session's state, which the server keeps)."""
+    config = httpx.get(f"{server.rstrip('/')}/config", timeout=30).json()
+    kinds = {component["id"]: component["type"] for component in config["components"]}
+    return {event["api_name"]: sum(kinds[i] != "state" for i in event["inputs"]) for event in config["dependencies"]
+            if event.get("api_name") and event.get("api_visibility", "public") != "private"}
+
+
+def test_the_api_page_lists_the_api_alone_and_each_answers_by_name(server, services):
+    """Gradio's "Use via API" page and gradio_client's view_api list /trace, /score, /beam, /attribute and /patch,
+    with their parameters named; the page's own events are not offered there (they stay callable, as the page
+    calls them)."""
+    client = Client(server, verbose=False)
+    listed = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert set(listed) == {"/trace", "/score", "/beam", "/attribute", "/patch"}
+    assert [p["parameter_name"] for p in listed["/patch"]["parameters"]][:3] == ["model", "text", "counterfactual"]
+    text = "A man plays with a red ball."
+    traced = client.predict(MODEL, text, api_name="/trace")
+    assert client.predict(MODEL, text, traced["target_tokens"][:-1], api_name="/score")["target_tokens"] == \
+        traced["target_tokens"]
+    assert client.predict(MODEL, text, 2, api_name="/beam")["n_best"]
+    assert client.predict(MODEL, text, "saliency", 1, api_name="/attribute")["steps"][0]["step"] == 1
+    assert client.predict(MODEL, text, "A woman plays with a red ball.", api_name="/patch")["effects"]["cross"]
+    assert {"translate", "layer", "first_visit", "patch_view"} <= set(endpoints(server))  # not listed, answered
 
 
 def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
     offered = endpoints(server)
-    assert {"trace", "score", "beam", "attribute", "patch", "translate", "switch_model", "first_visit", "kind", "layer",
-            "head", "measure", "model_view", "units"} <= set(offered)
+    assert {"trace", "score", "beam", "attribute", "patch", "translate", "switch_model", "first_visit", "kind",
+            "layer", "head", "measure", "model_view", "units"} <= set(offered)
     for endpoint, count in offered.items():
         for name, junk in JUNK.items():
             data = junk * count

@@ -36,6 +36,9 @@ from viz.attention import visible
 
 STATIC = Path(__file__).parent / "static"
 QUEUE_SIZE = 64
+# The page's own events are not the API (ui/api.py is): callable, as the page calls them, but not listed for clients
+# (Gradio's "Use via API" page, gradio_client's view_api), whose parameters would be the page's components.
+PAGE_EVENT = "undocumented"
 COMPARE_TAB = "compare"  # the id of the tab Compare models: a link that compares opens on it (`first_visit`)
 COUNTERFACTUAL_TAB = "counterfactual"  # the Counterfactual tab's: a link with a counterfactual opens on it
 COMPUTING = ("Computing {} at every step: the weights are shown meanwhile; stepping, the other views and the tabs "
@@ -240,6 +243,7 @@ def on(page: Page, services: Services, triggers: list, operation: Callable, extr
     # A new state asked for while another is on its way is sent at once (only the latest is answered: `answer`);
     # a view chosen while another is drawn is sent once that is (Gradio's default would drop it).
     options.setdefault("trigger_mode", "always_last" if view_change else "multiple")
+    options.setdefault("api_visibility", PAGE_EVENT)
     return [trigger(run, [page.session, *extras, *settings(page)], outputs, api_name=api_name,
                     queue=queued, preprocess=queued, postprocess=queued, **options)
             for trigger, api_name in zip(triggers, api_names)]
@@ -318,6 +322,7 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
             + [inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress())])
         options = {"show_progress": "minimal", "show_progress_on": [answers or page.core], **options}
     shown = [answers] if answers is not None else outputs
+    options.setdefault("api_visibility", PAGE_EVENT)
     return trigger(run, [page.session, *inputs], [page.session, *shown, page.core], api_name=api_name, **options)
 
 
@@ -416,7 +421,7 @@ def wire(page: Page, services: Services) -> None:
     def visit(state, request: gr.Request) -> dict:  # Gradio hands an argument typed gr.Request the page's request
         return first_visit(page, services, state, request)
     page.demo.load(visit, page.session, [*session_outputs(page), page.tabs, page.counterfactual],
-                   api_name="first_visit", **services.trace_queue)
+                   api_name="first_visit", api_visibility=PAGE_EVENT, **services.trace_queue)
 
     # A view change reads the user's stored trace (a few ms): the view's settings are the change. Integrated
     # gradients chosen are drawn with the weights at once, then computed step by step with progress, and can be

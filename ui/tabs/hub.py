@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 from model.convert_hf import ConversionError
-from ui.listeners import folded, on, session_outputs, translate_or_example
+from ui.listeners import PAGE_EVENT, folded, on, session_outputs, translate_or_example
 from ui.page import Page
 from ui.services import Services
 from ui.session import unpacked
@@ -37,7 +37,7 @@ def wire(page: Page, services: Services) -> None:
                              page.model: gr.update(choices=services.model_choices(), value=name)}, revision)
 
     loaded = page.hub_load.click(load, [page.session, page.hub_id], [page.core, page.model], api_name="load_from_hub",
-                                 concurrency_id="hub", concurrency_limit=1)
+                                 api_visibility=PAGE_EVENT, concurrency_id="hub", concurrency_limit=1)
     # Then the sentence on screen with the new model (nothing happens where the menu did not change).
     on(page, services, [loaded.then], translate_or_example, [page.model, page.source], ["load_from_hub_translate"],
        outputs=session_outputs(page), queued=False)
