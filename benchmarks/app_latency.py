@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson  # noqa: E402  (what Gradio encodes its answers with)
 import torch  # noqa: E402
-
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
-from model.decoding import greedy_trace  # noqa: E402
+
 from model.keys import ALL_HEADS, ALTI, CROSS, ENCODER, MEAN, WEIGHTS  # noqa: E402
-from model.words import PIECES  # noqa: E402
+from model.nets.decoding import greedy_trace  # noqa: E402
+from model.text.words import PIECES  # noqa: E402
 from ui import build_demo, listeners, load_services, operations  # noqa: E402
 from ui.tabs.sources import measure_sources  # noqa: E402
 from viz.attention import PlainFigure  # noqa: E402
@@ -122,7 +122,7 @@ def main() -> None:
 def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     """Each gradient attribution of the middle step (the page's button, in the server) against a translation, and
     integrated gradients (32 points) against 32 teacher-forced passes of the sentence, batched and looped."""
-    from model.attribution import METHODS, Prediction
+    from model.explain.attribution import METHODS, Prediction
     from ui.tabs.sources import attribute_step, explanations_compared
 
     session = page.translate(checkpoint, sentence)[page.page.session]
@@ -162,7 +162,7 @@ def patching(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     """Patching every head at one step against a counterfactual with one word swapped (the Counterfactual tab's
     button, in the server: both translations, one batch row per head, and causal tracing's stream grid), against a
     translation (goal: within 3x)."""
-    from model.patching import suggested_swap
+    from model.explain.patching import suggested_swap
     from ui.tabs.counterfactual import patch_at_step
 
     counterfactual = suggested_swap(sentence) or sentence

@@ -31,19 +31,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from urllib.parse import urlencode
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E402  (benchmarks/load.py)
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.evaluate import DEFAULT_DATA  # noqa: E402
+
+from model.serving.checkpoint import load_checkpoint  # noqa: E402
+from model.training.evaluate import DEFAULT_DATA  # noqa: E402
 from ui.session import to_arrays  # noqa: E402
 from viz.attention import escape_text  # noqa: E402
 

@@ -2,7 +2,7 @@
 parameters; `--family t5`: google-t5/t5-small's, 60 M; `--family nllb-600m`: a Marian model of
 NLLB-200-distilled-600M's sizes, 615 M), built here with transformers (no download), then
 
-1. converted by `python -m model.convert_hf` in a process of its own: its time and peak memory;
+1. converted by `python -m model.hub.convert_hf` in a process of its own: its time and peak memory;
 2. a greedy trace of about 20 tokens with every attention map, through the app's path (`Translator.trace`: the step
    decoder, batched), against transformers' own `generate(output_attentions=True)` with eager attention, alternately
    in the same run (goal: the trace no slower);
@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import hub_models  # noqa: E402  (tests/hub_models.py: Hub-style folders built offline)
 import torch  # noqa: E402
 
-import hub_models  # noqa: E402  (tests/hub_models.py: Hub-style folders built offline)
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.train import cpu_model  # noqa: E402
+from model.serving.checkpoint import load_checkpoint  # noqa: E402
+from model.training.train import cpu_model  # noqa: E402
 
 TEXT = "A man reads."  # 6 source tokens with <eos>: the random model runs to the length limit, 2 * 6 + 10 = 22
 LONG = ("Two young men in orange safety vests are working on the side of a busy road while a woman with a small "
@@ -45,11 +45,11 @@ def megabytes(kilobytes: int) -> str:
 
 
 def convert(folder: Path, out: Path) -> tuple[float, int]:
-    """Convert in a fresh process (`python -m model.convert_hf`): wall seconds and that process's peak resident
+    """Convert in a fresh process (`python -m model.hub.convert_hf`): wall seconds and that process's peak resident
     memory (KiB), its own VmHWM: the children's ru_maxrss counts this process's memory, which a child has for a
     moment before it runs its own program."""
     started = time.perf_counter()
-    script = ("import sys; from model.convert_hf import main; code = main(sys.argv[1:]); "
+    script = ("import sys; from model.hub.convert_hf import main; code = main(sys.argv[1:]); "
               "print(next(line for line in open('/proc/self/status') if line.startswith('VmHWM'))); sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", script, str(folder), "--out", str(out)], cwd=ROOT, check=True,
                           capture_output=True, text=True)
@@ -108,10 +108,10 @@ def at_size(root: Path, name: str, runs: int) -> None:
     step, and integrated gradients of one step (32 points), as the page computes them for a model this large."""
     import orjson
 
-    from model.attribution import INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
-    from model.contributions import alti_plus
+    from model.explain.attribution import INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
+    from model.explain.contributions import alti_plus
     from model.keys import CROSS, MEAN, WEIGHTS
-    from model.words import PIECES
+    from model.text.words import PIECES
     from ui import build_demo, listeners, load_services, operations
     from viz.attention import PlainFigure
 
@@ -191,8 +191,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--work", type=Path, default=Path("/tmp/hub-benchmark"))
     p.add_argument("--family", choices=["marian", "t5", "nllb-600m"], default="marian",
-                   help="opus-mt-en-de's config (marian), t5-small's (t5), or a Marian model of NLLB-200-distilled-600M's "
-                        "size (nllb-600m)")
+                   help="opus-mt-en-de's config (marian), t5-small's (t5), or a Marian model of "
+                        "NLLB-200-distilled-600M's size (nllb-600m)")
     args = p.parse_args(argv)
     torch.set_num_threads(2)
     print(f"{cpu_model()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     size = (folder / "model.safetensors").stat().st_size
     print(f"random {name}: {size / 1024 ** 2:,.0f} MiB of safetensors")
     seconds, peak = convert(folder, args.work / "checkpoints" / name)
-    print(f"conversion (python -m model.convert_hf): {seconds:.1f} s, peak memory {megabytes(peak)}")
+    print(f"conversion (python -m model.hub.convert_hf): {seconds:.1f} s, peak memory {megabytes(peak)}")
     translator = load_checkpoint(args.work / "checkpoints" / name)
     model = translator.model
     tables = {model.src_embedding.tokens.weight.data_ptr(), model.tgt_embedding.tokens.weight.data_ptr(),

@@ -16,9 +16,9 @@ MEAN, ALL_HEADS = "mean", "all"
 HEAD_LABELS = {MEAN: "Mean of heads", ALL_HEADS: "All heads"}
 
 # What an attention view can show: the weights, a measure computed from the same pass through the residual stream
-# (model/contributions.py: a Transformer's only), or gradient attributions of each step's prediction
-# (model/attribution.py): a measure of the whole model, to the source tokens (shown as cross-attention) and to the
-# target prefix (as decoder self-attention).
+# (model/explain/contributions.py: a Transformer's only), or gradient attributions of each step's prediction
+# (model/explain/attribution.py): a measure of the whole model, to the source tokens (shown as cross-attention) and
+# to the target prefix (as decoder self-attention).
 WEIGHTS, VALUE_NORM, ROLLOUT, ALTI = "weights", "value_norm", "rollout", "alti"
 RESIDUAL_MEASURES = (VALUE_NORM, ROLLOUT, ALTI)
 SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS = "saliency", "input_x_gradient", "integrated_gradients"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.transformer import ModelConfig, Transformer
+from model.nets.transformer import ModelConfig, Transformer
 
 torch.set_num_threads(1)
 
@@ -21,7 +21,7 @@ def pytest_configure(config):
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
-# T5's switches (model/convert_hf.py): relative positions, RMSNorm, gated GELU, heads narrower than d_model / heads.
+# T5's switches (model/hub/convert_hf.py): relative positions, RMSNorm, gated GELU, heads narrower than d_model / heads.
 T5_LIKE = dict(positional="relative", norm="pre", normalization="rms", gated_feed_forward=True, activation="gelu_tanh",
                d_head=6, relative_buckets=8, relative_max_distance=16, scale_embeddings=False)
 
@@ -78,7 +78,7 @@ def toy_data(tmp_path):
 def toy_checkpoints(tmp_path_factory):
     """A checkpoint folder with toy en->de Transformer and RNN checkpoints trained here and one broken
     folder; returns (checkpoint folder, the toy data they were trained on)."""
-    from model import train
+    from model.training import train
 
     root = tmp_path_factory.mktemp("checkpoints")
     # Enough data and updates that the toy really learns its word-for-word task (val BLEU ~95 for every seed

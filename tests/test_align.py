@@ -4,13 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from model import align
-from model.align import (READINGS, alignment_error_rate, cross_attention, fast_align, head_alignments, parse_pharaoh,
-                         pharaoh, read_links, reversal_gold, silver_alignments)
-from model.checkpoint import load_checkpoint
-from model.data import load_pairs
-from model.transformer import Transformer
-
+from model.analysis import align
+from model.analysis.align import (READINGS, alignment_error_rate, cross_attention, fast_align, head_alignments,
+                                  parse_pharaoh, pharaoh, read_links, reversal_gold, silver_alignments)
+from model.nets.transformer import Transformer
+from model.serving.checkpoint import load_checkpoint
+from model.training.data import load_pairs
 from tests.conftest import SHIPPED
 
 
@@ -131,7 +130,7 @@ def test_alignments_in_words_index_words_of_merged_pieces():
     words' (a hand check on the layer mean: the word row is its pieces' rows averaged, the keys summed)."""
     from dataclasses import replace
 
-    from model.words import merge, word_spans
+    from model.text.words import merge, word_spans
     from ui.services import Services
     from ui.session import Decoding, Session, View, to_arrays
     from ui.tabs.statistics import read_alignments

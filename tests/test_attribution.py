@@ -1,17 +1,16 @@
-"""Gradient attributions (model/attribution.py): the gradients are the model's, integrated gradients is complete
+"""Gradient attributions (model/explain/attribution.py): the gradients are the model's, integrated gradients is complete
 (its attributions sum to f(x) − f(baseline)) and gets more so with more steps, for the Transformer, a shared
 vocabulary (as converted Hub models have) and the GRU models, plain and contrastive."""
 
+import numpy as np
 import pytest
 import torch
 
-import numpy as np
-
-from model.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, Prediction, attribute,
-                               attribute_steps, step_shares)
-from model.rnn import RNNConfig, RNNSeq2Seq
-from model.transformer import Transformer
-from model.vocab import EOS_ID
+from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, Prediction, attribute,
+                                       attribute_steps, step_shares)
+from model.nets.rnn import RNNConfig, RNNSeq2Seq
+from model.nets.transformer import Transformer
+from model.text.vocab import EOS_ID
 from tests.conftest import T5_LIKE, tiny_config
 
 pytest.importorskip("captum")

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from gradio_client import Client
 
-from model.decoding import output_limit
-from model.translator import InputError
-from viz.attention import INVISIBLE_CATEGORIES, MAX_LABEL_CHARS
 from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, WEIGHTS
+from model.nets.decoding import output_limit
+from model.serving.translator import InputError
+from viz.attention import INVISIBLE_CATEGORIES, MAX_LABEL_CHARS
 
 MODEL = "toy-en-de"
 

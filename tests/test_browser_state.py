@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from model.keys import MEASURE_LABELS, INTEGRATED_GRADIENTS, WEIGHTS
+from model.keys import INTEGRATED_GRADIENTS, MEASURE_LABELS, WEIGHTS
 from tests.test_browser import LONG, MODEL, choose, translate
 
 pytestmark = pytest.mark.slow  # drives a real browser

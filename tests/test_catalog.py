@@ -1,5 +1,5 @@
-"""Hub-size checkpoints load on first use, within a memory budget (model/catalog.py), and the trace workers serve
-them as they serve the others."""
+"""Hub-size checkpoints load on first use, within a memory budget (model/serving/catalog.py), and the trace workers
+serve them as they serve the others."""
 
 import shutil
 import sys
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import model.catalog as catalog_module
-from model.catalog import Catalog, memory_bytes
-from model.convert_hf import ConversionError, convert
+import model.serving.catalog as catalog_module
+from model.hub.convert_hf import ConversionError, convert
+from model.serving.catalog import Catalog, memory_bytes
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
@@ -88,8 +88,9 @@ def test_the_trace_workers_serve_a_model_loaded_after_they_started(hub_root, tmp
 def stand_in_hub(tmp_path, monkeypatch):
     """The Hub, stood in for by a local Marian folder: what huggingface_hub's model_info and snapshot_download
     would answer for it. Returns the list of snapshot_download calls' allow_patterns."""
-    import huggingface_hub
     from types import SimpleNamespace
+
+    import huggingface_hub
 
     folder = hub_models.marian(tmp_path / "hub-marian")
     siblings = [SimpleNamespace(rfilename=f.name, size=f.stat().st_size) for f in folder.iterdir()]
@@ -111,13 +112,13 @@ def test_the_hub_box_converts_a_model_once_and_adds_it_to_the_menu(tmp_path, sta
     assert name == "Helsinki-NLP--opus-mt-tiny" and name in [value for _, value in services.model_choices()]
     assert services.card(name).metrics["source"] == {"hub_id": "Helsinki-NLP/opus-mt-tiny", "revision": "0123abc",
                                                        "license": None, "model_type": "marian",
-                                                       "converted_with": "python -m model.convert_hf"}
+                                                       "converted_with": "python -m model.hub.convert_hf"}
     assert services.trace(name, TEXT).target_tokens
     folder, calls = stand_in_hub
     assert calls[0] == ["config.json"] and "model.safetensors" in calls[1]  # the family checked first
     assert services.load_from_hub("Helsinki-NLP/opus-mt-tiny") == name and len(calls) == 2  # converted once
     with pytest.raises(ConversionError, match="is not a Hub model id: .* A model in a folder on the server is "
-                                              "converted there: python -m model.convert_hf FOLDER"):
+                                              "converted there: python -m model.hub.convert_hf FOLDER"):
         services.load_from_hub(str(folder))  # a page never converts a folder of the server's, and says so
     with pytest.raises(ConversionError, match=r"^'aaaa.{53}…' is not a Hub model id: ids look like owner/name"):
         services.load_from_hub("a" * 300)  # never a raw "File name too long"
@@ -154,7 +155,7 @@ def test_the_hub_box_refuses_at_once_what_it_cannot_load(tmp_path, stand_in_hub,
 
 
 def test_a_worker_forked_before_a_model_was_loaded_hands_its_request_back(hub_root):
-    from model.workers import TracePool
+    from model.serving.workers import TracePool
 
     catalog = Catalog(hub_root, lazy_bytes=0)
     pool = TracePool(catalog, workers=1)  # forked while nothing is loaded; nobody forks it anew
@@ -167,7 +168,7 @@ def test_a_worker_forked_before_a_model_was_loaded_hands_its_request_back(hub_ro
 
 def test_a_model_the_disk_has_no_room_for_is_refused_before_anything_is_written(tmp_path, stand_in_hub, monkeypatch):
     """Neither a download nor a conversion starts without the room it needs on its disk; each says how much."""
-    from model import convert_hf, hub_checks
+    from model.hub import convert_hf, hub_checks
     from ui.services import Services
 
     root = tmp_path / "checkpoints"

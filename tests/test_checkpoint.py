@@ -7,12 +7,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model.checkpoint import CONFIG, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
 from model.keys import ALL_HEADS, CROSS, MEAN
-from model.transformer import Transformer
-from model.translator import InputError, Translator
-from model.vocab import SPECIALS, Tokenizer, Truecaser, Vocab
-
+from model.nets.transformer import Transformer
+from model.serving.checkpoint import CONFIG, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from model.serving.translator import InputError, Translator
+from model.text.vocab import SPECIALS, Tokenizer, Truecaser, Vocab
 from tests.conftest import Events, tiny_config
 
 
@@ -176,7 +175,7 @@ def test_weights_are_written_a_tensor_at_a_time_as_safetensors_reads_them(tmp_pa
     ones and integers as they are, floating ones cast where asked."""
     from safetensors.torch import load_file
 
-    from model.checkpoint import write_safetensors
+    from model.serving.checkpoint import write_safetensors
 
     tensors = {"w": torch.randn(3, 4), "t": torch.randn(2, 3).t(), "ids": torch.arange(5), "s": torch.tensor(1.5),
                "e": torch.zeros(0, 3)}

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.checkpoint import load_checkpoint
-from model.contributions import alti_plus, block_contributions, rollout, value_weighted
-from model.seq2seq import head_gates
-from model.transformer import Transformer
-from model.vocab import EOS_ID, SOS_ID
-
+from model.explain.contributions import alti_plus, block_contributions, rollout, value_weighted
+from model.nets.seq2seq import head_gates
+from model.nets.transformer import Transformer
+from model.serving.checkpoint import load_checkpoint
+from model.text.vocab import EOS_ID, SOS_ID
 from tests.conftest import SHIPPED, tiny_config
 
 SRC_IDS = [5, 6, 7, 8, 9, EOS_ID]
@@ -163,7 +162,7 @@ def test_the_app_measures_the_decoding_on_screen_on_request(events, services):
 
 
 def test_head_statistics_of_known_maps():
-    from model.head_stats import head_statistics
+    from model.explain.head_stats import head_statistics
 
     tokens = ["a", "dog", ".", "<eos>"]
     previous = np.zeros((1, 2, 4, 4))
@@ -204,7 +203,7 @@ def test_the_app_tables_every_heads_statistics(events, services):
 def test_every_view_can_show_a_measure_instead_of_the_weights(events, services):
     import json
 
-    from model.contributions import measure_maps
+    from model.explain.contributions import measure_maps
     from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
     from ui.operations import MEASURE_LINES
 

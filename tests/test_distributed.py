@@ -1,4 +1,4 @@
-"""Training on several processes (model/distributed.py, torchrun): the same gradients as one process with the
+"""Training on several processes (model/training/distributed.py, torchrun): the same gradients as one process with the
 whole batch, and a 2-process run that learns what a 1-process run learns."""
 
 import json
@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from model import distributed
-from model.train import step_loss
-from model.transformer import Transformer
+from model.nets.transformer import Transformer
+from model.training import distributed
+from model.training.train import step_loss
 from tests.conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +74,7 @@ def test_ranks_sharing_a_batch_get_the_gradients_of_one_process_with_all_of_it(t
             torch.testing.assert_close(ranks_gradients[name], gradient, rtol=1e-4, atol=1e-6)  # float sums, reordered
 
 
-def torchrun(*args: str, module: str = "model.train", processes: int = 2) -> subprocess.CompletedProcess:
+def torchrun(*args: str, module: str = "model.training.train", processes: int = 2) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            f"--nproc_per_node={processes}", "-m", module, *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -84,15 +84,15 @@ def torchrun(*args: str, module: str = "model.train", processes: int = 2) -> sub
 def test_two_processes_learn_reversal_as_one_does(tmp_path):
     """The shipped reverser's recorded command, on 2 processes (torchrun, gloo): a checkpoint that loads and
     reverses held-out strings as well as the 1-process run's (exact match >= 99%)."""
-    from model.checkpoint import load_checkpoint
-    from model.evaluate import evaluate
+    from model.serving.checkpoint import load_checkpoint
+    from model.training.evaluate import evaluate
     from tests.test_reversal import recorded_arguments
     run = torchrun(*recorded_arguments(tmp_path))  # --threads 1: a thread per process
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     translator = load_checkpoint(tmp_path / "reverse")
     training = translator.metrics["training"]
     assert (training["world_size"], training["backend"]) == (2, "gloo")
-    assert training["command"].startswith("torchrun --nproc_per_node 2 -m model.train ")
+    assert training["command"].startswith("torchrun --nproc_per_node 2 -m model.training.train ")
     metrics, _ = evaluate(translator, "reverse", "test", beam_size=1)
     assert metrics["exact_match"] >= 99.0, metrics
     assert run.stdout.count("epoch=") == 5  # rank 0 alone logs
@@ -114,22 +114,23 @@ def test_a_two_process_run_resumes(toy_data, tmp_path):
 
 @pytest.mark.slow
 def test_alignment_error_rates_on_two_processes_are_those_of_one(capsys):
-    from model import align
+    from model.analysis import align
     argv = ["--checkpoint", str(ROOT / "checkpoints" / "reverse"), "--data", "reverse", "--split", "test",
             "--limit", "61"]
     align.main(argv)
     alone = capsys.readouterr().out
-    shared = torchrun(*argv, module="model.align")
+    shared = torchrun(*argv, module="model.analysis.align")
     assert shared.returncode == 0, shared.stderr[-2000:]
     assert shared.stdout == alone  # rank 0 alone prints, the whole split's rates
 
 
 @pytest.mark.slow
 def test_head_statistics_on_two_processes_are_those_of_one(toy_checkpoints, tmp_path):
-    """model.heads on a split shared by 2 processes: every head's statistics, importance, BLEU and likelihood
+    """model.analysis.heads on a split shared by 2 processes: every head's statistics, importance, BLEU and likelihood
     changes, and the pruning curve are those of one process reading it all."""
     import shutil
-    from model import heads
+
+    from model.analysis import heads
     root, data = toy_checkpoints
     reports = {}
     for processes in (1, 2):
@@ -139,11 +140,11 @@ def test_head_statistics_on_two_processes_are_those_of_one(toy_checkpoints, tmp_
         if processes == 1:
             heads.main(argv)
         else:
-            run = torchrun(*argv, module="model.heads")
+            run = torchrun(*argv, module="model.analysis.heads")
             assert run.returncode == 0, run.stderr[-2000:]
         reports[processes] = json.loads((folder / heads.HEADS).read_text())
     alone, shared = reports[1], reports[2]
-    assert shared["command"].startswith("torchrun --nproc_per_node 2 -m model.heads")
+    assert shared["command"].startswith("torchrun --nproc_per_node 2 -m model.analysis.heads")
     assert shared["bleu"] == alone["bleu"]
     # The pruning curve switches heads off in order of importance; heads of almost equal importance (sums taken
     # over differently grouped batches) may swap places, so its BLEU is compared where the order is the same.

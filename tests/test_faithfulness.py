@@ -1,15 +1,16 @@
-"""Which explanation to trust (model/faithfulness.py): ERASER's comprehensiveness and sufficiency of each
+"""Which explanation to trust (model/explain/faithfulness.py): ERASER's comprehensiveness and sufficiency of each
 method's ranking of the source tokens, checked by hand, for the Transformer and the GRU, and the command line."""
 
 import numpy as np
 import pytest
 import torch
 
-from model import faithfulness
-from model.faithfulness import KS, METHODS, log_probabilities, sentence_faithfulness, step_faithfulness, summary
-from model.rnn import RNNConfig, RNNSeq2Seq
-from model.transformer import Transformer
-from model.vocab import EOS_ID, UNK_ID
+from model.analysis import faithfulness
+from model.analysis.faithfulness import summary
+from model.explain.faithfulness import KS, METHODS, log_probabilities, sentence_faithfulness, step_faithfulness
+from model.nets.rnn import RNNConfig, RNNSeq2Seq
+from model.nets.transformer import Transformer
+from model.text.vocab import EOS_ID, UNK_ID
 from tests.conftest import tiny_config
 
 pytest.importorskip("captum")

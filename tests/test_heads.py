@@ -1,4 +1,4 @@
-"""`python -m model.heads`: every head switched off alone, gradient importance, the pruning curve."""
+"""`python -m model.analysis.heads`: every head switched off alone, gradient importance, the pruning curve."""
 
 import json
 import shutil
@@ -6,11 +6,11 @@ import shutil
 import numpy as np
 import pytest
 
-from model import align, heads
-from model.align import alignment_error_rate
-from model.checkpoint import load_checkpoint
-from model.data import load_pairs
-from model.seq2seq import head_gates
+from model.analysis import align, heads
+from model.analysis.align import alignment_error_rate
+from model.nets.seq2seq import head_gates
+from model.serving.checkpoint import load_checkpoint
+from model.training.data import load_pairs
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_every_head_is_measured_and_importance_is_normalised_per_layer(report):
         for layer in (1, 2):
             values = [result["heads"][f"{kind}.{layer}.{h}"]["importance"] for h in range(1, 5)]
             assert np.linalg.norm(values) == pytest.approx(1, abs=1e-4)
-    assert result["command"].startswith("python -m model.heads --checkpoint") and result["split"] == "val"
+    assert result["command"].startswith("python -m model.analysis.heads --checkpoint") and result["split"] == "val"
     # With every head on, the BLEU is the one training measured on the same split (before float16 storage).
     assert result["sentences"] == 30
     assert result["bleu"] == pytest.approx(translator.metrics["validation_greedy"]["bleu_tok_lc"], abs=0.5)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from model.checkpoint import load_checkpoint
-from model.convert_hf import convert
+from model.hub.convert_hf import convert
 from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, GRADIENTS, MEAN, MEASURES
+from model.serving.checkpoint import load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
@@ -25,6 +25,7 @@ def hub_events(tmp_path_factory):
     """The page for two converted Marian models (one English source, to compare), a converted NLLB model and a
     converted flan-t5-like model."""
     from conftest import Events
+
     from ui import build_demo
     from ui.services import Services
 
@@ -129,6 +130,7 @@ def test_the_language_menus_in_the_browser(hub_events):
     import shutil
 
     from conftest import CHROMIUM, CHROMIUM_ARGS
+
     from ui import launch_options
 
     if not shutil.which(CHROMIUM) and not os.environ.get("CI"):
@@ -259,7 +261,7 @@ def test_a_branch_and_heads_off_compare_in_words(hub_events):
 
     import numpy as np
 
-    from model.words import words
+    from model.text.words import words
     from ui import operations
     from viz.whatif import FORCED
 
@@ -291,13 +293,13 @@ def test_a_branch_and_heads_off_compare_in_words(hub_events):
 
 
 def test_a_hub_model_is_scored_on_detokenized_text_in_its_directions(hub_events, tmp_path):
-    """model.evaluate scores a converted model's detokenized output with sacreBLEU, and its word-level BLEU on
+    """model.training.evaluate scores a converted model's detokenized output with sacreBLEU, and its word-level BLEU on
     spaCy words of that text (never on its sentencepiece pieces); a multilingual model on the Multi30k pair of the
     languages asked for."""
     import sacrebleu
 
-    from model.evaluate import evaluate, multi30k_language
-    from model.vocab import Tokenizer
+    from model.text.vocab import Tokenizer
+    from model.training.evaluate import evaluate, multi30k_language
     from tests.conftest import write_parallel
 
     data = write_parallel(tmp_path, sizes=(("test_2016_flickr", 6),))
@@ -312,13 +314,13 @@ def test_a_hub_model_is_scored_on_detokenized_text_in_its_directions(hub_events,
 
 
 def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, tmp_path):
-    """model.heads works on a converted model, over the Multi30k pair of its direction or over a user's own two
+    """model.analysis.heads works on a converted model, over the Multi30k pair of its direction or over a user's own two
     files (a multilingual model too); until it has run, the page says the model has no head report; after, with no
     restart, it opens on the cross-attention head that aligns best."""
     import shutil
 
-    from model import heads
-    from model.catalog import Catalog
+    from model.analysis import heads
+    from model.serving.catalog import Catalog
     from tests.conftest import write_parallel
     from ui import operations
     from ui.services import Services

@@ -7,15 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from model.batching import pad
-from model.checkpoint import load_checkpoint
-from model.decoding import greedy_trace, next_token_logits, teacher_forced_log_probs
-from model.rnn import RNNConfig, RNNSeq2Seq
-from model.seq2seq import CROSS, DECODER, ENCODER, HeadGates, head_gates
-from model.transformer import Transformer
-from model.translator import InputError
-from model.vocab import EOS_ID, PAD_ID, SOS_ID
-
+from model.nets.decoding import greedy_trace, next_token_logits, teacher_forced_log_probs
+from model.nets.rnn import RNNConfig, RNNSeq2Seq
+from model.nets.seq2seq import CROSS, DECODER, ENCODER, HeadGates, head_gates
+from model.nets.transformer import Transformer
+from model.serving.checkpoint import load_checkpoint
+from model.serving.translator import InputError
+from model.text.batching import pad
+from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 from tests.conftest import SHIPPED, tiny_config
 
 SRC_IDS = [5, 6, 7, 8, 9, EOS_ID]

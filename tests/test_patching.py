@@ -1,5 +1,5 @@
-"""Activation patching per head (model/patching.py): the known answers, on the shipped checkpoints, a GRU model and
-tiny converted Hub models, and the command line."""
+"""Activation patching per head (model/explain/patching.py): the known answers, on the shipped checkpoints, a GRU
+model and tiny converted Hub models, the command line (model/analysis/patching.py), the page and links."""
 
 import gzip
 import sys
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from model.checkpoint import load_checkpoint
+from model.analysis.patching import gender_pairs, main
+from model.explain.patching import patch_heads, patched_scores, recorded_run
 from model.keys import CROSS, DECODER, ENCODER
-from model.patching import gender_pairs, main, patch_heads, patched_scores, recorded_run
-from model.translator import InputError
-from model.vocab import SOS_ID
+from model.serving.checkpoint import load_checkpoint
+from model.serving.translator import InputError
+from model.text.vocab import SOS_ID
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
@@ -152,7 +153,7 @@ def test_a_gru_model_patches_its_one_attention_step_by_step():
 
 @pytest.mark.parametrize("family", ["marian", "t5"])
 def test_converted_hub_models_patch_every_kind(tmp_path, family):
-    from model.convert_hf import convert
+    from model.hub.convert_hf import convert
 
     folder = hub_models.marian(tmp_path / "hub") if family == "marian" else hub_models.t5(tmp_path / "hub")
     translator = load_checkpoint(convert(str(folder), tmp_path / "converted"))

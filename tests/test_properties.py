@@ -5,10 +5,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model.decoding import greedy_trace, output_limit
-from model.transformer import Transformer
-from model.vocab import EOS_ID, SPECIALS, UNK_ID, Tokenizer, Vocab, detokenize
-
+from model.nets.decoding import greedy_trace, output_limit
+from model.nets.transformer import Transformer
+from model.text.vocab import EOS_ID, SPECIALS, UNK_ID, Tokenizer, Vocab, detokenize
 from tests.conftest import tiny_config
 
 WORDS = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)

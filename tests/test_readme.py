@@ -57,7 +57,7 @@ def test_readme_image_exists():
 
 
 def test_results_table_matches_the_checkpoints_metrics():
-    """Every row of the README's results tables is what `model.evaluate --save-metrics` recorded."""
+    """Every row of the README's results tables is what `model.training.evaluate --save-metrics` recorded."""
     rows = re.findall(r"^\| (\S+) \| (test2016|test|val) \| (greedy|beam \d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| "
                       r"([\d.]+) \|$", README, re.M)
     assert len(rows) >= 6
@@ -79,7 +79,7 @@ def test_shipped_checkpoints_are_small():
 def test_the_readmes_word_in_pieces_example_is_what_the_shipped_model_forces():
     """A word whose own byte-pair pieces the vocabulary lacks is spelled in the fewest pieces it has, as the README
     says, and forcing it translates on from there."""
-    from model.checkpoint import load_checkpoint
+    from model.serving.checkpoint import load_checkpoint
 
     word, pieces = re.search(r'`force=\["(\w+)"\]`\s+forces (`[^()]*`),', README).groups()
     translator = load_checkpoint(ROOT / "checkpoints" / "en-de")

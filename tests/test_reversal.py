@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model import train
-from model.checkpoint import load_checkpoint
-from model.data import load_pairs
-from model.evaluate import evaluate
+from model.serving.checkpoint import load_checkpoint
+from model.training import train
+from model.training.data import load_pairs
+from model.training.evaluate import evaluate
 
 pytestmark = pytest.mark.slow  # trains the shipped reverser from scratch (about two minutes)
 
@@ -21,7 +21,7 @@ SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "reverse"
 def recorded_arguments(out: Path) -> list[str]:
     """The shipped checkpoint's training command, writing to `out` instead of checkpoints/."""
     command = json.loads((SHIPPED / "metrics.json").read_text())["training"]["command"]
-    argv = shlex.split(command)[3:]  # drop "python -m model.train"
+    argv = shlex.split(command)[3:]  # drop "python -m model.training.train"
     for flag, value in (("--out", out / "reverse"), ("--work", out / "work")):
         argv[argv.index(flag) + 1] = str(value)
     return argv

@@ -6,9 +6,9 @@ import json
 import gradio as gr
 
 from model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WEIGHTS
+from tests.conftest import VIEW
 from ui import listeners, operations
 from ui.session import Revisions, Session
-from tests.conftest import VIEW
 
 GRADIENT_VIEW = (CROSS, 1, MEAN, INTEGRATED_GRADIENTS, 2, False, "pieces")
 DROPPED = {"session": gr.skip()}
@@ -114,7 +114,7 @@ def test_on_a_large_model_saliency_comes_later_in_a_few_passes_with_progress(eve
     """Saliency at every step takes one batch, at once, on a small model; on one of LARGE_MODEL parameters or more
     (seconds at NLLB-600M's size) it is drawn later, in up to PASSES batches with progress after each, and gives
     what the one batch gives."""
-    from model.attribution import PASSES
+    from model.explain.attribution import PASSES
     from model.keys import SALIENCY
 
     session = translated(events)

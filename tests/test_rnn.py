@@ -4,11 +4,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model import train
-from model.checkpoint import load_checkpoint
-from model.decoding import beam_search, greedy_decode
-from model.rnn import RNNConfig, RNNSeq2Seq
-from model.vocab import EOS_ID, PAD_ID, SOS_ID
+from model.nets.decoding import beam_search, greedy_decode
+from model.nets.rnn import RNNConfig, RNNSeq2Seq
+from model.serving.checkpoint import load_checkpoint
+from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
+from model.training import train
 
 
 def tiny_rnn(**overrides) -> RNNSeq2Seq:

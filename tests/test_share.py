@@ -2,18 +2,16 @@
 
 import json
 import re
+from urllib.parse import parse_qs
 
 import numpy as np
 import pytest
-
-from urllib.parse import parse_qs
-
 import torch
 
-from model import inspect
-from model.checkpoint import load_checkpoint
-from model.inspect import load_trace
 from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
+from model.serving import inspect
+from model.serving.checkpoint import load_checkpoint
+from model.serving.inspect import load_trace
 from ui import operations
 from ui.links import LinkSpec, open_link
 from ui.render import render

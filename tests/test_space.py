@@ -27,8 +27,8 @@ def test_dry_run_lists_what_the_space_runs_with_sizes_and_uploads_nothing():
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     listed = {line.split()[2] for line in lines[:-1]}
-    for needed in ("app.py", "requirements.txt", "README.md", ".gitattributes", "model/transformer.py",
-                   "model/seq2seq.py", "viz/views.py", "ui/demo.py", "ui/tabs/inspect.py", "ui/static/plot.js",
+    for needed in ("app.py", "requirements.txt", "README.md", ".gitattributes", "model/nets/transformer.py",
+                   "model/nets/seq2seq.py", "viz/views.py", "ui/demo.py", "ui/tabs/inspect.py", "ui/static/plot.js",
                    "ui/static/page.js", "ui/static/style.css", "checkpoints/en-de/model.safetensors",
                    "checkpoints/en-de/vocab.json", "checkpoints/reverse/config.json"):
         assert needed in listed, needed

@@ -3,10 +3,9 @@
 import pytest
 import torch
 
-from model.decoding import greedy_decode, greedy_trace
-from model.transformer import ModelConfig, Transformer, attention, relative_buckets
-from model.vocab import EOS_ID, PAD_ID, SOS_ID
-
+from model.nets.decoding import greedy_decode, greedy_trace
+from model.nets.transformer import ModelConfig, Transformer, attention, relative_buckets
+from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 from tests.conftest import T5_LIKE, tiny_config
 
 

@@ -11,7 +11,7 @@ import pytest
 from gradio_client import Client
 
 from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, MEAN, WEIGHTS
-from model.words import PIECES
+from model.text.words import PIECES
 from ui import operations
 from ui.listeners import first_visit, translate_or_example
 from ui.session import NOTHING_YET, Revisions, View
@@ -34,7 +34,7 @@ def test_importing_the_ui_loads_no_checkpoint_and_forks_no_worker():
     import subprocess
     import sys
 
-    code = ("import gc, multiprocessing, app, ui; from model.translator import Translator; "
+    code = ("import gc, multiprocessing, app, ui; from model.serving.translator import Translator; "
             "print(sum(isinstance(o, Translator) for o in gc.get_objects()), len(multiprocessing.active_children()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent)
@@ -215,7 +215,8 @@ def test_server_answers_gradio_client(server, services):
     assert np.array(result["encoder_attention"]).shape == (2, 4, sources, sources)
     with pytest.raises(Exception, match="empty"):
         client.predict(MODEL, "  ", api_name="/trace")
-    answer = client.predict(MODEL, "A dog.", CROSS, 0, MEAN, WEIGHTS, 1, False, api_name="/translate")
+    # The page's own event: not listed for clients, so every value is given (the units, the revision on screen).
+    answer = client.predict(MODEL, "A dog.", CROSS, 0, MEAN, WEIGHTS, 1, False, "pieces", None, api_name="/translate")
     assert json.loads(answer[1])["translation"] == translator.trace("A dog.").text  # the revision, the core view
 
 
@@ -256,7 +257,7 @@ def test_a_source_outside_the_trained_lengths_is_said_to_be(services, monkeypatc
 
 
 def test_the_shipped_reverser_warns_beyond_its_16_characters():
-    from model.checkpoint import load_checkpoint
+    from model.serving.checkpoint import load_checkpoint
 
     reverser = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "reverse")
     assert reverser.metrics["training"]["source_tokens"] == [2, 16]

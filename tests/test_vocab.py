@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.vocab import BPE, SPECIALS, UNK_ID, Tokenizer, Truecaser, Vocab, _merge_pair, detokenize, join_pieces
+from model.text.vocab import BPE, SPECIALS, UNK_ID, Tokenizer, Truecaser, Vocab, _merge_pair, detokenize, join_pieces
 
 
 def test_tokenizer_splits_punctuation_and_lowercases():

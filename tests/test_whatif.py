@@ -8,21 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from model.checkpoint import load_checkpoint
-from model.decoding import beam_search, beam_trace
-from model.data import DataError
 from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, WEIGHTS
-from model.translator import InputError
-from ui import operations
-from ui.tabs.heads import from_grids
-from ui.listeners import translate_or_example, use_example
-from ui.session import Revisions, to_arrays
-from viz.views import TraceArrays
-from viz.whatif import DIFFERS, FORCED, token_differences
-
+from model.nets.decoding import beam_search, beam_trace
+from model.serving.checkpoint import load_checkpoint
+from model.serving.translator import InputError
+from model.training.data import DataError
 from tests.conftest import SHIPPED
 from tests.test_http_api import call
 from tests.test_interventions import MODELS, SRC_IDS
+from ui import operations
+from ui.listeners import translate_or_example, use_example
+from ui.session import Revisions, to_arrays
+from ui.tabs.heads import from_grids
+from viz.views import TraceArrays
+from viz.whatif import DIFFERS, FORCED, token_differences
 
 MODEL = "toy-en-de"
 SENTENCE = "A man plays with a red ball in the park."
@@ -62,7 +61,8 @@ def test_the_beams_best_hypothesis_is_what_batched_beam_search_returns(name, bea
 
 
 def test_the_beam_on_the_shipped_model_is_what_evaluation_translates(en_de):
-    """`model.evaluate` translates with Translator.translate_tokens (beam 5): the beam view's best is that output."""
+    """`model.training.evaluate` translates with Translator.translate_tokens (beam 5): the beam view's best is that
+    output."""
     for text in ("A man in a blue shirt is standing on a ladder cleaning windows.", "Two dogs play in the snow.",
                  "A little girl climbing into a wooden playhouse."):
         traced = en_de.beam(text)
@@ -323,10 +323,10 @@ def test_beam_and_branch_through_raw_http(server, services):
 
 @pytest.mark.slow
 def test_the_least_important_head_matters_less_for_val_bleu_than_the_most_important(en_de):
-    from model.data import load_pairs
-    from model.evaluate import DEFAULT_DATA
-    from model.heads import greedy_bleu
-    from model.seq2seq import head_gates
+    from model.analysis.heads import greedy_bleu
+    from model.nets.seq2seq import head_gates
+    from model.training.data import load_pairs
+    from model.training.evaluate import DEFAULT_DATA
 
     try:
         pairs = load_pairs(DEFAULT_DATA, "val", "en", "de")

@@ -1,4 +1,4 @@
-"""Words from pieces (model/words.py): grouping by each tokenizer's convention, and maps merged as Clark et al.
+"""Words from pieces (model/text/words.py): grouping by each tokenizer's convention, and maps merged as Clark et al.
 (2019) do, by hand."""
 
 from dataclasses import replace
@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from model.words import BPE, CHARACTERS, PIECES, SENTENCEPIECE, WHOLE, merge, word_label, word_spans
+from model.text.words import BPE, CHARACTERS, PIECES, SENTENCEPIECE, WHOLE, merge, word_label, word_spans
 
 
 def labels(tokens, how):

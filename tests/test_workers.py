@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from model.checkpoint import load_all
-from model.translator import InputError
-from model.workers import TracePool, available_cores, can_fork
+from model.serving.checkpoint import load_all
+from model.serving.translator import InputError
+from model.serving.workers import TracePool, available_cores, can_fork
 from tests.test_trace_batch import ROUNDING
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="trace workers are forked")
@@ -65,7 +65,8 @@ def test_a_killed_worker_is_replaced_and_its_request_still_answered(pool):
 
 
 def test_workers_end_when_the_app_process_is_killed(toy_checkpoints):
-    script = ("import sys, time; from model.checkpoint import load_all; from model.workers import TracePool; "
+    script = ("import sys, time; from model.serving.checkpoint import load_all; "
+              "from model.serving.workers import TracePool; "
               f"pool = TracePool(load_all({str(toy_checkpoints[0])!r})[0], 2); "
               "print(*pool.worker_pids(), flush=True); time.sleep(120)")
     app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
@@ -83,7 +84,8 @@ def test_workers_end_when_the_app_process_is_killed(toy_checkpoints):
 def test_at_exit_the_workers_are_stopped_and_none_is_forked_to_replace_them(toy_checkpoints):
     """A pool left open stops its workers when the app's process exits normally, before multiprocessing's own exit
     hook kills them; killed, their readers used to fork replacements while the interpreter shut down."""
-    script = ("import atexit, os, torch; from model.checkpoint import load_all; from model.workers import TracePool; "
+    script = ("import atexit, os, torch; from model.serving.checkpoint import load_all; "
+              "from model.serving.workers import TracePool; "
               "torch.set_num_threads(1); "  # a fork after torch's threads have run may hang the worker
               "report = lambda: print(pool.worker_pids() == pids, *map(alive, pids), flush=True); "
               "alive = lambda pid: os.path.exists(f'/proc/{pid}') and "

@@ -10,9 +10,9 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
-from model.attribution import INTEGRATED_GRADIENTS
-from model.translator import InputError
-from model.words import PIECES, UNITS, WORDS, merge, summed, word_spans, words
+from model.explain.attribution import INTEGRATED_GRADIENTS
+from model.serving.translator import InputError
+from model.text.words import PIECES, UNITS, WORDS, merge, summed, word_spans, words
 from ui.operations import shown
 from ui.services import Services
 
@@ -191,10 +191,10 @@ def endpoints(services: Services) -> list:
     def patch(model: str, text: str, counterfactual: str, step: int | None = None,
               target: str | list[str] | None = None, token: str | None = None, contrast: str | None = None,
               src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
-        """Activation patching per head (model/patching.py): the greedy translation of `text` (or `target`, forced,
-        as in `/attribute`) run again with one head's output (before W_O) taken from the run of `counterfactual` on
-        the same target prefix, for every head of every kind, at step `step` (1-based; None: the first step where
-        the two greedy translations part, else 1). `effects`: per kind, (layers x heads) of the change in log p of
+        """Activation patching per head (model/explain/patching.py): the greedy translation of `text` (or `target`,
+        forced, as in `/attribute`) run again with one head's output (before W_O) taken from the run of
+        `counterfactual` on the same target prefix, for every head of every kind, at step `step` (1-based; None: the
+        first step where the two greedy translations part, else 1). `effects`: per kind, (layers x heads) of the change in log p of
         `token` (default: the token at that step), or of log p(token) − log p(`contrast`), patched − original; null
         where a kind cannot be patched (`skipped` says why: encoder heads need sources of as many tokens).
         `stream`: the same for the encoder's residual stream at each source position (columns) after each layer

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
-from model.convert_hf import ConversionError
+from model.hub.convert_hf import ConversionError
 from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, MEASURES, WEIGHTS
-from model.translator import InputError
-from model.words import PIECES, UNITS
+from model.serving.translator import InputError
+from model.text.words import PIECES, UNITS
 from ui.operations import compare_trace, plural, shown, translate, with_measures, with_view
 from ui.services import Services
 from ui.session import Decoding, Session, View, to_arrays

@@ -23,10 +23,10 @@ import anyio
 import gradio as gr
 
 from model.keys import KINDS, MEASURE_LABELS, MEASURES, WEIGHTS
-from model.words import PIECES, UNITS
-from model.translator import InputError
+from model.serving.translator import InputError
+from model.text.words import PIECES, UNITS
 from ui import operations
-from ui.links import LinkSpec, PARAMETERS, open_link, query_values
+from ui.links import PARAMETERS, LinkSpec, open_link, query_values
 from ui.page import Page
 from ui.plots import answers_value, core_value
 from ui.render import render

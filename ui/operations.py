@@ -12,12 +12,12 @@ from functools import wraps
 
 import numpy as np
 
-from model.contributions import VALUE_NORM_TOGETHER
-from model.attribution import step_shares
+from model.explain.attribution import step_shares
+from model.explain.contributions import VALUE_NORM_TOGETHER
 from model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, HEAD_LABELS, INPUT_X_GRADIENT,
                         INTEGRATED_GRADIENTS, KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT,
                         SALIENCY, VALUE_NORM, WEIGHTS, head_name, parse_head_name)
-from model.translator import InputError, TracedTranslation
+from model.serving.translator import InputError, TracedTranslation
 from ui.services import Services
 from ui.session import NOTHING_YET, Beam, Comparison, Decoding, MaskEffect, Session, View, to_arrays
 from viz.views import TraceArrays
@@ -123,8 +123,8 @@ def translate(services: Services, session: Session | None, model: object, text: 
     else:
         view = first_view(services, model, trace)
         if not services.card(model).head_report.get("heads"):
-            said = (f" {model} has no head report yet, so it opens on its last layer's mean; python -m model.heads "
-                    f"--checkpoint <its folder> --split val finds its best-aligning head.")
+            said = (f" {model} has no head report yet, so it opens on its last layer's mean; python -m "
+                    f"model.analysis.heads --checkpoint <its folder> --split val finds its best-aligning head.")
     new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
     trained = services.card(model).metrics.get("training", {}).get("source_tokens")
@@ -222,8 +222,8 @@ def with_measures(services: Services, session: Session, progress: Callable[[int,
 
 
 def attribution_maps(results: list) -> dict:
-    """Every step's gradient attributions (model/attribution.py) as maps shaped like one head of one layer: to the
-    source tokens (cross, (1, 1, T, S)) and to the decoder's inputs (decoder, (1, 1, T, T)), each step's a share of
+    """Every step's gradient attributions (model/explain/attribution.py) as maps shaped like one head of one layer: to
+    the source tokens (cross, (1, 1, T, S)) and to the decoder's inputs (decoder, (1, 1, T, T)), each step's a share of
     its total (`step_shares`); integrated gradients' largest completeness error relative to a step's change; and
     the attributions themselves (exports)."""
     source, target = step_shares(results)

@@ -16,7 +16,7 @@ import gradio as gr
 import numpy as np
 
 from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
-from model.words import WHOLE, summed, words
+from model.text.words import WHOLE, summed, words
 from ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
 from ui.plots import figure_json
 from ui.services import Services

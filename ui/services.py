@@ -1,5 +1,5 @@
-"""What the page uses besides its layout: the checkpoints (model/catalog.py: Hub-size ones loaded on first use), the
-trace workers and a bound on requests.
+"""What the page uses besides its layout: the checkpoints (model/serving/catalog.py: Hub-size ones loaded on first
+use), the trace workers and a bound on requests.
 
 Nothing here runs at import: `load_services` loads the checkpoints and forks the workers, and `app.py` calls it.
 Every user shares these read-only objects; each user's own data lives in a `Session` (ui/session.py).
@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model.catalog import DEFAULT_BUDGET, Card, Catalog
-from model.convert_hf import convert
-from model.head_stats import best_aligning_head
-from model.hub_checks import ConversionError, checked_hub_id
-from model.translator import InputError, TracedTranslation, Translator
-from model.vocab import CHARS
-from model.workers import TracePool, available_cores, can_fork
+from model.explain.head_stats import best_aligning_head
+from model.hub.convert_hf import convert
+from model.hub.hub_checks import ConversionError, checked_hub_id
+from model.serving.catalog import DEFAULT_BUDGET, Card, Catalog
+from model.serving.translator import InputError, TracedTranslation, Translator
+from model.serving.workers import TracePool, available_cores, can_fork
+from model.text.vocab import CHARS
 
 TOP_K = 5  # candidates kept per step
 
@@ -160,8 +160,8 @@ class Services:
 
 def load_services(root: Path, workers: int | None = None, batch: int = 16, budget: int = DEFAULT_BUDGET
                   ) -> Services:
-    """Load the checkpoints under `root` (Hub-size ones on first use, within `budget` bytes: model/catalog.py) and
-    fork the trace workers (default: one per two cores this process may use, as the web server needs the other;
+    """Load the checkpoints under `root` (Hub-size ones on first use, within `budget` bytes: model/serving/catalog.py)
+    and fork the trace workers (default: one per two cores this process may use, as the web server needs the other;
     none where the platform cannot fork).
 
     Queued model work runs `batch` requests per worker at once, so each worker's batch can fill; requests outside

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from model.keys import ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES, WEIGHTS
-from model.translator import TracedTranslation
-from model.words import PIECES, UNITS
+from model.serving.translator import TracedTranslation
+from model.text.words import PIECES, UNITS
 from viz.views import TraceArrays
 
 NOTHING_YET = "Translate a sentence first: there is nothing to show or change yet."
@@ -101,7 +101,7 @@ class Decoding:
     effect: MaskEffect | None = None  # made by switching heads off: what that did (a new mask replaces it)
     hypothesis: int | None = None  # a beam hypothesis opened: its index in the n-best list
     # Each measure's maps, by key, computed the first time the measure is shown and kept with the decoding, so later
-    # view changes reuse them: every residual-stream measure at once (model/contributions.py `measure_maps`), a
+    # view changes reuse them: every residual-stream measure at once (model/explain/contributions.py `measure_maps`), a
     # gradient method alone (ui/operations.py `attribution_maps`). A cache of a pure function of the decoding.
     measure_maps: dict | None = field(default=None, repr=False, compare=False)
 

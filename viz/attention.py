@@ -120,7 +120,7 @@ def escape(tokens: list[str]) -> list[str]:
 
 
 class Word(str):
-    """A word merged from a model's pieces (model/words.py): its text, carrying the pieces behind it."""
+    """A word merged from a model's pieces (model/text/words.py): its text, carrying the pieces behind it."""
 
     pieces: tuple[str, ...]
 

@@ -9,13 +9,13 @@ import difflib
 
 import numpy as np
 
-from viz.attention import (BAR_LABELS, COLORSCALE, DIVERGING, HIGHLIGHT, MIN_PLOT_PX, MODEBAR_ROOM, ROW_PX,
-                           TICK_FONT, X_LABEL_ROOM, PlainFigure, attention_heatmap, escape_text, label_every,
-                           plain_figure, positions, title_layout, title_room, title_text, token_axis, visible)
 from model.keys import KINDS, head_name
+from viz.attention import (BAR_LABELS, COLORSCALE, DIVERGING, HIGHLIGHT, MIN_PLOT_PX, MODEBAR_ROOM, ROW_PX, TICK_FONT,
+                           X_LABEL_ROOM, PlainFigure, attention_heatmap, escape_text, label_every, plain_figure,
+                           positions, title_layout, title_room, title_text, token_axis, visible)
 
 SAME, DIFFERS, FORCED = None, "differs", "chosen by you"
-# What the heads heatmap can show, from a checkpoint's heads.json (model/heads.py): label -> (key, colour bar).
+# What the heads heatmap can show, from a checkpoint's heads.json (model/analysis/heads.py): label -> (key, colour bar).
 IMPORTANCE_MEASURES = {
     "importance (Michel et al.)": ("importance", "|∂L/∂ξ|, per layer"),
     "BLEU change with the head off": ("bleu_change", "Δ BLEU"),
@@ -99,8 +99,8 @@ def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]]
 
 
 def patching_figure(effects: dict[str, np.ndarray], title: list[str], unit: str) -> PlainFigure:
-    """Activation patching per head (model/patching.py): each head's effect, patched − original, on a red-white-blue
-    scale around zero (blank where a kind could not be patched); a click opens a head."""
+    """Activation patching per head (model/explain/patching.py): each head's effect, patched − original, on a
+    red-white-blue scale around zero (blank where a kind could not be patched); a click opens a head."""
     return head_grid_figure(effects, title, unit, signed=True)
 
 
@@ -236,7 +236,7 @@ def attribution_figure(source_tokens: list[str], target_tokens: list[str], sourc
 
 
 FAITHFULNESS_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-CONTROL = "random"  # model/faithfulness.py's control ranking: drawn grey and dotted
+CONTROL = "random"  # model/explain/faithfulness.py's control ranking: drawn grey and dotted
 
 
 def faithfulness_figure(comprehensiveness: dict[str, np.ndarray], sufficiency: dict[str, np.ndarray],

@@ -1,6 +1,6 @@
 """Counterfactual: a second source beside the sentence on screen, both translations with the words that differ
 marked and the first step where they part, and activation patching per head at the step on screen (which heads
-carry the difference, model/patching.py)."""
+carry the difference, model/explain/patching.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import difflib
 
 import gradio as gr
 
+from model.explain.patching import suggested_swap
 from model.keys import KIND_LABELS
-from model.patching import suggested_swap
 from ui.listeners import COUNTERFACTUAL_TAB, tab_answer
 from ui.operations import operation
 from ui.page import Page

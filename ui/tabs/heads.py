@@ -34,8 +34,9 @@ def build(page: Page, services: Services) -> None:
             with gr.Column(scale=2, min_width=300):
                 page.importance_measure = gr.Radio([(label, key) for key, label in IMPORTANCE_KEYS.items()],
                                                    value=next(iter(IMPORTANCE_KEYS)),
-                                                   label="Which heads matter and what they do (model/heads.py, val "
-                                                   "split); click a head to open it", elem_id="importance-measure")
+                                                   label="Which heads matter and what they do (model/analysis/"
+                                                   "heads.py, val split); click a head to open it",
+                                                   elem_id="importance-measure")
                 page.importance_plot = plot("importance")
         page.masked_translation = gr.HighlightedText(label="Translated with those heads off (words that differ in "
                                                      "red)", color_map={DIFFERS: "red"}, show_inline_category=False,

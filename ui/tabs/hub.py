@@ -1,12 +1,12 @@
 """Models from the Hub: a Hugging Face translation model (opus-mt, NLLB-200, M2M100, mBART-50) converted into the
-inspector's Transformer (model/convert_hf.py), kept on disk and added to the model menu. A link does the same with
+inspector's Transformer (model/hub/convert_hf.py), kept on disk and added to the model menu. A link does the same with
 `?model=hf:Helsinki-NLP/opus-mt-en-de` (ui/links.py)."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from model.convert_hf import ConversionError
+from model.hub.convert_hf import ConversionError
 from ui.listeners import PAGE_EVENT, folded, on, session_outputs, translate_or_example
 from ui.page import Page
 from ui.services import Services

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gradio as gr
 
 from model.keys import CROSS, HEAD_LABELS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
-from model.words import PIECES, WORDS
+from model.text.words import PIECES, WORDS
 from ui.operations import EVERY_HEAD, WHOLE_MODEL
 from ui.page import Page
 from ui.plots import core_view, plot
@@ -64,7 +64,7 @@ def build(page: Page, services: Services) -> None:
                                     allow_custom_value=True)
             page.measure = gr.Dropdown(choices(MEASURE_LABELS), value=WEIGHTS, label="Show",
                                        elem_id="measure", scale=2, min_width=fitting(*MEASURE_LABELS.values()))
-            # Words merge a word's pieces (model/words.py): summed as keys, averaged as queries.
+            # Words merge a word's pieces (model/text/words.py): summed as keys, averaged as queries.
             page.units = gr.Radio([("Pieces", PIECES), ("Words", WORDS)], value=PIECES, label="Units",
                                   elem_id="units", scale=1, min_width=150)
         # Integrated gradients at every step take seconds: computed with progress, and this gives them up.

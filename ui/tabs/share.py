@@ -10,8 +10,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from model.inspect import FORMATS, encode, trace_record
 from model.keys import GRADIENTS
+from model.serving.inspect import FORMATS, encode, trace_record
 from ui.links import link_of
 from ui.listeners import STATIC, tab_answer
 from ui.operations import drawn, operation, shown
@@ -40,8 +40,8 @@ def build(page: Page, services: Services) -> None:
             page.export_npz = gr.Button("Download trace (NPZ)", elem_id="export-npz")
             page.export_html = gr.Button("Download view as HTML", elem_id="export-html")
         page.export_file = gr.File(label="Your file: the whole decoding on screen (tokens, probabilities, top-k, "
-                                   "every attention map, measures once shown; model/inspect.py load_trace reads it "
-                                   "back), or the view as an interactive page", interactive=False,
+                                   "every attention map, measures once shown; model/serving/inspect.py load_trace "
+                                   "reads it back), or the view as an interactive page", interactive=False,
                                    elem_id="export-file")
 
 
@@ -57,7 +57,8 @@ def link_query(services: Services, session: Session, step: object, counterfactua
 
 @operation
 def export_trace(services: Services, session: Session, file_format: object) -> tuple[tuple, str]:
-    """The decoding on screen as a trace file (model/inspect.py's format), with its measures if they were computed."""
+    """The decoding on screen as a trace file (model/serving/inspect.py's format), with its measures if they were
+    computed."""
     if file_format not in FORMATS:
         return session, f"Export as {' or '.join(FORMATS)}, not {shown(file_format)}."
     decoding, translator = session.current, services.translators[session.model]

@@ -1,13 +1,13 @@
 """Where each word came from: the ALTI+ share of each generated word's prediction that came from the source, and
-gradient attributions of the word at the step on screen (model/attribution.py)."""
+gradient attributions of the word at the step on screen (model/explain/attribution.py)."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from model.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
-from model.faithfulness import KS, METHOD_LABELS, Told, k_label, word_faithfulness
-from model.words import WORDS, summed, words
+from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
+from model.explain.faithfulness import KS, METHOD_LABELS, Told, k_label, word_faithfulness
+from model.text.words import WORDS, summed, words
 from ui.listeners import on, tab_answer
 from ui.operations import operation, shown
 from ui.page import Page

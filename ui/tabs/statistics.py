@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import gradio as gr
 
-from model.align import pharaoh_lines
-from model.head_stats import STATISTICS, head_statistics
+from model.analysis.align import pharaoh_lines
+from model.explain.head_stats import STATISTICS, head_statistics
 from model.keys import CROSS, DECODER, ENCODER, READINGS
-from model.words import merge, word_spans
+from model.text.words import merge, word_spans
 from ui.listeners import tab_answer
 from ui.operations import operation, shown
 from ui.page import Page
@@ -37,12 +37,12 @@ def build(page: Page, services: Services) -> None:
             page.alignments = gr.Button("Read word alignments", elem_id="alignments", scale=1)
         page.alignments_answers = answers_view("alignments-answer", Answer(
             "alignment-text", "text", "Pharaoh format: source index-target index, 0-based, per head and layer mean "
-            "(python -m model.align computes their AER against a gold file)"))
+            "(python -m model.analysis.align computes their AER against a gold file)"))
 
 
 @operation
 def measure_heads(services: Services, session: Session) -> tuple[tuple, str]:
-    """Every head's statistics on the decoding on screen, as a table (model/head_stats.py)."""
+    """Every head's statistics on the decoding on screen, as a table (model/explain/head_stats.py)."""
     trace = session.trace
     keys = {ENCODER: trace.source_tokens, DECODER: trace.decoder_tokens, CROSS: trace.source_tokens}
     statistics = {kind: head_statistics(trace.maps(kind), keys[kind], kind != CROSS) for kind in trace.available()}

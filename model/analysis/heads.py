@@ -1,0 +1,274 @@
+"""Which heads matter: every attention head switched off alone, and the gradient importance of Michel et al.,
+2019 ("Are Sixteen Heads Really Better than One?"), over a whole split.
+
+    python -m model.analysis.heads --checkpoint checkpoints/en-de --split val
+
+For each head (named kind.layer.head): the change in greedy BLEU (tokenized, lower-cased) and in the mean
+teacher-forced log-likelihood per target token when that head alone is switched off, and its importance
+I_h = Σ_batches |∂L/∂ξ_h| at gates ξ = 1 (L: the batch's summed teacher-forced loss), normalised per layer
+(ℓ2). Then BLEU as heads are switched off in increasing importance (their Fig. 3). Writes heads.json into
+the checkpoint folder and prints the heads ranked by importance.
+
+Each head's statistics over the split (model/explain/head_stats.py: entropy, confidence, weight on <eos> and on
+punctuation, offset of the most attended key) are recorded beside its importance, read teacher-forced on the
+reference translations, and each cross-attention head's alignment error rate against word alignments
+(model/analysis/align.py: a gold file, the reversal task's exact alignment, or a statistical aligner's).
+`--statistics-only` adds them to an existing heads.json in under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from model.analysis.align import alignment_error_rate, head_alignments, reference_alignments
+from model.explain.head_stats import head_statistics
+from model.nets.seq2seq import HeadGates, head_gates, head_name
+from model.serving.checkpoint import HEADS, load_checkpoint, read_json, write_json
+from model.serving.translator import Translator
+from model.text.batching import make_batch, token_batches
+from model.text.vocab import PAD_ID
+from model.training import distributed
+from model.training.data import load_pairs
+from model.training.distributed import Ranks
+from model.training.evaluate import DEFAULT_DATA, score
+from model.training.train import hardware
+
+PRUNED_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def every_head(translator: Translator) -> list[str]:
+    """Every head of the model, by name, in kind, layer, head order."""
+    return [head_name(kind, layer, head) for kind, (layers, heads) in translator.model.heads().items()
+            for layer in range(layers) for head in range(heads)]
+
+
+def teacher_forced_batches(translator: Translator, sources: list[list[str]], targets: list[list[str]],
+                           max_tokens: int = 4000) -> list:
+    """Padded batches of (source ids, target ids) for teacher-forced passes."""
+    src_ids = [translator.encode_source(s[:translator.max_src_tokens]) for s in sources]
+    tgt_ids = [translator.tgt_vocab.encode(t[:translator.max_src_tokens]) for t in targets]
+    lengths = [len(s) for s in src_ids], [len(t) + 1 for t in tgt_ids]
+    return [make_batch([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
+            for batch in token_batches(*lengths, max_tokens)]
+
+
+def batch_loss(translator: Translator, batch, gates: HeadGates | None) -> tuple[torch.Tensor, int]:
+    """The batch's summed negative log-likelihood of its reference tokens (<eos> included), and their count."""
+    logits, _ = translator.model(batch.src, batch.tgt_in, gates=gates)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+                           reduction="sum")
+    return loss, batch.n_target_tokens
+
+
+@torch.no_grad()
+def log_likelihood(translator: Translator, batches: list, gates: HeadGates | None = None,
+                   ranks: Ranks = Ranks()) -> float:
+    """Mean teacher-forced log-likelihood per reference token (`batches`: this rank's)."""
+    total, count = 0.0, 0
+    for batch in batches:
+        loss, tokens = batch_loss(translator, batch, gates)
+        total, count = total + float(loss), count + tokens
+    total, count = ranks.sum([total, count])
+    return -total / count
+
+
+def greedy_bleu(translator: Translator, sources: list[list[str]], references: list[str],
+                gates: HeadGates | None = None, ranks: Ranks = Ranks()) -> float:
+    """Tokenized lower-cased BLEU of greedy decoding (the app's decoding) with `gates`, each rank translating its
+    block of the sentences."""
+    mine = [sources[i] for i in ranks.block(len(sources))]
+    return score(translator, ranks.gather(translator.translate_tokens(mine, gates=gates)), references)["bleu_tok_lc"]
+
+
+def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ranks()) -> dict[str, float]:
+    """Michel et al.'s importance: Σ_batches |∂L/∂ξ_h| at ξ = 1, normalised to unit ℓ2 norm in each layer."""
+    shapes = translator.model.heads()
+    gates = HeadGates(**{kind: torch.ones(shape, requires_grad=True) for kind, shape in shapes.items()})
+    importance = {kind: torch.zeros(shape) for kind, shape in shapes.items()}
+    for batch in batches:
+        loss, _ = batch_loss(translator, batch, gates)
+        gradients = torch.autograd.grad(loss, [getattr(gates, kind) for kind in shapes])
+        for kind, gradient in zip(shapes, gradients):
+            importance[kind] += gradient.abs()
+    importance = {kind: torch.from_numpy(ranks.sum(values.numpy())).float() for kind, values in importance.items()}
+    normalised = {}
+    for kind, values in importance.items():
+        values = values / values.norm(dim=-1, keepdim=True).clamp(min=1e-12)  # (L, H): per layer
+        for layer, head in ((layer, head) for layer in range(values.size(0)) for head in range(values.size(1))):
+            normalised[head_name(kind, layer, head)] = float(values[layer, head])
+    return normalised
+
+
+@torch.inference_mode()
+def split_statistics(translator: Translator, sources: list[list[str]], targets: list[list[str]],
+                     alignments: tuple[list, list] | None = None,
+                     ranks: Ranks = Ranks()) -> dict[str, dict[str, float]]:
+    """Every head's statistics (model/explain/head_stats.py), each the mean over the sentences of the split, read on the
+    reference translations; a statistic that does not apply (offset of cross-attention) is left out.
+
+    `alignments`: (sure, possible) word alignments of the split (model/analysis/align.py); each cross-attention head's
+    alignment error rate against them is added, read at the output step (`alignment_aer`) and at the step where
+    the word is the decoder's input (`shift_alignment_aer`, shift-att). Each rank reads its block of the split;
+    their sums are added up and their alignments gathered."""
+    sums: dict[str, np.ndarray] = {}
+    cross_maps = []
+    mine = ranks.block(len(sources))
+    for source, target in tqdm([(sources[i], targets[i]) for i in mine], desc="statistics", file=sys.stderr,
+                               disable=not ranks.main):
+        attention = translator.reference_attention(source, target)
+        cross_maps.append(attention.cross[:, 0].float().numpy())
+        source_tokens = source[:translator.max_src_tokens] + ["<eos>"]
+        decoder_tokens = ["<sos>"] + target[:translator.max_src_tokens]
+        for kind, keys in (("encoder", source_tokens), ("decoder", decoder_tokens), ("cross", source_tokens)):
+            maps = getattr(attention, kind)
+            if maps is None:
+                continue
+            for statistic, values in head_statistics(maps[:, 0].float().numpy(), keys, kind != "cross").items():
+                sums.setdefault(f"{kind}|{statistic}", np.zeros(values.shape))
+                sums[f"{kind}|{statistic}"] += values
+    statistics: dict[str, dict[str, float]] = {}
+    for key in sorted(sums):  # the same order on every rank
+        total = ranks.sum(sums[key])
+        kind, statistic = key.split("|")
+        for layer, head in np.ndindex(total.shape):
+            if np.isfinite(total[layer, head]):
+                statistics.setdefault(head_name(kind, layer, head), {})[statistic] = round(
+                    float(total[layer, head]) / len(sources), 5)
+    if alignments is not None:
+        sure, possible = alignments
+        shape = translator.model.heads()["cross"]
+        for (name, reading), links in head_alignments(cross_maps, shape).items():
+            links = ranks.gather(links)
+            if name in statistics:  # a head, not a layer mean
+                key = "alignment_aer" if reading == "output" else "shift_alignment_aer"
+                statistics[name][key] = round(alignment_error_rate(links, sure, possible), 5)
+    return statistics
+
+
+def sentence_pairs(translator: Translator, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The sentences to measure over and their references: the user's two files (`--pairs`), or a Multi30k split
+    in the checkpoint's languages; the first `--limit` of them."""
+    if args.pairs:
+        sources, targets = (Path(name).read_text(encoding="utf-8").splitlines() for name in args.pairs)
+        if len(sources) != len(targets) or not sources:
+            sys.exit(f"{args.pairs[0]} has {len(sources)} lines and {args.pairs[1]} {len(targets)}: give each "
+                     "sentence's reference translation on the same line of the second file")
+    else:
+        pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+        sources, targets = list(pairs["src"]), list(pairs["tgt"])
+    limit = args.limit or len(sources)
+    return sources[:limit], targets[:limit]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="checkpoint folder; heads.json is written into it")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k folder or hub id")
+    parser.add_argument("--split", default="val", choices=("train", "val", "test"))
+    parser.add_argument("--limit", type=int, help="only the first N sentences of the split")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--gold", help="gold word alignments of the split in Pharaoh format, for each cross-attention "
+                        "head's AER (default: the reversal task's exact ones, or a statistical aligner's)")
+    parser.add_argument("--pairs", nargs=2, metavar=("SOURCES", "TARGETS"),
+                        help="two line-aligned text files, sentences and their reference translations, to measure over "
+                        "in place of a Multi30k split: any model (a converted Hub model in its default direction), "
+                        "any languages")
+    parser.add_argument("--statistics-only", action="store_true",
+                        help="only add the heads' statistics to the checkpoint's existing heads.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    began = time.perf_counter()
+    translator = load_checkpoint(args.checkpoint)
+    texts, references = sentence_pairs(translator, args)
+    sources = translator.src_tokenizer.tokenize_all(texts)
+    targets = translator.tgt_tokenizer.tokenize_all(references)
+    data = None if args.pairs else args.data  # a user's files: the aligner learns from them alone
+    sure, possible, reference = reference_alignments(translator, data, args.split, sources, targets, args.gold)
+    if args.pairs:
+        args.split = "the sentences of " + " and ".join(args.pairs)
+    # Under torchrun each process reads a block of the split and the sums are added up; rank 0 writes.
+    ranks = distributed.start()
+    if len(sources) < ranks.world_size:
+        sys.exit(f"{len(sources)} sentences cannot be shared by {ranks.world_size} processes")
+    statistics = split_statistics(translator, sources, targets, (sure, possible), ranks)
+    if args.statistics_only:
+        distributed.stop(ranks)
+        if not ranks.main:
+            return
+        report = read_json(Path(args.checkpoint) / HEADS)
+        for name, values in statistics.items():
+            report["heads"].setdefault(name, {}).update(values)
+        report["statistics"] = {"split": args.split, "sentences": len(sources), "alignments": reference,
+                                "date": datetime.date.today().isoformat()}
+        write_json(Path(args.checkpoint) / HEADS, report)
+        print(f"statistics of {len(statistics)} heads over {len(sources)} sentences of {args.split} added to "
+              f"{Path(args.checkpoint) / HEADS}")
+        return
+    # The batches of one process, a block of them per rank: importance sums |gradient| per batch, which depends on
+    # how sentences are grouped.
+    batches = teacher_forced_batches(translator, sources, targets)
+    batches = [batches[i] for i in ranks.block(len(batches))]
+    names = every_head(translator)
+
+    base_bleu = greedy_bleu(translator, sources, references, ranks=ranks)
+    base_likelihood = log_likelihood(translator, batches, ranks=ranks)
+    importance = gradient_importance(translator, batches, ranks)
+    heads = {}
+    for name in tqdm(names, desc="one head off", file=sys.stderr, disable=not ranks.main):
+        gates = head_gates(translator.model, [name])
+        heads[name] = {**statistics.get(name, {}), "importance": round(importance[name], 6),
+                       "bleu_change": round(greedy_bleu(translator, sources, references, gates, ranks) - base_bleu, 2),
+                       "log_likelihood_change": round(log_likelihood(translator, batches, gates, ranks)
+                                                      - base_likelihood, 5)}
+    order = sorted(names, key=lambda name: importance[name])  # least important first
+    pruning = [{"fraction": 0.0, "heads_off": 0, "bleu": base_bleu}]
+    for fraction in tqdm(PRUNED_FRACTIONS, desc="pruning", file=sys.stderr, disable=not ranks.main):
+        off = order[:round(fraction * len(order))]
+        if len(off) == pruning[-1]["heads_off"]:  # a model with few heads: the same point again
+            continue
+        pruning.append({"fraction": fraction, "heads_off": len(off),
+                        "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off), ranks)})
+    distributed.stop(ranks)
+    if not ranks.main:
+        return
+    drop = next((point for point in pruning if point["bleu"] < base_bleu - 1), None)
+    report = {
+        "command": ("python" if ranks.backend is None else f"torchrun --nproc_per_node {ranks.world_size}")
+                   + " -m model.analysis.heads " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "split": args.split, "sentences": len(references), "date": datetime.date.today().isoformat(),
+        "hardware": hardware(torch.device("cpu")),
+        "seconds": round(time.perf_counter() - began),
+        "bleu": base_bleu, "log_likelihood": round(base_likelihood, 5), "heads": heads,
+        "statistics": {"split": args.split, "sentences": len(sources), "alignments": reference},
+        "pruning": pruning,
+        # The first pruning point (fewest heads off) whose BLEU is more than 1 below all heads on.
+        "bleu_drops_by_1_at": None if drop is None else {key: drop[key] for key in ("fraction", "heads_off")},
+    }
+    write_json(Path(args.checkpoint) / HEADS, report)
+
+    print(f"{len(references)} sentences of {args.split}: greedy BLEU {base_bleu}, log-likelihood "
+          f"{base_likelihood:.4f} per token; {report['seconds']} s")
+    print(f"{'head':<12} {'importance':>10} {'BLEU change':>12} {'log-lik change':>15}")
+    for name in sorted(names, key=lambda name: -importance[name]):
+        head = heads[name]
+        print(f"{name:<12} {head['importance']:>10.3f} {head['bleu_change']:>12.2f} "
+              f"{head['log_likelihood_change']:>15.4f}")
+    print("pruning in increasing importance: "
+          + ", ".join(f"{p['heads_off']} off -> {p['bleu']}" for p in pruning))
+    print("BLEU never drops by more than 1" if drop is None else
+          f"BLEU drops by more than 1 with {drop['heads_off']} of {len(names)} heads off "
+          f"({drop['heads_off'] / len(names):.0%})")
+
+
+if __name__ == "__main__":
+    main()

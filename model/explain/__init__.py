@@ -1,0 +1,2 @@
+"""Measures of one translation: ALTI+ contributions, gradient attributions, faithfulness, head statistics and
+activation patching."""

@@ -1,0 +1,184 @@
+"""Measures beyond raw attention weights, for one sentence and its translation.
+
+- Value-weighted attention (Kobayashi et al., 2020, "Attention is Not Only a Weight"): ‖α_ij · f_h(x_j)‖, where
+  f_h(x_j) is key j's vector after head h's value and output projections; per head, and for a layer's heads
+  together ‖Σ_h α^h_ij f_h(x_j)‖.
+- Attention rollout (Abnar & Zuidema, 2020): per layer 0.5 · (mean of heads) + 0.5 · I, rows re-normalised,
+  multiplied through the layers.
+- ALTI and ALTI+ (Ferrando et al., 2022, "Measuring the Mixing of Contextual Information in the Transformer" and
+  "Towards Opening the Black Box of Neural Machine Translation"): an attention block's output, residual and
+  LayerNorm included, written as a sum of one term per input, T_i(x_j); input j's contribution to output i
+  is max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁), rows normalised to 1, and layers combined by rollout. Through the
+  decoder, cross-attention splits a target position into encoder outputs (mapped back to source tokens by the
+  encoder's ALTI rollout) and its own residual (the target prefix): per generated token, the share of every
+  source token and every earlier target token, summing to 1. The feed-forward sublayers mix nothing across
+  positions.
+
+Transformer only: the GRU models have no residual stream to decompose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from model.keys import ALTI, CROSS, DECODER, ENCODER, ROLLOUT, VALUE_NORM
+from model.nets.seq2seq import HeadGates
+from model.nets.transformer import Transformer
+from model.text.vocab import SOS_ID
+
+
+@dataclass
+class Contributions:
+    """ALTI+ for one sentence and its translation (S source tokens, T decoder positions, one per generated token).
+
+    encoder (S, S): each encoder output's shares of the source tokens (ALTI rollout through the encoder);
+    decoder (T, S + T): for the token generated at step t (predicted from decoder position t), the shares of
+    every source token, then of every decoder input token (<sos>, then the tokens generated before; zero after t).
+    """
+
+    encoder: np.ndarray
+    decoder: np.ndarray
+    encoder_layers: np.ndarray | None = None  # (L_enc, S, S): `encoder` through each layer
+    decoder_layers: np.ndarray | None = None  # (L_dec, T, S + T): `decoder` through each layer
+
+    @property
+    def source_contribution(self) -> np.ndarray:
+        """(T,) the share of each generated token's prediction that came from the source sentence."""
+        return self.decoder[:, :self.encoder.shape[0]].sum(-1)
+
+
+def value_weighted(weights: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """Kobayashi et al.'s norms from weights (..., H, Q, K) and head vectors (..., H, K, d_model):
+    per head ‖α_ij f_h(x_j)‖ (..., H, Q, K), and for the heads together ‖Σ_h α^h_ij f_h(x_j)‖ (..., Q, K)."""
+    per_head = weights * values.norm(dim=-1).unsqueeze(-2)  # α ≥ 0, so ‖α f‖ = α ‖f‖
+    together = torch.einsum("...hqk,...hkd->...qkd", weights, values).norm(dim=-1)
+    return per_head, together
+
+
+def rollout(weights: Tensor) -> Tensor:
+    """Attention rollout of per-layer weights (L, H, Q, Q): the product of 0.5 · mean_h + 0.5 · I over the layers,
+    rows re-normalised; row i gives each input position's share in position i's final representation."""
+    identity = torch.eye(weights.size(-1), dtype=weights.dtype)
+    flow = identity
+    for layer in weights:
+        mixed = 0.5 * layer.mean(0) + 0.5 * identity
+        flow = (mixed / mixed.sum(-1, keepdim=True)) @ flow
+    return flow
+
+
+def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias: Tensor,
+                        norm: torch.nn.LayerNorm | torch.nn.RMSNorm,
+                        post_norm: bool, self_attention: bool) -> Tensor:
+    """ALTI of one attention block: weights (H, Q, K), head vectors (H, K, d), the residual stream entering it
+    (Q, d), the output projection's bias, the block's LayerNorm (applied after the sum when `post_norm`).
+
+    Self-attention (K = Q): the residual joins its own position's term; returns (Q, K). Cross-attention: the
+    residual is one more input, the last column; returns (Q, K + 1). Rows sum to 1.
+    """
+    terms = torch.einsum("hqk,hkd->qkd", weights, values)  # (Q, K, d): what each key adds to each query
+    positions = torch.arange(residual.size(0))
+    if self_attention:
+        terms[positions, positions] += residual
+    else:
+        terms = torch.cat([terms, residual[:, None]], dim=1)
+    total = terms.sum(1) + bias  # the block's input to its LayerNorm (post-LN), or its output (pre-LN)
+    if post_norm:  # LayerNorm (RMSNorm) is linear in each term once its scale is the whole sum's
+        if isinstance(norm, torch.nn.RMSNorm):
+            scale = torch.sqrt(total.pow(2).mean(-1, keepdim=True) + norm.eps)  # (Q, 1)
+        else:
+            scale = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + norm.eps)
+            terms = terms - terms.mean(-1, keepdim=True)
+        terms = norm.weight * terms / scale[:, None]
+        output = norm(total)
+    else:
+        output = total
+    reach = output.abs().sum(-1, keepdim=True)  # ‖y_i‖₁
+    shares = (reach - (output[:, None] - terms).abs().sum(-1)).clamp(min=0)  # (Q, K [+ 1])
+    return shares / shares.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+def gated(gates: HeadGates | None, kind: str, layer: int, weights: Tensor) -> Tensor:
+    """A layer's weights (H, Q, K) with switched-off heads' rows zeroed: what they add to the output."""
+    gate = None if gates is None else gates.layer(kind, layer)
+    return weights if gate is None else weights * gate.reshape(-1, 1, 1)
+
+
+@torch.inference_mode()
+def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates: HeadGates | None = None
+              ) -> Contributions:
+    """ALTI+ contributions for the translation `tgt_ids` (the generated tokens) of `src_ids`, with the heads of
+    `gates` switched off (a switched-off head contributes nothing)."""
+    src = torch.tensor([src_ids])
+    tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]])
+    _, recorded = model(src, tgt_in, gates=gates, need_vectors=True)
+    post = model.config.norm == "post"
+
+    encoder, encoder_layers = torch.eye(len(src_ids)), []
+    for i, layer in enumerate(model.encoder_layers):
+        block = block_contributions(gated(gates, ENCODER, i, recorded.encoder[i, 0]),
+                                    recorded.encoder_values[i, 0], recorded.encoder_stream[i, 0, 0],
+                                    layer.self_attention.w_o.bias,
+                                    layer.attention_block.norm, post, self_attention=True)
+        encoder = block @ encoder
+        encoder_layers.append(encoder)
+    sources, targets = len(src_ids), len(tgt_ids)
+    flow, decoder_layers = torch.eye(sources + targets), []  # rows: source tokens (fixed), then decoder positions
+    for i, layer in enumerate(model.decoder_layers):
+        stream = recorded.decoder_stream[i, 0]  # (4, T, d): entering, after self-, after cross-attention, output
+        mixing = block_contributions(gated(gates, DECODER, i, recorded.decoder[i, 0]),
+                                     recorded.decoder_values[i, 0], stream[0], layer.self_attention.w_o.bias,
+                                     layer.self_attention_block.norm, post, self_attention=True)  # (T, T)
+        cross = block_contributions(gated(gates, CROSS, i, recorded.cross[i, 0]), recorded.cross_values[i, 0],
+                                    stream[1], layer.cross_attention.w_o.bias, layer.cross_attention_block.norm,
+                                    post, self_attention=False)  # (T, S + 1)
+        step = torch.eye(sources + targets)
+        step[sources:, :sources] = cross[:, :sources] @ encoder  # encoder outputs, back to source tokens
+        step[sources:, sources:] = cross[:, sources:] * mixing  # the residual: the target prefix, as mixed
+        flow = step @ flow
+        decoder_layers.append(flow[sources:])
+    return Contributions(encoder=encoder.numpy(), decoder=flow[sources:].numpy(),
+                         encoder_layers=torch.stack(encoder_layers).numpy(),
+                         decoder_layers=torch.stack(decoder_layers).numpy())
+
+
+VALUE_NORM_TOGETHER = "value_norm_together"  # the heads of a layer together, beside VALUE_NORM per head
+
+
+@torch.inference_mode()
+def measure_maps(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates: HeadGates | None = None
+                 ) -> dict[str, dict[str, np.ndarray]]:
+    """Every measure as maps shaped like a trace's attention, per kind ("encoder" (L, ·, S, S), "decoder"
+    (L, ·, T, T), "cross" (L, ·, T, S)), for the views to draw like weights:
+    - VALUE_NORM: ‖α_ij f_h(x_j)‖ per head (L, H, ...), and VALUE_NORM_TOGETHER: ‖Σ_h α^h_ij f_h(x_j)‖ over the
+      heads that are on (L, ...);
+    - ROLLOUT: attention rollout through layer l (L, 1, ...): encoder and decoder self-attention over their own
+      tokens; cross-attention's heads averaged and mapped back to source tokens by the encoder's rollout;
+    - ALTI: ALTI / ALTI+ through layer l (L, 1, ...): the encoder's shares of source tokens; each decoder
+      position's shares of source tokens (cross) and of the target prefix (decoder).
+    """
+    src = torch.tensor([src_ids])
+    _, recorded = model(src, torch.tensor([[SOS_ID] + tgt_ids[:-1]]), gates=gates, need_vectors=True)
+    weights = {kind: getattr(recorded, kind)[:, 0] for kind in (ENCODER, DECODER, CROSS)}  # (L, H, Q, K)
+    values = {kind: getattr(recorded, f"{kind}_values")[:, 0] for kind in (ENCODER, DECODER, CROSS)}
+    norms = {kind: value_weighted(weights[kind], values[kind])[0].numpy() for kind in weights}
+    together = {kind: value_weighted(torch.stack([gated(gates, kind, layer, maps) for layer, maps
+                                                  in enumerate(weights[kind])]), values[kind])[1].numpy()
+                for kind in weights}
+
+    def cumulative(maps: Tensor) -> Tensor:  # rollout through each layer: (L, Q, Q)
+        return torch.stack([rollout(maps[:layer + 1]) for layer in range(maps.size(0))])
+
+    encoder_rollout = cumulative(weights[ENCODER])
+    rollouts = {ENCODER: encoder_rollout, DECODER: cumulative(weights[DECODER]),
+                CROSS: weights[CROSS].mean(1) @ encoder_rollout[-1]}
+    shares = alti_plus(model, src_ids, tgt_ids, gates)
+    sources = len(src_ids)
+    alti = {ENCODER: shares.encoder_layers, DECODER: shares.decoder_layers[:, :, sources:],
+            CROSS: shares.decoder_layers[:, :, :sources]}
+    return {VALUE_NORM: norms, VALUE_NORM_TOGETHER: together,
+            ROLLOUT: {kind: maps[:, None].numpy() for kind, maps in rollouts.items()},
+            ALTI: {kind: maps[:, None] for kind, maps in alti.items()}}

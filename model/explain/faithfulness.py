@@ -1,0 +1,158 @@
+"""Which explanation to trust: for the word chosen at a step, rank the source tokens by each explanation method and
+measure how faithful each ranking is to the model, with ERASER's comprehensiveness and sufficiency (DeYoung et
+al., 2020).
+
+Methods (those the model has):
+- `attention`: the last decoder layer's cross-attention at the step, mean of its heads;
+- `best_head`: the cross-attention head that aligns best on the val split (heads.json's AER), if known;
+- `rollout`: cross-attention rollout through every layer (model/explain/contributions.py);
+- `alti_plus`: the step's ALTI+ shares of the source tokens (Ferrando et al., 2022);
+- `saliency`, `input_x_gradient`, `integrated_gradients` (model/explain/attribution.py; integrated gradients from zero
+  embeddings, 32 points);
+- `random`: a control, a random ranking (seeded by the sentence), which any method worth trusting must beat.
+Rollout and ALTI+ need a residual stream: the GRU models have neither.
+
+Removing a token replaces it by <unk>, keeping every position (the sentence's length and the positions of the rest
+do not change); the final <eos> is never removed. For k source tokens ranked highest (k = 1, 2, 3, 20% and 50% of
+the sentence, rounded up), with the target prefix the model wrote kept as it is:
+- comprehensiveness = log p(word | source) − log p(word | source with the top k removed): how much the prediction
+  falls without what the method ranks highest (higher: the method found what the prediction needs);
+- sufficiency = log p(word | source) − log p(word | only the top k kept): how much it falls with only that (lower:
+  the method's top tokens are enough).
+Signed methods rank by their value (most positive first: what supports the word); saliency and the shares are
+never negative.
+
+Over a whole split: model/analysis/faithfulness.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
+from model.explain.contributions import alti_plus, rollout
+from model.keys import ROLLOUT
+from model.nets.decoding import next_token_logits
+from model.nets.seq2seq import Seq2Seq
+from model.nets.transformer import Transformer
+from model.text.vocab import SOS_ID, UNK_ID
+
+ATTENTION, BEST_HEAD, ALTI_PLUS, RANDOM = "attention", "best_head", "alti_plus", "random"
+METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, RANDOM)
+# The stages of `method_scores` told to its `told(done, total)`: attention, rollout and ALTI+ together, then each
+# gradient method.
+SCORE_STAGES = 4
+Told = Callable[[int, int], None]
+# Each method as the page names it (the keys stay in the CLI's JSON).
+METHOD_LABELS = {ATTENTION: "attention (last layer's mean)", BEST_HEAD: "best-aligning head", ROLLOUT: "rollout",
+                 ALTI_PLUS: "ALTI+", SALIENCY: "saliency", INPUT_X_GRADIENT: "input × gradient",
+                 INTEGRATED_GRADIENTS: "integrated gradients", RANDOM: "random ranking (control)"}
+KS = (1, 2, 3, 0.2, 0.5)  # whole numbers of tokens, or fractions of the sentence
+
+
+def k_label(k: int | float) -> str:
+    return f"{k:.0%}" if isinstance(k, float) else str(k)
+
+
+@dataclass
+class StepFaithfulness:
+    """One step's word: each method's source scores, and its comprehensiveness and sufficiency at each k."""
+
+    step: int
+    scores: dict[str, np.ndarray]  # method -> (S,) a score per source token
+    comprehensiveness: dict[str, np.ndarray]  # method -> (len(KS),)
+    sufficiency: dict[str, np.ndarray]
+
+    def rank_correlation(self) -> dict[tuple[str, str], float]:
+        """Spearman's ρ between every two methods' scores of the source tokens that can be removed."""
+        names = list(self.scores)
+        ranks = {name: np.argsort(np.argsort(-self.scores[name][:-1])).astype(float) for name in names}
+        return {(a, b): float(np.corrcoef(ranks[a], ranks[b])[0, 1]) if len(ranks[a]) > 1 else 1.0
+                for i, a in enumerate(names) for b in names[i + 1:]}
+
+
+def removable_count(k: int | float, removable: int) -> int:
+    return min(removable, k if isinstance(k, int) else max(1, math.ceil(k * removable)))
+
+
+@torch.inference_mode()
+def log_probabilities(model: Seq2Seq, sources: torch.Tensor, prefix: list[int], token: int) -> np.ndarray:
+    """log p(token | each source row, <sos> + prefix), in one batch."""
+    tgt = torch.tensor([[SOS_ID] + prefix]).expand(sources.size(0), -1)
+    logits, _ = model(sources, tgt)
+    return next_token_logits(logits).log_softmax(-1)[:, token].numpy()
+
+
+def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_head: tuple[int, int] | None,
+                  steps: int = 32, only: int | None = None, told: Told = lambda done, total: None
+                  ) -> dict[str, list[np.ndarray]]:
+    """Every method's score of every source token, for every step of the translation `tgt_ids` (`only`: the
+    gradients of that step alone, the other steps' left empty). `told(done, total)` hears of each of its
+    SCORE_STAGES stages as it is done (it may raise to stop)."""
+    src, tgt_in = torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]])
+    with torch.inference_mode():
+        _, attention = model(src, tgt_in, need_weights=True)
+    cross = attention.cross[:, 0].numpy()  # (L, H, T, S)
+    scores = {ATTENTION: list(cross[-1].mean(0))}
+    if best_head is not None:
+        layer, head = best_head
+        scores[BEST_HEAD] = list(cross[layer, head])
+    if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
+        scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
+        scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
+    told(1, SCORE_STAGES)
+    for stage, method in enumerate((SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS), 2):
+        if only is None:  # every step: saliency and input × gradient in one batch
+            scores[method] = [result.source for result in attribute_steps(model, src_ids, tgt_ids, method,
+                                                                          steps=steps)]
+        else:
+            scores[method] = [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source if t == only
+                              else None for t in range(len(tgt_ids))]
+        told(stage, SCORE_STAGES)
+    generator = np.random.default_rng(src_ids)
+    scores[RANDOM] = [generator.random(len(src_ids)) for _ in tgt_ids]
+    return scores
+
+
+def word_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
+                      best_head: tuple[int, int] | None = None, steps: int = 32,
+                      told: Told = lambda done, total: None) -> StepFaithfulness:
+    """The faithfulness of every method for the word at `step` alone (the app's question, asked live);
+    `told(done, total)` hears of each stage (the methods' scores, then the deletion curves) as it is done."""
+    scores = method_scores(model, src_ids, tgt_ids, best_head, steps, only=step,
+                           told=lambda done, total: told(done, total + 1))
+    result = step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
+    told(SCORE_STAGES + 1, SCORE_STAGES + 1)
+    return result
+
+
+def step_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
+                      scores: dict[str, np.ndarray]) -> StepFaithfulness:
+    """ERASER's measures of every method's ranking for the word at `step`, all perturbations in one batch."""
+    removable = len(src_ids) - 1  # the final <eos> stays
+    counts = [removable_count(k, removable) for k in KS]
+    rows = [src_ids]
+    for method, values in scores.items():
+        order = np.argsort(-np.asarray(values[:removable]), kind="stable")
+        for count in counts:
+            top = set(order[:count].tolist())
+            rows.append([UNK_ID if i in top else t for i, t in enumerate(src_ids)])  # without the top k
+            rows.append([t if i in top or i == removable else UNK_ID for i, t in enumerate(src_ids)])  # only them
+    logp = log_probabilities(model, torch.tensor(rows), tgt_ids[:step], tgt_ids[step])
+    full, perturbed = logp[0], logp[1:].reshape(len(scores), len(KS), 2)
+    return StepFaithfulness(step, {m: np.asarray(v, dtype=float) for m, v in scores.items()},
+                            {m: full - perturbed[i, :, 0] for i, m in enumerate(scores)},
+                            {m: full - perturbed[i, :, 1] for i, m in enumerate(scores)})
+
+
+def sentence_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int],
+                          best_head: tuple[int, int] | None = None, steps: int = 32) -> list[StepFaithfulness]:
+    """Every step's faithfulness for one sentence and its translation (the generated tokens)."""
+    scores = method_scores(model, src_ids, tgt_ids, best_head, steps)
+    return [step_faithfulness(model, src_ids, tgt_ids, t, {m: v[t] for m, v in scores.items()})
+            for t in range(len(tgt_ids))]

@@ -1,0 +1,441 @@
+"""A trained model with its tokenizers and vocabularies: text in, tokens (and traces) out."""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from model.explain.attribution import INTEGRATED_GRADIENTS
+from model.explain.attribution import METHODS as ATTRIBUTION_METHODS
+from model.explain.attribution import Attributions, attribute, attribute_steps
+from model.explain.contributions import Contributions, alti_plus, measure_maps
+from model.explain.patching import Patching, patch_heads
+from model.nets.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
+                                 greedy_decode, greedy_trace, output_limit, teacher_forced_log_probs)
+from model.nets.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
+from model.nets.step_decoder import StepDecoder
+from model.nets.transformer import Transformer
+from model.text.batching import pad, token_batches
+from model.text.hub_tokenizer import Languages
+from model.text.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
+from model.text.words import WHOLE
+from model.text.words import scheme as word_scheme
+
+MAX_INPUT_CHARS = 2000
+
+
+class InputError(ValueError):
+    """A request the model cannot serve (empty or overlong text, an unknown head, an unspellable forced token...);
+    the message says why."""
+
+
+def checked_text(text: object) -> str:
+    """`text` if it is a string of real characters, else an InputError that says what is wrong with it."""
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise InputError(f"The text to translate must be a string, not {type(text).__name__}.")
+    if len(text) > MAX_INPUT_CHARS:  # checked before anything else, so a huge paste costs nothing
+        raise InputError(f"The input has {len(text)} characters; the limit is {MAX_INPUT_CHARS}.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:  # JSON can carry lone UTF-16 surrogates, which are no characters
+        raise InputError(f"The input is not valid Unicode: position {error.start} holds the lone surrogate "
+                         f"U+{ord(text[error.start]):04X} (half of a character). Please re-type or re-paste it."
+                         ) from None
+    return text
+
+
+def checked_strings(values: object, what: str) -> list[str]:
+    """A list of strings (None: empty), or an InputError naming `what` was wrong."""
+    if values is None:
+        return []
+    if isinstance(values, str) or not isinstance(values, (list, tuple)):
+        raise InputError(f"{what} must be a list of strings, not {type(values).__name__}.")
+    for value in values:
+        if not isinstance(value, str):
+            raise InputError(f"{what} must be a list of strings; it holds {reprlib.repr(value)} "
+                             f"({type(value).__name__}).")
+        checked_text(value)
+    return list(values)
+
+
+@dataclass
+class TracedTranslation:
+    """A greedy `Trace` with its tokens as strings, ready to display."""
+
+    source_tokens: list[str]  # what the encoder saw: lower-cased words, then <eos>
+    unknown: list[bool]  # per source token: not in the vocabulary, so read as <unk>
+    target_tokens: list[str]  # the token chosen at each step (the last may be <eos>)
+    top_tokens: list[list[str]]  # per step, the top-k candidates, best first
+    text: str  # the translation, truecased and detokenized
+    trace: Trace
+    scheme: str = WHOLE  # how the tokens' pieces make words (model/text/words.py)
+
+    @property
+    def decoder_input_tokens(self) -> list[str]:
+        """What the decoder read at each step: <sos>, then the previous step's choice."""
+        return ["<sos>"] + self.target_tokens[:-1]
+
+
+@dataclass
+class TracedScore:
+    """A given translation scored by the model, teacher-forced: what `Translator.score` returns."""
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    log_probabilities: np.ndarray  # (T,) log-probability of each target token after the ones before it
+
+    @property
+    def total(self) -> float:
+        return float(self.log_probabilities.sum())
+
+
+@dataclass
+class TracedBeam:
+    """One sentence's beam search with its tokens as strings: what `Translator.beam` returns."""
+
+    source_tokens: list[str]
+    greedy_tokens: list[str]  # the greedy translation (<eos> included unless it hit the length limit)
+    beam: BeamTrace
+    itos: list[str] = field(repr=False)  # the target vocabulary, id -> token
+
+    def tokens(self, hypothesis: Hypothesis) -> list[str]:
+        """A hypothesis's tokens, <eos> included when it finished."""
+        return [self.itos[i] for i in hypothesis.token_ids] + ["<eos>"] * hypothesis.finished
+
+
+MAX_BEAM_SIZE = 16
+
+
+def spelled(pieces: list[str], vocab: Vocab) -> list[str]:
+    """The word the tokenizer wrote as `pieces` in the fewest pieces that `vocab` has, written the same way
+    (byte-pair "@@" ending every piece but the last, or sentencepiece's "▁" leading the first): for a word whose own
+    pieces the vocabulary lacks (too rare to be kept), so that any word it has the letters of can be typed.
+    [] where it has none."""
+    lead = "▁" if pieces[0].startswith("▁") else ""
+    ending = "@@" if pieces[0].endswith("@@") else ""
+    text = "".join(piece.removesuffix("@@") for piece in pieces).removeprefix("▁")
+
+    def piece(start: int, end: int) -> str:
+        return (lead if start == 0 else "") + text[start:end] + (ending if end < len(text) else "")
+    fewest: list[list[str] | None] = [[]] + [None] * len(text)
+    for end in range(1, len(text) + 1):
+        for start in range(end):
+            if fewest[start] is not None and piece(start, end) in vocab and \
+                    (fewest[end] is None or len(fewest[start]) + 1 < len(fewest[end])):
+                fewest[end] = fewest[start] + [piece(start, end)]
+    return fewest[-1] or []
+
+
+@dataclass
+class Translator:
+    """Everything needed to translate with one checkpoint; read-only once built, so users can share it."""
+
+    model: Seq2Seq  # a Transformer or an RNNSeq2Seq
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    truecaser: Truecaser
+    metrics: dict = field(default_factory=dict)
+    head_report: dict = field(default_factory=dict)  # heads.json (model/analysis/heads.py): what each head is worth
+    languages: Languages | None = None  # a multilingual Hub model's language codes (model/text/hub_tokenizer.py)
+
+    @property
+    def max_src_tokens(self) -> int:
+        """The longest source (in tokens, <eos> excluded) the model's positions can hold."""
+        return self.model.config.max_len - 1
+
+    def encode_source(self, tokens: list[str]) -> list[int]:
+        """Source ids for `tokens`, ending with <eos> as in training."""
+        return self.src_vocab.encode(tokens) + [EOS_ID]
+
+    @torch.no_grad()
+    def translate_tokens(self, sentences: list[list[str]], beam_size: int = 1, max_tokens: int = 6000,
+                         length_penalty: float = 1.0, gates: HeadGates | None = None, src_lang: str | None = None,
+                         tgt_lang: str | None = None) -> list[list[str]]:
+        """Translate tokenized sentences in length-bucketed batches (`gates` switching heads off; a multilingual
+        model's languages, None: its defaults); returns lower-cased target tokens.
+
+        A generated <unk> is dropped from the output: it stands for a word the vocabulary cannot spell,
+        and as text it only hurts readers (and BLEU). Traces keep it, step by step.
+        """
+        source_prefix = self.source_prefix(src_lang, tgt_lang)
+        prefix = self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
+        ids = [self.encode_source((source_prefix + s)[:self.max_src_tokens]) for s in sentences]
+        outputs: list[list[str]] = [[] for _ in ids]
+        lengths = [len(i) for i in ids]
+        for batch in token_batches(lengths, lengths, max_tokens // max(beam_size, 1)):
+            src = pad([ids[i] for i in batch]).to(next(self.model.parameters()).device)
+            for i, hypothesis in zip(batch, beam_search(self.model, src, beam_size, length_penalty=length_penalty,
+                                                         gates=gates, prefix=prefix)):
+                outputs[i] = self.tgt_vocab.decode(hypothesis, drop_unknown=True)
+        return outputs
+
+    def translate(self, texts: list[str], beam_size: int = 1) -> list[str]:
+        """Translate raw sentences into detokenized, truecased text."""
+        tokens = self.translate_tokens(self.src_tokenizer.tokenize_all(texts), beam_size)
+        return [self.to_text(t) for t in tokens]
+
+    def to_text(self, tokens: list[str]) -> str:
+        """Display text of target tokens: joined into words, truecased and detokenized."""
+        return self.tgt_tokenizer.detokenize(self.truecaser(self.tgt_tokenizer.words(tokens)))
+
+    def __post_init__(self):
+        # Traces step a Transformer's decoder through its weights laid out once (the GRU models step their modules):
+        # the same tensors as the model's own where it is built to serve (in eval mode: `load_checkpoint`); a model
+        # built to be trained keeps its own parameters.
+        self.step_decoder = StepDecoder(self.model, share=not self.model.training) \
+            if isinstance(self.model, Transformer) else None
+        unique = {p.data_ptr(): p for p in self.model.parameters()}  # a tied weight once
+        self.parameters = sum(p.numel() for p in unique.values())
+
+    def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
+              mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
+              ) -> TracedTranslation:
+        """Greedy translation of one sentence, recording every step; raises InputError for an unusable request.
+
+        `force`: target tokens (spelled as in `target_tokens`) that fix the first steps; decoding continues
+        greedily after them. `mask`: heads to switch off, named `kind.layer.head` (e.g. "cross.2.5").
+        `src_lang`, `tgt_lang`: a multilingual model's direction (None: its default); the target language's code
+        is then the first target token, given (counted in `Trace.forced`).
+        """
+        tokens, request = self.trace_request(text, top_k, force, mask, src_lang, tgt_lang)
+        if self.step_decoder is None:
+            trace = greedy_trace(self.model, request.src_ids, top_k=top_k, force=request.force, gates=request.gates)
+        else:
+            batch = self.trace_batch()
+            ticket = batch.add(request)
+            trace = batch.run()[ticket]
+        return self.traced(tokens, trace)
+
+    def trace_request(self, text: str, top_k: int = 5, force: list[str] | None = None,
+                      mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
+                      ) -> tuple[list[str], TraceRequest]:
+        """The source tokens of `text` and what tracing it takes (`trace`'s arguments checked and turned into ids),
+        or an InputError saying why it cannot be traced."""
+        tokens = self.source_tokens(text, src_lang, tgt_lang)
+        src_ids = self.encode_source(tokens)
+        force = self.in_pieces(checked_strings(force, "force"))
+        force_ids = self.target_ids(self.with_target_prefix(force, tgt_lang), output_limit(self.model, len(src_ids)),
+                                    "Forced token")
+        return tokens, TraceRequest(src_ids, top_k, force_ids, self.gates(checked_strings(mask, "mask")))
+
+    def trace_batch(self) -> TraceBatch:
+        """A new batch in which traces of this Transformer decode together (continuous batching)."""
+        return TraceBatch(self.model, self.step_decoder)
+
+    def traced(self, tokens: list[str], trace: Trace) -> TracedTranslation:
+        """A trace of the source `tokens` with its tokens as strings."""
+        itos = self.tgt_vocab.itos
+        return TracedTranslation(
+            source_tokens=tokens + ["<eos>"],
+            unknown=[i == UNK_ID for i in trace.src_ids],
+            target_tokens=[itos[i] for i in trace.token_ids],
+            top_tokens=[[itos[i] for i in row] for row in trace.top_ids.tolist()],
+            text=self.to_text(self.tgt_vocab.decode(trace.token_ids)),  # a generated <unk> stays visible
+            trace=trace, scheme=word_scheme(self.tgt_tokenizer),
+        )
+
+    def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
+              src_lang: str | None = None, tgt_lang: str | None = None) -> TracedScore:
+        """The teacher-forced log-probability of each of `target_tokens` (spelled as in a trace's
+        `target_tokens`) as a translation of `text`, with the heads of `mask` switched off."""
+        tokens = self.source_tokens(text, src_lang, tgt_lang)
+        src_ids = self.encode_source(tokens)
+        target = checked_strings(target_tokens, "target_tokens")
+        if not target:
+            raise InputError("Give the target tokens to score: the list is empty.")
+        target = self.with_target_prefix(self.in_pieces(target), tgt_lang)
+        tgt_ids = self.target_ids(target, self.model.config.max_len - 1, "Target token")
+        log_probs = teacher_forced_log_probs(self.model, src_ids, tgt_ids, self.gates(checked_strings(mask, "mask")))
+        return TracedScore(source_tokens=tokens + ["<eos>"], target_tokens=target, log_probabilities=log_probs)
+
+    def given_translation(self, text: str, target_tokens: list[str], src_lang: str | None = None,
+                          tgt_lang: str | None = None) -> tuple[list[int], list[int]]:
+        """Source ids of `text` and target ids of `target_tokens` (spelled as in a trace), or an InputError naming
+        what cannot be read or emitted."""
+        src_ids = self.encode_source(self.source_tokens(text, src_lang, tgt_lang))
+        target = self.in_pieces(checked_strings(target_tokens, "target_tokens"))
+        tgt_ids = self.target_ids(self.with_target_prefix(target, tgt_lang), self.model.config.max_len - 1,
+                                  "Target token")
+        return src_ids, tgt_ids
+
+    def token_id(self, token: str | None, what: str) -> int | None:
+        """The id of one target token of the model's, spelled as the candidates show it (None for None), or an
+        InputError naming `what` it was meant to be."""
+        if token is None:
+            return None
+        pieces = self.in_pieces(checked_strings([token], what))
+        if len(pieces) != 1 or pieces[0] not in self.tgt_vocab:
+            raise InputError(f"The {what} must be one token the model has (as the candidates show it), not "
+                             f"{reprlib.repr(token)}.")
+        return self.tgt_vocab.stoi[pieces[0]]
+
+    def patching(self, text: str, counterfactual: str, target_tokens: list[str], step: int,
+                 token: str | None = None, contrast: str | None = None, src_lang: str | None = None,
+                 tgt_lang: str | None = None) -> Patching:
+        """Patching per head (model/explain/patching.py) at `step` (0-based) of `target_tokens` (spelled as in a
+        trace) as the translation of `text`: each head's output taken from the run of `counterfactual` on the same
+        prefix; `token` (default: the one at that step) scored, against `contrast` if given. An InputError for what
+        cannot be read."""
+        src_ids, tgt_ids = self.given_translation(text, target_tokens, src_lang, tgt_lang)
+        counterfactual_ids = self.encode_source(self.source_tokens(counterfactual, src_lang, tgt_lang))
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(tgt_ids):
+            raise InputError(f"The step must be a whole number from 1 to {len(tgt_ids)}, not {reprlib.repr(step)}.")
+        return patch_heads(self.model, src_ids, counterfactual_ids, tgt_ids, step, self.token_id(token, "token"),
+                           self.token_id(contrast, "contrast"))
+
+    @torch.inference_mode()
+    def reference_attention(self, source: list[str], target: list[str]) -> Attention:
+        """Every attention map of a reference translation read teacher-forced (batch of one), from tokens as the
+        tokenizers give them, cut to what the model's positions hold (a split's sentences, for the CLIs)."""
+        src_ids = self.encode_source(source[:self.max_src_tokens])
+        tgt_ids = self.tgt_vocab.encode(target[:self.max_src_tokens]) + [EOS_ID]
+        _, attention = self.model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]), need_weights=True)
+        return attention
+
+    def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None,
+             greedy_tokens: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
+             ) -> TracedBeam:
+        """Beam search of one sentence as evaluation runs it (the checkpoint's beam size and length penalty unless
+        `beam_size` is given), recording the beam at every step, with the heads of `mask` switched off.
+
+        `greedy_tokens`: the greedy translation with that mask, when the caller has it (else it is decoded)."""
+        decoding = self.metrics.get("decoding", {})
+        beam_size = decoding.get("beam_size", 5) if beam_size is None else beam_size
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or not 1 <= beam_size <= MAX_BEAM_SIZE:
+            raise InputError(f"The beam size must be a whole number from 1 to {MAX_BEAM_SIZE}, "
+                             f"not {reprlib.repr(beam_size)}.")
+        tokens = self.source_tokens(text, src_lang, tgt_lang)
+        src_ids = self.encode_source(tokens)
+        gates = self.gates(checked_strings(mask, "mask"))
+        prefix = self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
+        beam = beam_trace(self.model, src_ids, beam_size, length_penalty=decoding.get("length_penalty", 1.0),
+                          gates=gates, prefix=prefix)
+        if greedy_tokens is None:
+            greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates, prefix=prefix)[0]
+            ended = len(greedy) < output_limit(self.model, len(src_ids))
+            greedy_tokens = [self.tgt_vocab.itos[i] for i in greedy] + ["<eos>"] * ended
+        return TracedBeam(source_tokens=tokens + ["<eos>"], greedy_tokens=greedy_tokens, beam=beam,
+                          itos=self.tgt_vocab.itos)
+
+    def contributions(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
+                      src_lang: str | None = None, tgt_lang: str | None = None) -> Contributions | None:
+        """ALTI+ of `target_tokens` (spelled as in a trace) as the translation of `text`
+        (model/explain/contributions.py), with the heads of `mask` switched off; None for a model without a residual
+        stream to decompose (the GRU models)."""
+        if not isinstance(self.model, Transformer):
+            return None
+        return alti_plus(self.model, *self.given_translation(text, target_tokens, src_lang, tgt_lang),
+                         self.gates(checked_strings(mask, "mask")))
+
+    def attributions(self, text: str, target_tokens: list[str], method: str = INTEGRATED_GRADIENTS,
+                     step: int | None = None, contrast: str | None = None, mask: list[str] | None = None,
+                     src_lang: str | None = None, tgt_lang: str | None = None, steps: int = 32,
+                     progress: Callable[[int, int], None] | None = None) -> list[Attributions]:
+        """Gradient attributions (model/explain/attribution.py) of each step's token of `target_tokens` (spelled as in a
+        trace) as the translation of `text`, or of step `step` alone (0-based), to every source token and every
+        earlier decoder input; `contrast`: a token of the model's, explained against (Yin & Neubig, 2022);
+        `progress(done, total)`: told as every step's are done (it may raise to stop)."""
+        if method not in ATTRIBUTION_METHODS:
+            raise InputError(f"Unknown attribution method {reprlib.repr(method)}; choose one of: "
+                             f"{', '.join(ATTRIBUTION_METHODS)}.")
+        src_ids, tgt_ids = self.given_translation(text, target_tokens, src_lang, tgt_lang)
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(tgt_ids)):
+            raise InputError(f"The step must be a whole number from 1 to {len(tgt_ids)}, not {reprlib.repr(step)}.")
+        other = self.token_id(contrast, "contrast")
+        gates = self.gates(checked_strings(mask, "mask"))
+        if step is None:
+            return attribute_steps(self.model, src_ids, tgt_ids, method, contrast=other, steps=steps, gates=gates,
+                                   progress=progress)
+        return [attribute(self.model, src_ids, tgt_ids, step, method, contrast=other, steps=steps, gates=gates)]
+
+    def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
+                 src_lang: str | None = None, tgt_lang: str | None = None) -> dict[str, dict[str, np.ndarray]] | None:
+        """Value-weighted attention, rollout and ALTI(+) of `target_tokens` as the translation of `text`, shaped
+        like the trace's attention maps (model/explain/contributions.py `measure_maps`); None for the GRU models."""
+        if not isinstance(self.model, Transformer):
+            return None
+        return measure_maps(self.model, *self.given_translation(text, target_tokens, src_lang, tgt_lang),
+                            self.gates(checked_strings(mask, "mask")))
+
+    def source_tokens(self, text: str, src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]:
+        """The tokens the encoder will read (before <eos>: a multilingual model's language code first), or an
+        InputError saying why `text` cannot be read."""
+        tokens = self.src_tokenizer(checked_text(text))
+        if not tokens:
+            raise InputError("Type a sentence to translate: the input is empty.")
+        tokens = self.source_prefix(src_lang, tgt_lang) + tokens
+        if len(tokens) > self.max_src_tokens:
+            raise InputError(f"The input has {len(tokens)} tokens; this model reads at most "
+                             f"{self.max_src_tokens}. Please shorten it.")
+        return tokens
+
+    def source_prefix(self, src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]:
+        """The language code (or T5's prompt) a multilingual model reads before the text (none for a model of one
+        direction)."""
+        if self.languages is None:
+            if src_lang or tgt_lang:
+                raise InputError("This model translates in one direction only: it takes no source or target "
+                                 "language.")
+            return []
+        try:
+            return self.languages.source_prefix(src_lang or None, tgt_lang or None, self.src_tokenizer)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+
+    def with_target_prefix(self, tokens: list[str], tgt_lang: str | None = None) -> list[str]:
+        """Target `tokens` (a forced prefix, a translation to score) led by the target language's code where the
+        model is given one first, unless they start with a language code already."""
+        if self.languages is None or (tokens and self.languages.is_code(tokens[0])):
+            return tokens
+        try:
+            return self.languages.target_prefix(tgt_lang or None) + tokens
+        except ValueError as error:
+            raise InputError(str(error)) from None
+
+    def in_pieces(self, tokens: list[str]) -> list[str]:
+        """Target tokens as the model writes them: a word it lacks but writes in pieces (or lower-cased, or as
+        sentencepiece's "▁Ein") becomes those pieces, so that a word can be typed as a word ("zeitungsleserin" ->
+        "zeitungs@@", "leserin"); a token the model has, or one it cannot spell, stays as it is."""
+        if len(tokens) > self.model.config.max_len:  # too many whatever they are: `target_ids` says so
+            return tokens
+        written = []
+        for token in tokens:
+            pieces = [] if token in self.tgt_vocab else self.tgt_tokenizer(token)
+            if pieces and not all(piece in self.tgt_vocab for piece in pieces):  # merges its vocabulary dropped
+                pieces = spelled(pieces, self.tgt_vocab)
+            written += pieces if pieces and all(piece in self.tgt_vocab for piece in pieces) else [token]
+        return written
+
+    def target_ids(self, tokens: list[str], limit: int, what: str) -> list[int]:
+        """Target ids of tokens the model must emit (a forced prefix, a translation to score), or an InputError
+        naming the first one it cannot emit there."""
+        if len(tokens) > limit:
+            raise InputError(f"{len(tokens)} target tokens given; this sentence's translation may have at most "
+                             f"{limit}.")
+        ids = []
+        for position, token in enumerate(tokens):
+            if token not in self.tgt_vocab:
+                raise InputError(f"{what} {token!r} is not in the target vocabulary, nor can the model spell it "
+                                 "in pieces it has.")
+            token_id = self.tgt_vocab.stoi[token]
+            if token_id in (PAD_ID, SOS_ID):
+                raise InputError(f"{what} {token!r} is never emitted by the model.")
+            if token_id == EOS_ID and position < len(tokens) - 1:
+                raise InputError(f"{what} '<eos>' ends the translation: it can only be the last one.")
+            ids.append(token_id)
+        return ids
+
+    def gates(self, names: list[str]) -> HeadGates | None:
+        """Head gates that switch off the named heads, or an InputError naming the first unknown head."""
+        try:
+            return head_gates(self.model, names)
+        except ValueError as error:
+            raise InputError(str(error)) from None

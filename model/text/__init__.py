@@ -1,0 +1,1 @@
+"""Text: tokenizers and vocabularies (ours, and the Hub models' through their own files), words, batches."""

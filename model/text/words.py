@@ -1,0 +1,106 @@
+"""Words from the pieces a model reads and writes, and attention maps and shares merged to words.
+
+Pieces are grouped into words by the tokenizer's convention:
+- byte-pair pieces (subword-nmt): a piece ending in "@@" goes on into the next ("zeitungs@@ leserin");
+- sentencepiece (converted Hub models): a piece starting with "▁" starts a word, any other goes on the word
+  before it ("▁Zeitung", "s", "leserin");
+- characters (the reversal toy): a word is a run of characters between spaces ("▁"), each space a unit of its own;
+- whole words: every token is a word.
+A special token (<sos>, <eos>, <unk>, a language code like "deu_Latn" or ">>fra<<") is always a word of its own.
+
+Maps are merged as Clark et al. (2019, "What Does BERT Look At?") merge word pieces: attention *to* a word is the
+sum over its pieces (keys), attention *from* a word the mean over its pieces (queries), so each row still sums
+to 1. Shares (ALTI+, rollout) are merged the same way.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from model.text.vocab import CHARS, CONTINUES, SPACE
+
+PIECES, WORDS = "pieces", "words"
+UNITS = (PIECES, WORDS)
+BPE, SENTENCEPIECE, CHARACTERS, WHOLE = "bpe", "sentencepiece", "characters", "whole words"
+_SPECIAL = re.compile(r"<[^<>\s]*>|>>\w+<<|__\w+__|[a-z]{3}_[A-Z][a-z]{3}|[a-z]{2}_[A-Z]{2}")
+
+
+def scheme(tokenizer) -> str:
+    """How `tokenizer`'s tokens make words: BPE, SENTENCEPIECE, CHARACTERS or WHOLE."""
+    if getattr(tokenizer, "sentencepiece", None) is not None or getattr(tokenizer, "tokenizer", None) is not None:
+        return SENTENCEPIECE  # a converted Hub model's tokenizer (model/text/hub_tokenizer.py)
+    if getattr(tokenizer, "bpe", None) is not None:
+        return BPE
+    return CHARACTERS if getattr(tokenizer, "lang", None) == CHARS else WHOLE
+
+
+def is_special(token: str) -> bool:
+    return bool(_SPECIAL.fullmatch(token))
+
+
+def word_spans(tokens: list[str], how: str) -> list[range]:
+    """The pieces of each word, as consecutive index ranges covering `tokens` in order."""
+    spans: list[range] = []
+    start = 0
+    for index, token in enumerate(tokens):
+        if index > start and _starts_word(tokens[index - 1], token, how):
+            spans.append(range(start, index))
+            start = index
+    if tokens:
+        spans.append(range(start, len(tokens)))
+    return spans
+
+
+def _starts_word(before: str, token: str, how: str) -> bool:
+    """Whether `token` starts a new word after `before`."""
+    if how == WHOLE or is_special(token) or is_special(before):
+        return True
+    if how == BPE:
+        return not before.endswith(CONTINUES)
+    if how == SENTENCEPIECE:
+        return token.startswith(SPACE)
+    return token == SPACE or before == SPACE  # characters: a space is a unit, and ends the word before it
+
+
+def word_label(pieces: list[str], how: str) -> str:
+    """A word's text from its pieces: "zeitungs@@ leserin" -> "zeitungsleserin", "▁Zeitung s" -> "Zeitungs"."""
+    if how == BPE:
+        return "".join(piece[:-len(CONTINUES)] if piece.endswith(CONTINUES) else piece for piece in pieces)
+    if how == SENTENCEPIECE:
+        return "".join(pieces).replace(SPACE, " ").strip() or SPACE  # a piece that is only a space stays visible
+    return "".join(pieces)
+
+
+def merge(maps: np.ndarray, query_spans: list[range] | None, key_spans: list[range] | None) -> np.ndarray:
+    """Maps (..., Q, K) merged to words: each key word's columns summed, each query word's rows averaged (None:
+    that axis stays as it is)."""
+    merged = np.asarray(maps)
+    if key_spans is not None:
+        merged = merged @ _membership(key_spans, merged.shape[-1])  # (..., Q, K words)
+    if query_spans is not None:
+        members = _membership(query_spans, merged.shape[-2])
+        merged = np.swapaxes(np.swapaxes(merged, -1, -2) @ (members / members.sum(0)), -1, -2)
+    return merged
+
+
+def words(tokens: list[str], how: str) -> tuple[list[str], list[range]]:
+    """The words `tokens` make, as text, and the pieces of each."""
+    spans = word_spans(tokens, how)
+    return [word_label(tokens[span.start:span.stop], how) for span in spans], spans
+
+
+def summed(values: np.ndarray, spans: list[range]) -> np.ndarray:
+    """Per-piece values that add up (gradient attributions) added up per word."""
+    return np.array([np.asarray(values)[span.start:span.stop].sum() for span in spans])
+
+
+def _membership(spans: list[range], size: int) -> np.ndarray:
+    """(size, words): 1 where a piece belongs to a word."""
+    if sum(map(len, spans)) != size:
+        raise ValueError(f"the words cover {sum(map(len, spans))} pieces, the map has {size}")
+    members = np.zeros((size, len(spans)), dtype=np.float32)
+    for word, span in enumerate(spans):
+        members[span.start:span.stop, word] = 1
+    return members

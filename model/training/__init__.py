@@ -1,0 +1,1 @@
+"""Multi30k, training (one process or torchrun) and evaluation."""
