@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from model.nets.decoding import greedy_decode, greedy_trace
-from model.nets.transformer import ModelConfig, Transformer, attention, relative_buckets
+from model.nets.positions import relative_buckets
+from model.nets.transformer import ModelConfig, Transformer, attention
 from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 from tests.conftest import T5_LIKE, tiny_config
 
