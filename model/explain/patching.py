@@ -69,17 +69,6 @@ class Recorder:
         return torch.cat(self.outputs, dim=2)
 
 
-class StreamReplace:
-    """Source positions of the residual stream replaced by another run's: row b's position p takes `values`'
-    (1, S, d) where `keep[b, p]` is 0 (causal tracing's patch, Meng et al., 2022)."""
-
-    def __init__(self, keep: Tensor, values: Tensor):
-        self.keep, self.values = keep[..., None], values
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return x * self.keep + self.values * (1 - self.keep)
-
-
 class Replace:
     """Heads' outputs replaced by another run's: row b's head h takes `values`' where `keep[b, h]` is 0, and keeps
     its own where 1. Positions follow the calls (a GRU decoder calls it once per step)."""
@@ -154,13 +143,16 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
     set, in batches of `ROWS`. Sets without an encoder head share one encoding of the sentence."""
     heads = model.heads()
     src = torch.tensor([src_ids])
+    streams = encoder_streams(model, src_ids)
     memory, src_mask, _ = model.encode(src)
     scores = [0.0] * len(head_sets)
-    decoder_side = [i for i, heads_set in enumerate(head_sets) if all(kind != ENCODER for kind, _, _ in heads_set)]
-    encoder_side = [i for i in range(len(head_sets)) if i not in set(decoder_side)]
-    for indices, reencode in ((decoder_side, False), (encoder_side, True)):
-        for start in range(0, len(indices), ROWS):
-            rows = indices[start:start + ROWS]
+    lowest = [min((layer for kind, layer, _ in heads_set if kind == ENCODER), default=None) for heads_set in head_sets]
+    groups = [([i for i, first in enumerate(lowest) if first is None], None)]  # the decoder side: one encoding
+    groups += [([i for i, first in enumerate(lowest) if first == layer], layer) for layer in sorted(
+        {first for first in lowest if first is not None})]  # the encoder's: from their lowest layer up
+    for indices, first in groups:
+        for begin in range(0, len(indices), ROWS):
+            rows = indices[begin:begin + ROWS]
             keep = {kind: torch.ones(layers, len(rows), count) for kind, (layers, count) in heads.items()}
             for row, index in enumerate(rows):
                 for kind, layer, head in head_sets[index]:
@@ -169,8 +161,9 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
                                       for layer in range(len(outputs[kind])) if (keep[kind][layer] < 1).any()}
                                for kind in keep})
             batch = len(rows)
-            if reencode:
-                row_memory, row_mask, _ = model.encode(src.expand(batch, -1), gates=hooks, fused=True)
+            if first is not None:
+                row_memory, row_mask, _ = model.encode(src.expand(batch, -1), gates=hooks, fused=True,
+                                                       start=(first, streams[first].expand(batch, -1, -1)))
                 cache = None
             else:
                 row_memory, row_mask = memory.expand(batch, -1, -1), src_mask.expand(batch, -1, -1, -1)
@@ -182,35 +175,39 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
     return scores
 
 
+def encoder_streams(model: Seq2Seq, src_ids: list[int]) -> dict[int, Tensor]:
+    """A Transformer's encoder stream (1, S, d) entering each layer, and after the last (0: the embeddings); {} for a
+    GRU, which has no layers to start from."""
+    if not isinstance(model, Transformer):
+        return {}
+    recorders = {index: Recorder() for index in range(len(model.encoder_layers) + 1)}
+    model.encode(torch.tensor([src_ids]), gates=HeadHooks({}, recorders))
+    return {index: recorder.outputs[0] for index, recorder in recorders.items()}
+
+
 def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], prefix: Tensor, token: int,
                    contrast: int | None) -> np.ndarray:
     """The sentence's score with the encoder's residual stream at one source position after one layer taken from
     the counterfactual's run, for every layer (0: the embeddings) and position: (L + 1, S), one batch row each."""
     layers, length = len(model.encoder_layers) + 1, len(src_ids)
-    streams = []
-    for ids in (src_ids, counterfactual_ids):
-        recorders = {index: Recorder() for index in range(layers)}
-        model.encode(torch.tensor([ids]), gates=HeadHooks({}, recorders))
-        streams.append({index: recorder.outputs[0] for index, recorder in recorders.items()})
-    original, values = streams
+    original, values = encoder_streams(model, src_ids), encoder_streams(model, counterfactual_ids)
     # A position whose stream the counterfactual leaves as it is (every one but the swapped word's, after the
     # embeddings) changes nothing when patched: its run is skipped.
     cells = [(index, position) for index in range(layers) for position in range(length)
              if not torch.equal(original[index][0, position], values[index][0, position])]
     scores = np.full((layers, length), float(score_of_original(model, src_ids, prefix, token, contrast)))
-    for start in range(0, len(cells), ROWS):
-        rows = cells[start:start + ROWS]
-        keep = torch.ones(layers, len(rows), length)
-        for row, (index, position) in enumerate(rows):
-            keep[index, row, position] = 0.0
-        hooks = HeadHooks({}, {index: StreamReplace(keep[index], values[index]) for index in range(layers)
-                               if (keep[index] < 1).any()})
-        batch = len(rows)
-        memory, src_mask, _ = model.encode(torch.tensor([src_ids]).expand(batch, -1), gates=hooks, fused=True)
-        logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask, fused=True,
-                                 positions=torch.full((batch,), prefix.size(1) - 1))
-        for (index, position), value in zip(rows, score(logits, token, contrast).tolist()):
-            scores[index, position] = value
+    for index in range(layers):  # the stream after layer `index` patched: the encoder goes on from the next
+        positions = [position for cell_index, position in cells if cell_index == index]
+        for begin in range(0, len(positions), ROWS):
+            rows = positions[begin:begin + ROWS]
+            batch = len(rows)
+            stream = original[index].expand(batch, -1, -1).clone()
+            stream[torch.arange(batch), rows] = values[index][0, rows]
+            memory, src_mask, _ = model.encode(torch.tensor([src_ids]).expand(batch, -1), fused=True,
+                                               start=(index, stream))
+            logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask, fused=True,
+                                     positions=torch.full((batch,), prefix.size(1) - 1))
+            scores[index, rows] = score(logits, token, contrast).numpy()
     return scores
 
 
@@ -221,10 +218,10 @@ def score_of_original(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token:
 
 
 def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], tgt_ids: list[int], step: int,
-                token: int | None = None, contrast: int | None = None) -> Patching:
+                token: int | None = None, contrast: int | None = None, stream: bool = True) -> Patching:
     """Patching per head at `step` (0-based) of the translation `tgt_ids` of `src_ids`: each head of each kind
     taken alone from the run of `counterfactual_ids` on the same target prefix; `token` (default: the one chosen
-    there) scored, against `contrast` if given."""
+    there) scored, against `contrast` if given; with `stream`, the encoder stream's grid too (`patched_stream`)."""
     if not 0 <= step < len(tgt_ids):
         raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
     token = tgt_ids[step] if token is None else token
@@ -241,13 +238,13 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
         patched = [(kind, layer, head) for kind, (layers, count) in heads.items() if kind not in skipped
                    for layer in range(layers) for head in range(count)]
         scores = patched_scores(model, src_ids, prefix, token, contrast, outputs, [[head] for head in patched])
-        stream = None
-        if hasattr(model, "encoder_layers") and len(src_ids) == len(counterfactual_ids):
-            stream = patched_stream(model, src_ids, counterfactual_ids, prefix, token, contrast) - original
+        traced = None
+        if stream and hasattr(model, "encoder_layers") and len(src_ids) == len(counterfactual_ids):
+            traced = patched_stream(model, src_ids, counterfactual_ids, prefix, token, contrast) - original
     effects = {kind: np.full(shape, np.nan) for kind, shape in heads.items()}
     for (kind, layer, head), value in zip(patched, scores):
         effects[kind][layer, head] = value - original
-    return Patching(step, token, contrast, original, counterfactual, effects, skipped, stream)
+    return Patching(step, token, contrast, original, counterfactual, effects, skipped, traced)
 
 
 # Words the page suggests swapping, each way: gender first (Vig et al., 2020), then a few nouns and numbers.

@@ -411,19 +411,25 @@ class Transformer(nn.Module):
                 CROSS: (c.n_decoder_layers, c.n_heads)}
 
     def encode(self, src: Tensor, need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False, embedded: Tensor | None = None) -> tuple[Tensor, Tensor, Attention | None]:
+               need_vectors: bool = False, embedded: Tensor | None = None, start: tuple[int, Tensor] | None = None
+               ) -> tuple[Tensor, Tensor, Attention | None]:
         """src (B, S) -> memory (B, S, d_model), src_mask (B, 1, 1, S) and, if asked, encoder `Attention`;
-        `embedded` (B, S, d_model): token vectors to read instead of the table's."""
+        `embedded` (B, S, d_model): token vectors to read instead of the table's. `start` (layer, stream (B, S,
+        d_model)): continue from that layer with the stream entering it (patching reuses the layers below, which
+        give what they gave the sentence); its `Attention` then holds the layers from there."""
         need_weights = need_weights or need_vectors
         src_mask = padding_mask(src, self.config.pad_id)
-        x = self.src_embedding(src, tokens=embedded)
         position_bias = None
         if self.encoder_position_bias is not None:
             positions = torch.arange(src.size(1), device=src.device)
             position_bias = self.encoder_position_bias(positions, positions)[None]  # (1, H, S, S)
         maps, recorded = [], []
-        x = x if gates is None else gates.stream(0, x)
-        for i, layer in enumerate(self.encoder_layers):
+        if start is None:
+            first, x = 0, self.src_embedding(src, tokens=embedded)
+            x = x if gates is None else gates.stream(0, x)
+        else:
+            first, x = start
+        for i, layer in enumerate(self.encoder_layers[first:], start=first):
             x, weights, vectors = layer(x, src_mask, fused and not need_weights,
                                         gates and gates.layer(ENCODER, i), need_vectors, position_bias)
             x = x if gates is None else gates.stream(i + 1, x)
