@@ -45,6 +45,7 @@ from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E40
 
 from model.serving.checkpoint import load_checkpoint  # noqa: E402
 from model.training.evaluate import DEFAULT_DATA  # noqa: E402
+from tests.pages import open_tab  # noqa: E402
 from ui.session import to_arrays  # noqa: E402
 from viz.attention import escape_text  # noqa: E402
 
@@ -206,21 +207,21 @@ def what_if(page, translator, sentences: list[str]) -> None:
         page.wait_for_timeout(300)
         traced = translator.trace(text)
         word = traced.top_tokens[min(FIRST_STEP, len(traced.target_tokens)) - 1][1]
-        page.get_by_role("tab", name="Branch and compare").click()
+        open_tab(page, "Branch and compare")
         page.fill("#branch-word textarea", word)
         times["branch"].append(timed(page, lambda: page.click("#branch"), """(word) =>
             document.querySelector('#status textarea')?.value.startsWith('Branch')
             && document.querySelector('#attention .js-plotly-plot')?.layout?.title.text.includes(`→ "${word}"`)""",
                                      word))
-        page.get_by_role("tab", name="Switch heads off").click()
+        open_tab(page, "Switch heads off")
         times["one head off"].append(timed(page, lambda: page.locator("#mask-cross label").first.click(), """() =>
             document.querySelector('#status textarea')?.value.startsWith('1 head off')
             && document.querySelector('#mask-effect .js-plotly-plot')?.layout?.title.text.includes('1 head off')"""))
-        page.get_by_role("tab", name="Beam search").click()
+        open_tab(page, "Beam search")
         times["beam view"].append(timed(page, lambda: page.click("#beam"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Beam search')
             && document.querySelectorAll('#n-best tbody tr').length > 0"""))
-        page.get_by_role("tab", name="Head statistics").click()
+        open_tab(page, "Head statistics")
         times["head statistics"].append(timed(page, lambda: page.click("#head-statistics"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Statistics of')
             && (document.querySelector('#head-table')?.innerText || '').includes('encoder.1.1')"""))
@@ -228,7 +229,7 @@ def what_if(page, translator, sentences: list[str]) -> None:
             document.querySelector('#status textarea')?.value.startsWith('Alignments of')
             && (document.querySelector('#alignment-text .answer-text')?.textContent
                 || document.querySelector('#alignment-text textarea')?.value || '').includes('cross.1.1')"""))
-        page.get_by_role("tab", name="Where each word came from").click()
+        open_tab(page, "Where each word came from")
         times["where each word came from"].append(timed(page, lambda: page.click("#contributions"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Contributions of')
             && document.querySelector('#source-share .js-plotly-plot')"""))

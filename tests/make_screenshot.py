@@ -21,6 +21,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 import ui  # noqa: E402
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from tests.pages import open_tab  # noqa: E402
 
 SCREENS = {"app.png": dict(viewport={"width": 1400, "height": 900}),
            "app-phone.png": dict(viewport={"width": 390, "height": 844}, is_mobile=True, device_scale_factor=2)}
@@ -56,11 +57,11 @@ def what_if(page, out: Path) -> None:
     page.mouse.down()
     page.mouse.up()
     status_starts(page, "Branch")
-    page.get_by_role("tab", name="Branch and compare").click()
+    open_tab(page, "Branch and compare")
     save(page, out, "branch.png", "#what-if")
     page.get_by_label("original").check()
     status_starts(page, "Showing original")
-    page.get_by_role("tab", name="Switch heads off").click()
+    open_tab(page, "Switch heads off")
     for head in ("L2 H1", "L2 H3", "L2 H5"):
         page.locator("#mask-cross label", has_text=head).click()
         page.wait_for_timeout(1500)
@@ -68,11 +69,11 @@ def what_if(page, out: Path) -> None:
     save(page, out, "heads.png", "#what-if")
     page.click("#mask-reset")
     status_starts(page, "All heads")
-    page.get_by_role("tab", name="Beam search").click()
+    open_tab(page, "Beam search")
     page.click("#beam")
     status_starts(page, "Beam search")
     save(page, out, "beam.png", "#what-if")
-    page.get_by_role("tab", name="Where each word came from").click()
+    open_tab(page, "Where each word came from")
     page.click("#contributions")
     status_starts(page, "Contributions")
     save(page, out, "sources.png", "#what-if")
@@ -121,7 +122,7 @@ def compare(page, out: Path, url: str) -> None:
                        "text": "A woman holding a bowl of food in a kitchen."})
     page.goto(f"{url}?{query}")
     status_starts(page, "Opened the link")
-    page.get_by_role("tab", name="Compare models").click()
+    open_tab(page, "Compare models")
     page.wait_for_function("() => document.querySelector('#compare-plot .js-plotly-plot')?.layout?.title.text"
                            ".includes('step 4 of')", timeout=60000)
     save(page, out, "compare.png", "#what-if")

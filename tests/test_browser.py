@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, HEAD_LABELS, KIND_LABELS, MEAN
+from tests.pages import open_tab
+from ui.demo import TABS
 from ui.operations import FIRST_STEP
 from ui.session import to_arrays
 from viz.views import attention_figure, candidates_figure, translation_figure
@@ -269,7 +271,7 @@ def test_click_a_candidate_to_branch_and_switch_a_head_off(page, services):
     assert page.locator("#translation textarea").input_value() == expected.text
     assert wait_for_step(page, 3)["title"].endswith(f"→ \"{word}\" (p = {expected.trace.probabilities[2]:.2f})")
     assert page.get_by_label("original").count() == 1  # the breadcrumb goes back
-    page.get_by_role("tab", name="Switch heads off").click()
+    open_tab(page, "Switch heads off")
     page.locator("#mask-cross label").first.click()
     status_starts(page, "1 head off")
     masked = translator.trace(text, force=expected.target_tokens[:3], mask=["cross.1.1"])
@@ -293,7 +295,7 @@ def test_with_the_sources_tab_open_a_candidate_click_asks_why_not_that_one(page,
     bars_shown(page, "candidates", 2)
     traced = translator.trace(text)
     other = traced.top_tokens[1][1]
-    page.get_by_role("tab", name="Where each word came from").click()
+    open_tab(page, "Where each word came from")
     bar = page.locator("#candidates .js-plotly-plot .bars .point path").nth(1).bounding_box()
     page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2 - 20)
     page.mouse.down()
@@ -357,7 +359,7 @@ def test_a_shared_link_opens_its_view_and_copy_link_gives_it_back(page, server):
     view = wait_for_step(page, 3)
     assert view["title"].startswith("Decoder self-attention, layer 2, head 2")
     assert page.input_value("#source textarea") == LONG
-    page.get_by_role("tab", name="Share and export").click()
+    open_tab(page, "Share and export")
     page.click("#copy-link")
     page.wait_for_function("() => document.querySelector('#link textarea, #link input')?.value.includes('step=3')")
     link = page.locator("#link textarea, #link input").first.input_value()
@@ -397,7 +399,7 @@ def test_compare_steps_both_models_and_every_plot_downloads_svg(page, server, se
     translate(page, services, LONG)
     page.click("#first")
     wait_for_step(page, 1)
-    page.get_by_role("tab", name="Compare models").click()
+    open_tab(page, "Compare models")
     page.click("#compare-model input")
     assert page.get_by_role("option", name=re.compile(f"^{MODEL} ")).count() == 0  # not the model itself
     page.get_by_role("option", name=re.compile("^toy-rnn ")).click()
@@ -431,17 +433,17 @@ def test_the_view_controls_sit_right_above_the_heatmap(page, services):
 def test_a_plot_in_a_tab_opened_later_fills_its_box(page, services):
     """Drawn while its tab was hidden, the comparison chart is fitted to its box when the tab opens."""
     translate(page, services, "A man plays with a red ball in the park.")
-    page.get_by_role("tab", name="Switch heads off").click()
+    open_tab(page, "Switch heads off")
     page.locator("#mask-cross label").first.click()
     status_starts(page, "1 head off")
-    page.get_by_role("tab", name="Branch and compare").click()  # its chart was drawn while this tab was hidden
+    open_tab(page, "Branch and compare")  # its chart was drawn while this tab was hidden
     page.wait_for_function("""() => {
         const plot = document.querySelector('#comparison-plot .js-plotly-plot');
         const box = document.querySelector('#comparison-plot');
         return plot && box.getBoundingClientRect().width > 0
             && Math.abs(plot.getBoundingClientRect().width - box.getBoundingClientRect().width) < 30; }""",
                            timeout=15000)
-    page.get_by_role("tab", name="Switch heads off").click()
+    open_tab(page, "Switch heads off")
     page.click("#mask-reset")
     status_starts(page, "All heads")
 
@@ -451,7 +453,7 @@ def test_a_model_switch_after_a_comparison_shows_no_error(page, services):
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     translate(page, services, "A dog runs in the park.")
     choose(page, "layer", "Layer 2")
-    page.get_by_role("tab", name="Compare models").click()
+    open_tab(page, "Compare models")
     page.click("#compare-model input")
     page.get_by_role("option", name=re.compile("^toy-rnn ")).click()
     page.click("#compare")
@@ -520,7 +522,7 @@ def test_on_a_phone_every_tab_head_switch_and_model_view_label_is_readable(page,
     names = page.evaluate("""() => Array.from(document.querySelectorAll(
         '#what-if [role=tablist] button, #what-if .overflow-dropdown button')).filter((b) => b.checkVisibility())
         .map((b) => b.textContent.trim())""")
-    assert len(names) == 8 and page.locator("#what-if .overflow-menu > button").is_hidden()  # no "⋯" to find them
+    assert len(names) == len(TABS) and page.locator("#what-if .overflow-menu > button").is_hidden()  # no "⋯" to find
     page.locator("#what-if .overflow-dropdown button", has_text="Switch heads off").click()
     cut = page.evaluate("""() => Array.from(document.querySelectorAll('.head-grid label')).filter((label) =>
         label.checkVisibility()).filter((label) => { const text = label.querySelector('span');

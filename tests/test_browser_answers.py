@@ -4,6 +4,7 @@ the page out of sight."""
 import pytest
 
 from model.keys import KINDS, head_name
+from tests.pages import open_tab
 from tests.test_browser import MODEL, status_starts, translate
 
 pytestmark = pytest.mark.slow  # drives a real browser
@@ -32,7 +33,7 @@ def foot_says(page, prefix: str) -> str:
 def asked_in_tab(page, services, tab: str, button: str, said: str) -> None:
     """SENTENCE translated, then `button` pressed in the tab `tab`, until the status says `said`."""
     translate(page, services, SENTENCE)
-    page.get_by_role("tab", name=tab).click()
+    open_tab(page, tab)
     page.click(button)
     status_starts(page, said)
 
@@ -57,7 +58,7 @@ def test_a_head_clicked_in_the_importance_map_is_opened_in_sight(page, services,
     monkeypatch.setattr(translator, "head_report", {"heads": heads})
     page.reload()  # the page opens on the model again, with its importance map
     translate(page, services, SENTENCE)
-    page.get_by_role("tab", name="Switch heads off").click()
+    open_tab(page, "Switch heads off")
     page.wait_for_function("() => document.querySelector('#importance .js-plotly-plot')?.on", timeout=15000)
     page.locator("#importance").scroll_into_view_if_needed()
     page.evaluate("() => window.scrollBy(0, 400)")
@@ -73,7 +74,7 @@ def test_a_head_clicked_in_the_importance_map_is_opened_in_sight(page, services,
 
 def test_the_hub_tab_says_its_errors_where_the_user_is(page, services):
     translate(page, services, SENTENCE)
-    page.get_by_role("tab", name="Models from the Hub").click()
+    open_tab(page, "Models from the Hub")
     page.fill("#hub-id textarea, #hub-id input", "  ")
     page.locator("#hub-load").scroll_into_view_if_needed()
     page.evaluate("() => window.scrollBy(0, 600)")
@@ -133,7 +134,7 @@ def test_the_counterfactual_tab_suggests_a_swap_draws_both_grids_and_a_head_clic
     """Suggest a swap fills the second source from the sentence on screen; patching draws both translations, the
     per-head grid and the stream grid in the tab; a click on a head of the grid opens it in the view."""
     translate(page, services, SENTENCE)
-    page.get_by_role("tab", name="Counterfactual").click()
+    open_tab(page, "Counterfactual")
     page.click("#suggest-swap")
     page.wait_for_function("""() => document.querySelector('#counterfactual textarea, #counterfactual input')
         ?.value === 'A woman plays with a red ball in the park.'""", timeout=15000)

@@ -208,7 +208,10 @@ def test_the_counterfactual_tab_shows_both_translations_and_each_heads_effect(ev
     for model in ("toy-en-de", "toy-rnn"):
         session = events.translate("A man plays with a red ball.", model=model)["session"]
         assert suggest(packed(session, session.revision)) == "A woman plays with a red ball."
-        (text, figure, stream), said = patch_at_step(services, session, "A woman plays with a red ball.", 2, "")
+        told = []
+        (text, figure, stream), said = patch_at_step(services, session, "A woman plays with a red ball.", 2, "",
+                                                     told=lambda done, total: told.append((done, total)))
+        assert told and told[-1][0] == told[-1][1] and [done for done, _ in told] == sorted({d for d, _ in told})
         assert (stream is None) == (model == "toy-rnn")  # a GRU encoder has no residual stream between layers
         assert text.startswith("Sentence:       A man plays with a red ball.\n  → ")
         assert "Counterfactual: A woman plays with a red ball." in text

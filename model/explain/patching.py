@@ -33,6 +33,7 @@ from model.nets.transformer import LayerCache, Transformer
 from model.text.vocab import SOS_ID
 
 Head = tuple[str, int, int]  # (kind, 0-based layer, 0-based head)
+Advance = Callable[[int], None]  # told the rows of each batch done
 ROWS = 64  # patched runs per batch
 
 
@@ -138,9 +139,11 @@ def shared_memory_cache(model: Seq2Seq, memory: Tensor, batch: int) -> list[Laye
 
 
 def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None,
-                   outputs: dict[str, list[Tensor]], head_sets: list[list[Head]]) -> list[float]:
+                   outputs: dict[str, list[Tensor]], head_sets: list[list[Head]], advance: Advance = lambda rows: None
+                   ) -> list[float]:
     """The sentence's score with each set of heads' outputs taken from `outputs` (another run's): one batch row per
-    set, in batches of `ROWS`. Sets without an encoder head share one encoding of the sentence."""
+    set, in batches of `ROWS` (`advance` told the rows of each, and may raise to stop). Sets without an encoder head
+    share one encoding of the sentence."""
     heads = model.heads()
     src = torch.tensor([src_ids])
     streams = encoder_streams(model, src_ids)
@@ -172,6 +175,7 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
                                      positions=torch.full((batch,), prefix.size(1) - 1))
             for index, value in zip(rows, score(logits, token, contrast).tolist()):
                 scores[index] = value
+            advance(batch)
     return scores
 
 
@@ -186,9 +190,10 @@ def encoder_streams(model: Seq2Seq, src_ids: list[int]) -> dict[int, Tensor]:
 
 
 def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], prefix: Tensor, token: int,
-                   contrast: int | None) -> np.ndarray:
+                   contrast: int | None, advance: Advance = lambda rows: None) -> np.ndarray:
     """The sentence's score with the encoder's residual stream at one source position after one layer taken from
-    the counterfactual's run, for every layer (0: the embeddings) and position: (L + 1, S), one batch row each."""
+    the counterfactual's run, for every layer (0: the embeddings) and position: (L + 1, S), one batch row each
+    (`advance` told the cells of each batch, and those skipped)."""
     layers, length = len(model.encoder_layers) + 1, len(src_ids)
     original, values = encoder_streams(model, src_ids), encoder_streams(model, counterfactual_ids)
     # A position whose stream the counterfactual leaves as it is (every one but the swapped word's, after the
@@ -196,6 +201,7 @@ def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[
     cells = [(index, position) for index in range(layers) for position in range(length)
              if not torch.equal(original[index][0, position], values[index][0, position])]
     scores = np.full((layers, length), float(score_of_original(model, src_ids, prefix, token, contrast)))
+    advance(layers * length - len(cells))
     for index in range(layers):  # the stream after layer `index` patched: the encoder goes on from the next
         positions = [position for cell_index, position in cells if cell_index == index]
         for begin in range(0, len(positions), ROWS):
@@ -208,6 +214,7 @@ def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[
             logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask, fused=True,
                                      positions=torch.full((batch,), prefix.size(1) - 1))
             scores[index, rows] = score(logits, token, contrast).numpy()
+            advance(batch)
     return scores
 
 
@@ -218,10 +225,12 @@ def score_of_original(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token:
 
 
 def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], tgt_ids: list[int], step: int,
-                token: int | None = None, contrast: int | None = None, stream: bool = True) -> Patching:
+                token: int | None = None, contrast: int | None = None, stream: bool = True,
+                told: Callable[[int, int], None] = lambda done, total: None) -> Patching:
     """Patching per head at `step` (0-based) of the translation `tgt_ids` of `src_ids`: each head of each kind
     taken alone from the run of `counterfactual_ids` on the same target prefix; `token` (default: the one chosen
-    there) scored, against `contrast` if given; with `stream`, the encoder stream's grid too (`patched_stream`)."""
+    there) scored, against `contrast` if given; with `stream`, the encoder stream's grid too (`patched_stream`).
+    `told(done, total)`: the patched runs done, after each batch (it may raise to stop)."""
     if not 0 <= step < len(tgt_ids):
         raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
     token = tgt_ids[step] if token is None else token
@@ -237,10 +246,19 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
                                 "patched only between sources of as many tokens.")
         patched = [(kind, layer, head) for kind, (layers, count) in heads.items() if kind not in skipped
                    for layer in range(layers) for head in range(count)]
-        scores = patched_scores(model, src_ids, prefix, token, contrast, outputs, [[head] for head in patched])
+        stream = stream and hasattr(model, "encoder_layers") and len(src_ids) == len(counterfactual_ids)
+        total = len(patched) + (len(model.encoder_layers) + 1) * len(src_ids) if stream else len(patched)
+        done = 0
+
+        def advance(rows: int) -> None:
+            nonlocal done
+            done += rows
+            told(done, total)
+        scores = patched_scores(model, src_ids, prefix, token, contrast, outputs, [[head] for head in patched],
+                                advance)
         traced = None
-        if stream and hasattr(model, "encoder_layers") and len(src_ids) == len(counterfactual_ids):
-            traced = patched_stream(model, src_ids, counterfactual_ids, prefix, token, contrast) - original
+        if stream:
+            traced = patched_stream(model, src_ids, counterfactual_ids, prefix, token, contrast, advance) - original
     effects = {kind: np.full(shape, np.nan) for kind, shape in heads.items()}
     for (kind, layer, head), value in zip(patched, scores):
         effects[kind][layer, head] = value - original

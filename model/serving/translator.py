@@ -279,17 +279,18 @@ class Translator:
 
     def patching(self, text: str, counterfactual: str, target_tokens: list[str], step: int,
                  token: str | None = None, contrast: str | None = None, src_lang: str | None = None,
-                 tgt_lang: str | None = None) -> Patching:
+                 tgt_lang: str | None = None, told: Callable[[int, int], None] = lambda done, total: None
+                 ) -> Patching:
         """Patching per head (model/explain/patching.py) at `step` (0-based) of `target_tokens` (spelled as in a
         trace) as the translation of `text`: each head's output taken from the run of `counterfactual` on the same
         prefix; `token` (default: the one at that step) scored, against `contrast` if given. An InputError for what
-        cannot be read."""
+        cannot be read. `told(done, total)`: the patched runs, as they are done (it may raise to stop)."""
         src_ids, tgt_ids = self.given_translation(text, target_tokens, src_lang, tgt_lang)
         counterfactual_ids = self.encode_source(self.source_tokens(counterfactual, src_lang, tgt_lang))
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(tgt_ids):
             raise InputError(f"The step must be a whole number from 1 to {len(tgt_ids)}, not {reprlib.repr(step)}.")
         return patch_heads(self.model, src_ids, counterfactual_ids, tgt_ids, step, self.token_id(token, "token"),
-                           self.token_id(contrast, "contrast"))
+                           self.token_id(contrast, "contrast"), told=told)
 
     @torch.inference_mode()
     def reference_attention(self, source: list[str], target: list[str]) -> Attention:

@@ -8,9 +8,10 @@ import difflib
 
 import gradio as gr
 
+from model.explain.faithfulness import Told
 from model.explain.patching import suggested_swap
 from model.keys import KIND_LABELS
-from ui.listeners import COUNTERFACTUAL_TAB, tab_answer
+from ui.listeners import COUNTERFACTUAL_TAB, on, tab_answer
 from ui.operations import operation
 from ui.page import Page
 from ui.plots import Answer, answers_view, figure_json
@@ -39,6 +40,7 @@ def build(page: Page, services: Services) -> None:
                                              elem_id="patch-contrast", scale=2, min_width=140)
             page.patch = gr.Button("Patch every head at this step", variant="primary", elem_id="patch", scale=2,
                                    min_width=160)
+            page.stop_patch = gr.Button("Stop", elem_id="stop-patch", scale=1, min_width=80)
         page.counterfactual_answers = answers_view(
             "counterfactual-answers", Answer("counterfactual-text", "text", "Both translations ([words] that differ)"),
             Answer("patching-grid", "figure"), Answer("patching-stream", "figure"))
@@ -52,9 +54,10 @@ def marked(tokens: list[str], other: list[str]) -> str:
 
 
 @operation
-def patch_at_step(services: Services, session: Session, counterfactual: object, step: object, contrast: object
-                  ) -> tuple[tuple, str]:
-    """Both translations side by side, and patching per head at `step` of the decoding on screen."""
+def patch_at_step(services: Services, session: Session, counterfactual: object, step: object, contrast: object,
+                  told: Told = lambda done, total: None) -> tuple[tuple, str]:
+    """Both translations side by side, and patching per head at `step` of the decoding on screen (the patched runs
+    told to `told(done, total)` batch by batch)."""
     if not isinstance(counterfactual, str) or not counterfactual.strip():
         return session, "Type a counterfactual source first (or press Suggest a swap)."
     decoding, trace = session.current, session.current.trace
@@ -63,7 +66,7 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     translator = services.translators[session.model]
     other = services.trace(session.model, counterfactual, **session.direction)
     result = translator.patching(session.source, counterfactual, trace.target_tokens, step - 1, contrast=contrast,
-                                 **session.direction)
+                                 told=told, **session.direction)
     ours, theirs = trace.target_tokens, other.target_tokens
     parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
     text = "\n".join([
@@ -103,7 +106,16 @@ def suggest(state) -> str:
 
 def wire(page: Page, services: Services) -> None:
     page.suggest_swap.click(suggest, [page.session], [page.counterfactual], queue=False, api_visibility="private")
+    # One patched run per head (576 for NLLB-600M), in batches: with progress, stopped by Stop or by any new state.
     tab_answer(page, services, patch_at_step, [page.counterfactual, page.step, page.patch_contrast],
                ["counterfactual-text", "patching-grid", "patching-stream"], "patch_view", page.patch.click,
-               answers=page.counterfactual_answers, **services.trace_queue)
+               answers=page.counterfactual_answers, progress="Patching each head", **services.trace_queue)
+    on(page, services, [page.stop_patch.click], stop_patching, [], ["stop_patch"],
+       outputs=[page.session, page.revision, page.core], queued=False)
+
+
+@operation
+def stop_patching(services: Services, session: Session) -> tuple[Session, str]:
+    """Stop patching (the event claims a new revision, which stops it after its batch)."""
+    return session, "Stopped: the heads are not patched."
 
