@@ -7,7 +7,7 @@ one desktop screenshot per what-if view, scrolled to it: a branch (the second ca
 original), three cross-attention heads of layer 2 switched off, the beam, where each word came from, and the
 cross-attention view of layer 3 showing ALTI+ contributions, rollout and (all heads) weight × value norm instead
 of weights, then integrated gradients of every step in words at the last step; last, a shared link that opens the two EN→FR GRU models compared at step 4 (a sentence they translate alike, so
-the difference map shows).
+the difference map shows); and a link that opens the Counterfactual tab, every head patched.
 """
 
 import argparse
@@ -128,6 +128,18 @@ def compare(page, out: Path, url: str) -> None:
     save(page, out, "compare.png", "#what-if")
 
 
+def counterfactual(page, out: Path, url: str) -> None:
+    """A link that opens the Counterfactual tab with "man" swapped for "woman", every head patched at step 1 (the
+    German article, "ein" against "eine")."""
+    query = urlencode({"model": "en-de", "text": "A man is riding a bicycle down the street.", "step": 1,
+                       "counterfactual": "A woman is riding a bicycle down the street."})
+    page.goto(f"{url}?{query}")
+    status_starts(page, "Opened the link")
+    page.click("#patch")
+    page.wait_for_function("() => document.querySelector('#patching-stream .js-plotly-plot')", timeout=60000)
+    save(page, out, "counterfactual.png", "#counterfactual-answers")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots"))
@@ -163,6 +175,7 @@ def main() -> None:
                 if screen["viewport"]["width"] >= 600:
                     what_if(page, Path(args.out))
                     compare(page, Path(args.out), demo.local_url)
+                    counterfactual(page, Path(args.out), demo.local_url)
             browser.close()
     finally:
         demo.close()

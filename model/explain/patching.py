@@ -190,17 +190,18 @@ def encoder_streams(model: Seq2Seq, src_ids: list[int]) -> dict[int, Tensor]:
 
 
 def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], prefix: Tensor, token: int,
-                   contrast: int | None, advance: Advance = lambda rows: None) -> np.ndarray:
+                   contrast: int | None, unpatched: float, advance: Advance = lambda rows: None) -> np.ndarray:
     """The sentence's score with the encoder's residual stream at one source position after one layer taken from
     the counterfactual's run, for every layer (0: the embeddings) and position: (L + 1, S), one batch row each
-    (`advance` told the cells of each batch, and those skipped)."""
+    (`unpatched`: the sentence's own score, that of every cell skipped; `advance` told the cells of each batch,
+    and those skipped)."""
     layers, length = len(model.encoder_layers) + 1, len(src_ids)
     original, values = encoder_streams(model, src_ids), encoder_streams(model, counterfactual_ids)
     # A position whose stream the counterfactual leaves as it is (every one but the swapped word's, after the
     # embeddings) changes nothing when patched: its run is skipped.
     cells = [(index, position) for index in range(layers) for position in range(length)
              if not torch.equal(original[index][0, position], values[index][0, position])]
-    scores = np.full((layers, length), float(score_of_original(model, src_ids, prefix, token, contrast)))
+    scores = np.full((layers, length), unpatched)
     advance(layers * length - len(cells))
     for index in range(layers):  # the stream after layer `index` patched: the encoder goes on from the next
         positions = [position for cell_index, position in cells if cell_index == index]
@@ -216,12 +217,6 @@ def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[
             scores[index, rows] = score(logits, token, contrast).numpy()
             advance(batch)
     return scores
-
-
-def score_of_original(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None) -> float:
-    memory, src_mask, _ = model.encode(torch.tensor([src_ids]))
-    logits, _ = model.decode(prefix, memory, src_mask, positions=torch.tensor([prefix.size(1) - 1]))
-    return float(score(logits, token, contrast))
 
 
 def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], tgt_ids: list[int], step: int,
@@ -258,7 +253,8 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
                                 advance)
         traced = None
         if stream:
-            traced = patched_stream(model, src_ids, counterfactual_ids, prefix, token, contrast, advance) - original
+            traced = patched_stream(model, src_ids, counterfactual_ids, prefix, token, contrast, original,
+                                    advance) - original
     effects = {kind: np.full(shape, np.nan) for kind, shape in heads.items()}
     for (kind, layer, head), value in zip(patched, scores):
         effects[kind][layer, head] = value - original

@@ -25,12 +25,11 @@ def build(page: Page, services: Services) -> None:
     with gr.Tab("Counterfactual", id=COUNTERFACTUAL_TAB, elem_id="counterfactual-tab"):
         gr.Markdown("Why this word and not that one, by cause. Type a second source that differs from the "
                     "sentence in a word (or let the page suggest a swap: man↔woman, he↔she, one noun for another), "
-                    "then patch "
-                    "every head at the step on screen: the sentence is run again with one head's output taken from "
-                    "the counterfactual's run, teacher-forced on the same translation so far, and the grid shows how "
-                    "far that alone moves the word's log-probability (activation patching: Vig et al. 2020, Meng et "
-                    "al. 2022). Name a second word to score the choice between the two (e.g. *der* against "
-                    "*die*). Click a head to open it.")
+                    "then patch every head at the step on screen: the sentence is run again with one head's output "
+                    "taken from the counterfactual's run, teacher-forced on the same translation so far, and the "
+                    "grid shows how far that alone moves the word's log-probability (activation patching: Vig et "
+                    "al. 2020, Meng et al. 2022). Name a second word to score the choice between the two (e.g. "
+                    "*der* against *die*). Click a head to open it.")
         with gr.Row(equal_height=True):
             page.counterfactual = gr.Textbox(label="Counterfactual source", elem_id="counterfactual", scale=4,
                                              placeholder="e.g. the sentence with one word swapped")
