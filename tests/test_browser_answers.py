@@ -148,3 +148,21 @@ def test_the_counterfactual_tab_suggests_a_swap_draws_both_grids_and_a_head_clic
     page.evaluate("""() => document.querySelector('#patching-grid .js-plotly-plot')
         .emit('plotly_click', {points: [{customdata: 'cross.2.3'}]})""")
     status_starts(page, "Showing cross.2.3")
+
+
+def test_a_large_models_translation_shows_its_progress_then_the_translation(page, services, monkeypatch):
+    """With a model of LARGE_MODEL parameters or more, Translate says at once that it is computing, with Stop in
+    sight, and the queued event that follows draws the translation."""
+    from ui import operations
+
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)  # the toy model counts as large
+    translate(page, services, SENTENCE)  # the first visit's example is in
+    page.evaluate("""() => { window.statuses = [];  // every status line shown, however briefly
+        setInterval(() => window.statuses.push(document.querySelector('#status textarea').value), 2); }""")
+    page.fill("#source textarea", "A child plays in the park.")
+    page.click("#translate")
+    page.wait_for_function("() => document.querySelector('#translation textarea').value.startsWith('Ein Kind')",
+                           timeout=30000)
+    statuses = page.evaluate("() => window.statuses")
+    assert any(line.startswith("Computing the translation with") for line in statuses)
+    assert page.input_value("#status textarea").startswith("Translated")

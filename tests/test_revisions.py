@@ -137,6 +137,32 @@ def test_on_a_large_model_saliency_comes_later_in_a_few_passes_with_progress(eve
         assert abs(later[kind] - at_once.current.measure_maps[SALIENCY][kind]).max() < 1e-5
 
 
+def test_a_large_models_translation_comes_step_by_step_with_progress_and_stops_when_asked(events, monkeypatch):
+    """With a model of LARGE_MODEL parameters or more, Translate answers at once that it is computing (the page
+    shows Stop) and the queued event that follows translates step by step with Gradio's progress; Stop, claiming a
+    revision, stops it at its next step. A small model's Translate translates at once and the event does nothing."""
+    page, services = events.page, events.services
+    text = "A man plays with a red ball."
+    follow = listeners.translate_event(page, services)
+    small = events.run(operations.translate_later, None, "toy-en-de", text)
+    assert small["translation"] and events.named(follow(small["session"], "toy-en-de", text, *VIEW, None)) == DROPPED
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)
+    said = events.run(operations.translate_later, small["session"], "toy-en-de", "A dog runs in the park.")
+    assert said["status"].startswith("Computing the translation with toy-en-de") and "translation" not in said
+    told = []
+    drawn = events.named(follow(said["session"], "toy-en-de", "A dog runs in the park.", *VIEW, None,
+                                progress=lambda fraction, desc: told.append(fraction)))
+    steps = drawn["session"].trace.steps
+    assert drawn["session"].source == "A dog runs in the park." and drawn["translation"].startswith("Ein Hund")
+    assert [done for done, _ in told] == list(range(1, steps + 1)) and told[0][1] >= steps
+
+    def stopped_at_the_second_step(fraction, desc):  # the user presses Stop while step 2 is computed
+        if fraction[0] == 2:
+            events.run(operations.stop_measure, drawn["session"])
+    assert events.named(follow(drawn["session"], "toy-en-de", "A child plays.", *VIEW, None,
+                               progress=stopped_at_the_second_step)) == DROPPED
+
+
 def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):
     """Which explanation to trust is computed with Gradio's progress, stage by stage, and given up at the next
     stage once the user has moved on (another sentence here; Stop claims a revision the same way)."""

@@ -277,6 +277,30 @@ def measure_event(page: Page, services: Services) -> Callable:
     return computed
 
 
+def translate_event(page: Page, services: Services) -> Callable:
+    """The function that translates with a large model after the page's Translate said it would
+    (`operations.translate_later`), step by step with Gradio's progress; it stops at the next step once the user has
+    moved to another state (another sentence, Stop), and does nothing for a model that translated at once."""
+    def translated(state, model, text, kind, layer, head, measure, step, model_view, units, revision=None,
+                   progress=gr.Progress()) -> dict:
+        if not operations.large(services, model):
+            return stale(page)
+        _, revisions = unpacked(state)
+        claimed = []  # the revision this translation claims (`answer`), read at its first step
+
+        def told(done: int, total: int) -> None:
+            if claimed and revisions.latest != claimed[0]:
+                raise Stopped
+            claimed[:] = [revisions.latest]
+            progress((done, total), desc=f"Translating with {model}: step {done} (at most {total})")
+        run = answer(page, services, partial(operations.translate, told=told), decoding_outputs(page), 2)
+        try:
+            return run(state, model, text, kind, layer, head, measure, step, model_view, units, revision)
+        except Stopped:
+            return stale(page)
+    return translated
+
+
 @operations.operation
 def measure_computed(services: Services, session: Session) -> tuple[Session, str]:
     """The measure a view change left pending, computed after this (`answer` computes the measure on screen)."""
@@ -406,8 +430,13 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
 
 def wire(page: Page, services: Services) -> None:
     """The core loop's events: translate, switch the model, use an example, open the page, change the view, step."""
-    on(page, services, [page.translate.click, page.source.submit], operations.translate, [page.model, page.source],
-       ["translate", "translate_enter"], outputs=decoding_outputs(page), queued=False)
+    # A large model's translation (seconds) follows in a queued event, step by step with progress.
+    for event in on(page, services, [page.translate.click, page.source.submit], operations.translate_later,
+                    [page.model, page.source], ["translate", "translate_enter"], outputs=decoding_outputs(page),
+                    queued=False):
+        event.then(translate_event(page, services), [page.session, page.model, page.source, *settings(page)],
+                   decoding_outputs(page), api_visibility="private", show_progress="minimal",
+                   show_progress_on=[page.core], **services.trace_queue)
     on(page, services, [page.model.input], translate_or_example, [page.model, page.source], ["switch_model"],
        outputs=session_outputs(page), queued=False)
     on(page, services, [page.example.input], use_example, [page.example, page.model], ["use_example"],

@@ -43,6 +43,10 @@ GRU_MEASURES = ("The GRU models have no residual stream: value norms, rollout an
 # once, but on a model of LARGE_MODEL parameters or more (4 s for 25 steps of NLLB-600M's size, one thread), later.
 STEPPED_MEASURES = (INTEGRATED_GRADIENTS,)
 LARGE_MODEL = 100_000_000
+# What the page says while a large model's translation is computed (it starts with "Computing": the page then shows
+# Stop under the heatmap).
+TRANSLATING = ("Computing the translation with {model} ({parameters:,.0f}M parameters) step by step: its progress "
+               "shows on the view; Stop, or a new sentence, stops it.")
 GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
                             "tokens (Cross-attention) or the target prefix (Decoder self-attention), not in the "
                             "encoder's view; showing them over the source.")
@@ -102,15 +106,17 @@ def first_view(services: Services, model: str, trace: TraceArrays) -> View:
 
 
 def translate(services: Services, session: Session | None, model: object, text: object,
-              view: View | None = None, src_lang: object = None, tgt_lang: object = None) -> tuple[Session | None, str]:
+              view: View | None = None, src_lang: object = None, tgt_lang: object = None,
+              told: Callable[[int, int], None] | None = None) -> tuple[Session | None, str]:
     """Trace a translation once: a new session (the view and a multilingual model's languages kept where the model
-    is the same); a failure keeps the session as it was."""
+    is the same); a failure keeps the session as it was. `told(steps, limit)`: after each step (a large model's
+    translation, `translate_later`)."""
     if not isinstance(model, str) or model not in services.translators:
         return session, f"Choose a model: {shown(model)} is not loaded. " + services.load_status()
     if session is not None and session.model == model:
         src_lang, tgt_lang = src_lang or session.src_lang, tgt_lang or session.tgt_lang
     try:
-        traced = services.trace(model, text, src_lang=src_lang, tgt_lang=tgt_lang)
+        traced = services.trace(model, text, src_lang=src_lang, tgt_lang=tgt_lang, told=told)
     except InputError as error:
         kept = f" The translation on screen is still that of {shown(session.source)}." if session else ""
         return session, str(error) + kept
@@ -172,6 +178,20 @@ def measured(decoding: Decoding, measure: str) -> bool:
     return measure == WEIGHTS or measure in (decoding.measure_maps or {})
 
 
+def large(services: Services, model: object) -> bool:
+    """Whether `model` is a loaded checkpoint of `LARGE_MODEL` parameters or more (NLLB-600M: 2-5 s a translation)."""
+    return isinstance(model, str) and model in services.translators and services.card(model).parameters >= LARGE_MODEL
+
+
+def translate_later(services: Services, session: Session | None, model: object, text: object
+                    ) -> tuple[Session | None, str]:
+    """The page's Translate: `translate` now, or with a large model, later, step by step with progress (the queued
+    event `listeners.translate_event` that follows), the session kept and the page told so meanwhile."""
+    if not large(services, model):
+        return translate(services, session, model, text)
+    return session, TRANSLATING.format(model=model, parameters=services.card(model).parameters / 1e6)
+
+
 def stepped(services: Services, model: str, measure: str) -> bool:
     """Whether `model` computes `measure` later, step by step with progress: integrated gradients always, and every
     gradient method on a model of `LARGE_MODEL` parameters or more."""
@@ -191,11 +211,11 @@ def pending(services: Services, session: Session | None) -> str | None:
 
 @operation
 def stop_measure(services: Services, session: Session) -> tuple[Session, str]:
-    """Stop computing a stepped measure (the event claims a new revision, which stops the computation at its next
-    step): the view goes back to the weights."""
+    """Stop computing a stepped measure or a large model's translation (the event claims a new revision, which stops
+    the computation at its next step): a measure's view goes back to the weights."""
     measure = pending(services, session)
-    if measure is None:
-        return session, None
+    if measure is None:  # a large model's translation, stopped by the revision this claims
+        return session, "Stopped: the page shows what it showed before."
     return session.with_view(replace(session.view, measure=WEIGHTS)), (
         f"Stopped computing {MEASURE_LABELS[measure]}: the weights are shown.")
 

@@ -75,11 +75,15 @@ class Services:
         return "en-de" if "en-de" in self.translators else next(iter(self.translators), None)
 
     def trace(self, model: str, text: object, force: list[str] | None = None, mask: list[str] | None = None,
-              src_lang: str | None = None, tgt_lang: str | None = None) -> TracedTranslation:
+              src_lang: str | None = None, tgt_lang: str | None = None,
+              told: Callable[[int, int], None] | None = None) -> TracedTranslation:
         """Greedy trace of `text` with a checkpoint (loaded first, if it is not yet), in a worker process when there
-        are workers (`src_lang`, `tgt_lang`: a multilingual model's direction; None: its default)."""
+        are workers (`src_lang`, `tgt_lang`: a multilingual model's direction; None: its default); with `told`, in
+        this process, told each step (a large model's translation, shown with progress)."""
         options = dict(top_k=TOP_K, force=force, mask=mask, src_lang=src_lang, tgt_lang=tgt_lang)
         translator = self.translators[model]  # a first use loads it here, and the workers are forked anew
+        if told is not None:
+            return translator.trace(text, told=told, **options)
         if self.pool is not None:
             return self.pool.trace(model, text, **options)
         return translator.trace(text, **options)

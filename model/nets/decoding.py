@@ -5,6 +5,7 @@ and a single-sentence greedy trace that records every step's choice, alternative
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -385,11 +386,16 @@ class TraceBatch:
             self._keep([b for b in range(len(self.rows)) if b not in done])
         return finished
 
-    def run(self) -> dict[int, Trace]:
-        """Step until every sentence has finished -> each one's trace by ticket."""
-        finished = {}
+    def run(self, told: Callable[[int, int], None] | None = None) -> dict[int, Trace]:
+        """Step until every sentence has finished -> each one's trace by ticket; `told(steps, limit)` after each
+        step (`limit`: the most steps a sentence may take; it may raise to stop)."""
+        finished, steps = {}, 0
+        limit = max([row.limit for row in self.rows] + [row.limit for row, _ in self.waiting], default=0)
         while self.rows or self.waiting:
             finished.update(self.step())
+            steps += 1
+            if told is not None:
+                told(steps, limit)
         return finished
 
     def _join(self) -> None:

@@ -196,14 +196,15 @@ class Translator:
         self.parameters = sum(p.numel() for p in unique.values())
 
     def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
-              mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
-              ) -> TracedTranslation:
+              mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
+              told: Callable[[int, int], None] | None = None) -> TracedTranslation:
         """Greedy translation of one sentence, recording every step; raises InputError for an unusable request.
 
         `force`: target tokens (spelled as in `target_tokens`) that fix the first steps; decoding continues
         greedily after them. `mask`: heads to switch off, named `kind.layer.head` (e.g. "cross.2.5").
         `src_lang`, `tgt_lang`: a multilingual model's direction (None: its default); the target language's code
-        is then the first target token, given (counted in `Trace.forced`).
+        is then the first target token, given (counted in `Trace.forced`). `told(steps, limit)`: after each step
+        of a Transformer's (it may raise to stop).
         """
         tokens, request = self.trace_request(text, top_k, force, mask, src_lang, tgt_lang)
         if self.step_decoder is None:
@@ -211,7 +212,7 @@ class Translator:
         else:
             batch = self.trace_batch()
             ticket = batch.add(request)
-            trace = batch.run()[ticket]
+            trace = batch.run(told)[ticket]
         return self.traced(tokens, trace)
 
     def trace_request(self, text: str, top_k: int = 5, force: list[str] | None = None,
