@@ -430,13 +430,14 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
 
 def wire(page: Page, services: Services) -> None:
     """The core loop's events: translate, switch the model, use an example, open the page, change the view, step."""
-    # A large model's translation (seconds) follows in a queued event, step by step with progress.
-    for event in on(page, services, [page.translate.click, page.source.submit], operations.translate_later,
-                    [page.model, page.source], ["translate", "translate_enter"], outputs=decoding_outputs(page),
-                    queued=False):
-        event.then(translate_event(page, services), [page.session, page.model, page.source, *settings(page)],
-                   decoding_outputs(page), api_visibility="private", show_progress="minimal",
-                   show_progress_on=[page.core], **services.trace_queue)
+    on(page, services, [page.translate.click, page.source.submit], operations.translate_later,
+       [page.model, page.source], ["translate", "translate_enter"], outputs=decoding_outputs(page), queued=False)
+    # A large model's translation (seconds): the page presses this hidden button when Translate says it is being
+    # computed (ui/static/page.js), and it comes step by step with progress; a small model's costs no request more.
+    page.translate_queued.click(translate_event(page, services), [page.session, page.model, page.source,
+                                                                  *settings(page)],
+                                decoding_outputs(page), api_visibility="private", show_progress="minimal",
+                                show_progress_on=[page.core], **services.trace_queue)
     on(page, services, [page.model.input], translate_or_example, [page.model, page.source], ["switch_model"],
        outputs=session_outputs(page), queued=False)
     on(page, services, [page.example.input], use_example, [page.example, page.model], ["use_example"],

@@ -186,7 +186,8 @@ def large(services: Services, model: object) -> bool:
 def translate_later(services: Services, session: Session | None, model: object, text: object
                     ) -> tuple[Session | None, str]:
     """The page's Translate: `translate` now, or with a large model, later, step by step with progress (the queued
-    event `listeners.translate_event` that follows), the session kept and the page told so meanwhile."""
+    event `listeners.translate_event`, which the page starts on reading `TRANSLATING`), the session kept and the
+    page told so meanwhile."""
     if not large(services, model):
         return translate(services, session, model, text)
     return session, TRANSLATING.format(model=model, parameters=services.card(model).parameters / 1e6)

@@ -62,6 +62,9 @@
   inspector.said = (text, { always = false } = {}) => {
     text = String(text || "");
     document.querySelector("#stop-measure")?.classList.toggle("computing", text.startsWith("Computing"));
+    // A large model's translation is computed by a queued event of its own, with progress (ui/operations.py
+    // TRANSLATING): Translate only said so.
+    if (text.startsWith("Computing the translation with")) document.querySelector("#translate-queued")?.click();
     if (!text || (statusInView && !always)) { bar.hidden = true; return; }
     bar.textContent = text;
     bar.hidden = false;

@@ -42,6 +42,10 @@ def build(page: Page, services: Services) -> None:
         page.source = gr.Textbox(label="Source sentence", placeholder="Type a sentence and press Enter",
                                  show_label=False, lines=1, max_lines=3, elem_id="source", scale=5, container=False)
         page.translate = gr.Button("Translate", variant="primary", elem_id="translate", scale=1, min_width=100)
+        # Never seen: the page presses it when Translate says a large model's translation is being computed
+        # (ui/static/page.js), which then comes step by step with progress (listeners.translate_event).
+        page.translate_queued = gr.Button("Translate step by step", elem_id="translate-queued",
+                                          elem_classes=["hidden-trigger"], min_width=0)
     # The core view, drawn from one value: the translation and status, then the step bar and the view's
     # controls (its children), then the heatmap beside the step's line and its candidates.
     with core_view(services.load_status()) as page.core:
