@@ -198,7 +198,7 @@ def stepped(services: Services, model: str, measure: str) -> bool:
     gradient method on a model of `LARGE_MODEL` parameters or more."""
     if measure in STEPPED_MEASURES:
         return True
-    return measure in GRADIENTS and services.card(model).parameters >= LARGE_MODEL
+    return measure in GRADIENTS and large(services, model)
 
 
 def pending(services: Services, session: Session | None) -> str | None:

@@ -46,6 +46,7 @@ def save_weights(model: torch.nn.Module, path: Path, dtype: torch.dtype | None =
 
 SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
                       torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
+STORED_AS = {stored: dtype for dtype, stored in SAFETENSORS_DTYPES.items()}  # a header's dtype -> torch's
 
 
 def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, dtype: torch.dtype | None = None) -> None:
@@ -105,12 +106,11 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     weights once (a memory map would stay counted beside the copies that the step decoder's fused layout makes), and
     pages that trace workers, forked after, share. A ValueError (or KeyError, for an unknown dtype) for a malformed
     file."""
-    by_name = {stored: dtype for dtype, stored in SAFETENSORS_DTYPES.items()}
     with open(path, "rb") as file:
         start, header = _header(file, path)
         tensors = {}
         for name, entry in header.items():
-            tensor = torch.empty(entry["shape"], dtype=by_name[entry["dtype"]])
+            tensor = torch.empty(entry["shape"], dtype=STORED_AS[entry["dtype"]])
             begin, end = entry["data_offsets"]
             if tensor.numel() * tensor.element_size() != end - begin:
                 raise ValueError(f"{name}: {end - begin} bytes for a {entry['dtype']} tensor of {entry['shape']}")
@@ -122,7 +122,6 @@ def read_rows(path: Path, name: str, rows: list[int]) -> torch.Tensor:
     """Rows `rows` of the tensor `name` in a safetensors file, in that order, read from the file into a tensor of
     their own, consecutive rows at one read: through a memory map, the pages of every row read would stay counted
     against the process beside the copy. A ValueError for a name or row the file has not."""
-    by_name = {stored: dtype for dtype, stored in SAFETENSORS_DTYPES.items()}
     with open(path, "rb") as file:
         start, header = _header(file, path)
         if name not in header:
@@ -130,7 +129,7 @@ def read_rows(path: Path, name: str, rows: list[int]) -> torch.Tensor:
         shape = header[name]["shape"]
         if rows and not 0 <= min(rows) <= max(rows) < shape[0]:
             raise ValueError(f"{name} has {shape[0]} rows; asked for row {max(rows)}")
-        out = torch.empty([len(rows), *shape[1:]], dtype=by_name[header[name]["dtype"]])
+        out = torch.empty([len(rows), *shape[1:]], dtype=STORED_AS[header[name]["dtype"]])
         row_bytes = out[0].numel() * out.element_size() if rows else 0
         start += header[name]["data_offsets"][0]
         first = 0

@@ -192,8 +192,7 @@ class Translator:
         # built to be trained keeps its own parameters.
         self.step_decoder = StepDecoder(self.model, share=not self.model.training) \
             if isinstance(self.model, Transformer) else None
-        unique = {p.data_ptr(): p for p in self.model.parameters()}  # a tied weight once
-        self.parameters = sum(p.numel() for p in unique.values())
+        self.parameters = sum(p.numel() for p in self.model.parameters())  # a tied weight once
 
     def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
               mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
