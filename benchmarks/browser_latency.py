@@ -18,7 +18,8 @@ sentence: a branch (Branch with the second candidate at the step on screen -> it
 off (a tick in the cross-attention grid -> the masked translation and its per-token chart drawn), the beam view
 (Run beam search -> the n-best table filled), head statistics (-> the table filled), word alignments (-> the
 Pharaoh lines), where each word came from (-> its chart drawn), gradient attributions of the step on screen
-(Attribute this step, integrated gradients -> its chart) and which explanation to trust (-> its curves), then a
+(Attribute this step, integrated gradients -> its chart) and which explanation to trust (-> its first curves,
+every method but integrated gradients; then -> integrated gradients in its table too), then a
 measure (ALTI+ chosen -> its heatmap, computed on the server) and another layer of it (reusing the maps kept with
 the decoding), saliency and integrated gradients chosen in *Show* (every step's attributions -> the heatmap), and
 *Words* (-> the heatmap in words), each timed by the page's clock from its input event (the click, or the option
@@ -184,9 +185,14 @@ def timed(page, action, done: str, arg=None) -> float:
     in a menu) to the first animation frame where the page function `done` holds."""
     page.evaluate("() => { window.inputAt = null; }")
     action()
-    waited = page.wait_for_function(f"""(arg) => window.inputAt !== null && ({done})(arg)
-        && performance.now() - window.inputAt""", arg=arg, timeout=60000)
-    return waited.json_value()
+    return waited(page, done, arg)
+
+
+def waited(page, done: str, arg=None) -> float:
+    """Milliseconds, by the page's clock, from the last input event to the first animation frame where the page
+    function `done` holds (a later answer to the same action)."""
+    return page.wait_for_function(f"""(arg) => window.inputAt !== null && ({done})(arg)
+        && performance.now() - window.inputAt""", arg=arg, timeout=60000).json_value()
 
 
 def what_if(page, translator, sentences: list[str]) -> None:
@@ -197,7 +203,8 @@ def what_if(page, translator, sentences: list[str]) -> None:
 
     times = {"translate": [], "branch": [], "one head off": [], "beam view": [], "head statistics": [],
              "word alignments": [], "where each word came from": [], "attribute this step (integrated gradients)": [],
-             "which explanation to trust for this word": [], "show ALTI+ instead of weights": [],
+             "which explanation to trust for this word": [],
+             "which explanation to trust, integrated gradients included": [], "show ALTI+ instead of weights": [],
              "ALTI+ of another layer": [], "show saliency at every step": [],
              "show integrated gradients at every step": [], "words instead of pieces": []}
     for text in sentences:
@@ -240,6 +247,9 @@ def what_if(page, translator, sentences: list[str]) -> None:
         times["which explanation to trust for this word"].append(timed(page, lambda: page.click("#faithfulness"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Step ')
             && document.querySelector('#faithfulness-curves .js-plotly-plot')"""))
+        times["which explanation to trust, integrated gradients included"].append(waited(page, """() =>
+            [...document.querySelectorAll('#faithfulness-table th')].some(th => th.textContent === 'integrated gradients')
+            && document.querySelector('#status textarea')?.value.startsWith('Step ')"""))
         # A measure: computed on the server the first time, then kept with the decoding for other views.
         times["show ALTI+ instead of weights"].append(timed(
             page, lambda: choose(page, "measure", "contributions (ALTI+)"), """() =>

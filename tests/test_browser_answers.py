@@ -123,6 +123,8 @@ def test_a_tabs_answers_are_drawn_in_the_tab_and_emptied_by_another_translation(
 def test_which_explanation_to_trust_is_drawn_in_its_tab_and_stop_says_so(page, services):
     asked_in_tab(page, services, "Where each word came from", "#faithfulness", "Step ")
     page.wait_for_function("() => document.querySelector('#faithfulness-curves .js-plotly-plot')", timeout=30000)
+    page.wait_for_function("""() => [...document.querySelectorAll('#faithfulness-table th')]
+        .some(th => th.textContent === 'integrated gradients')""", timeout=30000)  # the second answer, every method
     headers = page.locator("#faithfulness-table th").all_text_contents()
     assert headers[0] == "method" and "input × gradient" in headers and "ALTI+" in headers
     assert page.locator("#faithfulness-table tbody tr").count() == len(headers) - 1

@@ -75,7 +75,9 @@ def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
 
     for model, methods in (("toy-en-de", 7), ("toy-rnn", 5)):  # no heads.json: no best head; the GRU: no residual
         session = events.translate("A dog runs in the park.", model=model)["session"]
-        (figure, table), said = explanations_compared(events.services, session, 2)
+        stages, _ = explanations_compared(events.services, session, 2)
+        first, ((figure, table), said) = stages  # every method but integrated gradients, then every method
+        assert len(first[0][1]["rows"]) == methods - 1
         assert said.startswith(f'Step 2, "{session.trace.target_tokens[1]}": most faithful here')
         curves = json.loads(figure)["data"]
         assert len(curves) == 2 * methods and curves[0]["x"] == ["1", "2", "3", "20%", "50%"]

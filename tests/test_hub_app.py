@@ -316,11 +316,12 @@ def test_a_hub_model_is_scored_on_detokenized_text_in_its_directions(hub_events,
 def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, tmp_path):
     """model.analysis.heads works on a converted model, over the Multi30k pair of its direction or over a user's own two
     files (a multilingual model too); until it has run, the page says the model has no head report; after, with no
-    restart, it opens on the cross-attention head that aligns best."""
+    restart, it opens on the cross-attention head that aligns best (the app looks at heads.json once a second)."""
     import shutil
+    import time
 
     from model.analysis import heads
-    from model.serving.catalog import Catalog
+    from model.serving.catalog import REPORT_LOOK_S, Catalog
     from tests.conftest import write_parallel
     from ui import operations
     from ui.services import Services
@@ -341,6 +342,7 @@ def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, t
     report = json.loads((root / "nllb" / "heads.json").read_text())
     assert report["sentences"] == 3 and "mine.en" in report["split"] and "these sentences alone" in \
         report["statistics"]["alignments"]
+    time.sleep(REPORT_LOOK_S)
     for name in ("opus-a", "nllb"):
         best = services.best_head(name)
         session, said = operations.translate(services, None, name, TEXT)

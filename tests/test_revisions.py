@@ -164,8 +164,9 @@ def test_a_large_models_translation_comes_step_by_step_with_progress_and_stops_w
 
 
 def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):
-    """Which explanation to trust is computed with Gradio's progress, stage by stage, and given up at the next
-    stage once the user has moved on (another sentence here; Stop claims a revision the same way)."""
+    """Which explanation to trust is computed with Gradio's progress, stage by stage, and answers twice: every
+    method but integrated gradients first, then every method; it is given up at the next stage once the user has
+    moved on (another sentence here; Stop claims a revision the same way), whatever it had answered before."""
     import inspect
 
     from ui.tabs.sources import explanations_compared
@@ -182,11 +183,19 @@ def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_m
     run = wired["run"]
     assert isinstance(inspect.signature(run).parameters["progress"].default, gr.Progress)
     seen = []
-    out = events.named(run(session, 2, lambda fraction, desc: seen.append((fraction, desc))))
-    assert seen == [((done, 5), f"Comparing: {done} of 5") for done in range(1, 6)]
-    assert json.loads(out["faithfulness_answers"])["answers"]["faithfulness-table"]["rows"]
+    first, whole = (events.named(out) for out in run(session, 2, lambda fraction, desc: seen.append((fraction, desc))))
+    assert seen == [((done, 6), f"Comparing: {done} of 6") for done in range(1, 7)]
+    methods = [[row[0] for row in json.loads(out["faithfulness_answers"])["answers"]["faithfulness-table"]["rows"]]
+               for out in (first, whole)]
+    assert methods[1] == methods[0][:-1] + ["integrated gradients"] + methods[0][-1:]  # before the random control
+    assert "Integrated gradients, the slowest method, follow." in first["status"]
+    assert "follow" not in whole["status"]
 
-    def moved_on(fraction, desc):
-        if fraction == (2, 5):
-            events.run(operations.translate, session, "toy-en-de", "A man plays.")
-    assert events.named(run(session, 2, moved_on)) == DROPPED
+    for stop_at in ((2, 6), (5, 6)):  # before the first answer, and after it
+        session = translated(events)
+
+        def moved_on(fraction, desc):
+            if fraction == stop_at:
+                events.run(operations.translate, session, "toy-en-de", "A man plays.")
+        answered = [events.named(out) for out in run(session, 2, moved_on)]
+        assert answered[-1] == DROPPED and len(answered) == (1 if stop_at == (2, 6) else 2)

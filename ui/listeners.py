@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -94,11 +94,12 @@ def decoding_outputs(page: Page) -> list:
 
 def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
     """What a view change can update: with `writes`, the revision (an event that makes a new state); with `words`,
-    the what-if views too (a change of units writes them in words or pieces). Each output an answer leaves out costs
-    Gradio a rebuilt component, so each event lists no more than it can change."""
-    return [page.session, *[page.revision] * writes, page.core, page.overview, page.compare_plot, page.step,
+    the step slider's range and the what-if views too (a change of units counts the steps in words or pieces and
+    writes the views so). Each output an answer leaves out costs Gradio a rebuilt component (0.24 ms for the
+    slider), so each event lists no more than it can change."""
+    return [page.session, *[page.revision] * writes, page.core, page.overview, page.compare_plot,
             page.kind, page.measure, page.layer, page.head, page.model_view, page.units,
-            *[page.comparison, page.comparison_plot, page.masked_translation, page.mask_effect_plot] * words]
+            *[page.step, page.comparison, page.comparison_plot, page.masked_translation, page.mask_effect_plot] * words]
 
 
 def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int,
@@ -315,11 +316,10 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
     With `answers` (a tab's answers about the decoding on screen, ui/plots.py `answers_view`), `outputs` are the
     names of the answers it gives, sent as that view's one value. With `progress` (what it computes, in words),
     it is a queued event that shows Gradio's progress on the answers as `function(..., told=told)` reports each
-    stage to `told(done, total)`, and stops at its next stage once the user has moved on (or pressed Stop)."""
-    def run(state, *values) -> dict:
-        tracker = None
-        if progress is not None:  # Gradio's progress tracker comes last (the signature below)
-            *values, tracker = values
+    stage to `told(done, total)`, and stops at its next stage once the user has moved on (or pressed Stop); its
+    function may then answer in stages (an iterator of (values, message) in place of the values: each drawn as it
+    comes, the last one whole)."""
+    def answered(state, values: tuple, tracker: Callable | None) -> Iterator[dict]:
         session, revisions = unpacked(state)
         revision = read_revision(session, revisions)
 
@@ -329,22 +329,34 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
             tracker((done, total), desc=f"{progress}: {done} of {total}")
         try:
             results, message = function(services, session, *values, **({"told": told} if tracker else {}))
+            for results, message in (results if isinstance(results, Iterator) else [(results, message)]):
+                if revisions.latest != revision:
+                    break
+                if not isinstance(results, tuple):  # nothing translated yet, or a refused input
+                    yield folded(page, {page.status: message}, revision)
+                elif answers is not None:
+                    yield folded(page, {answers: answers_value(revision, dict(zip(outputs, results))),
+                                        page.status: message}, revision)
+                else:
+                    yield folded(page, {**dict(zip(outputs, results)), page.status: message}, revision)
+            else:
+                return
         except Stopped:
-            return stale(page)
-        if revisions.latest != revision:
-            return stale(page)
-        if not isinstance(results, tuple):  # nothing translated yet, or a refused input
-            return folded(page, {page.status: message}, revision)
-        if answers is not None:
-            return folded(page, {answers: answers_value(revision, dict(zip(outputs, results))),
-                                 page.status: message}, revision)
-        return folded(page, {**dict(zip(outputs, results)), page.status: message}, revision)
-    run.__name__ = getattr(function, "__name__", "run")
-    if progress is not None:  # Gradio hands a progress tracker to the parameter whose default is one
-        run.__signature__ = inspect.Signature(
+            pass
+        yield stale(page)
+
+    if progress is None:
+        def run(state, *values) -> dict:
+            return next(answered(state, values, None))
+    else:
+        def run(state, *values) -> Iterator[dict]:  # Gradio's progress tracker comes last (the signature below)
+            *values, tracker = values
+            yield from answered(state, tuple(values), tracker)
+        run.__signature__ = inspect.Signature(  # Gradio hands a progress tracker to the parameter whose default is one
             [inspect.Parameter(f"value{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for i in range(len(inputs) + 1)]
             + [inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress())])
         options = {"show_progress": "minimal", "show_progress_on": [answers or page.core], **options}
+    run.__name__ = getattr(function, "__name__", "run")
     shown = [answers] if answers is not None else outputs
     options.setdefault("api_visibility", PAGE_EVENT)
     return trigger(run, [page.session, *inputs], [page.session, *shown, page.core], api_name=api_name, **options)

@@ -28,7 +28,7 @@ Over a whole split: model/analysis/faithfulness.py.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +46,7 @@ ATTENTION, BEST_HEAD, ALTI_PLUS, RANDOM = "attention", "best_head", "alti_plus",
 METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, RANDOM)
 # The stages of `method_scores` told to its `told(done, total)`: attention, rollout and ALTI+ together, then each
 # gradient method.
-SCORE_STAGES = 4
+GRADIENT_METHODS = (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS)
 Told = Callable[[int, int], None]
 # Each method as the page names it (the keys stay in the CLI's JSON).
 METHOD_LABELS = {ATTENTION: "attention (last layer's mean)", BEST_HEAD: "best-aligning head", ROLLOUT: "rollout",
@@ -68,6 +68,15 @@ class StepFaithfulness:
     comprehensiveness: dict[str, np.ndarray]  # method -> (len(KS),)
     sufficiency: dict[str, np.ndarray]
 
+    def with_measured(self, other: StepFaithfulness) -> StepFaithfulness:
+        """These methods and `other`'s (of the same word), in `METHODS`' order."""
+        def merged(mine: dict, theirs: dict) -> dict:
+            both = {**mine, **theirs}
+            return {method: both[method] for method in METHODS if method in both}
+        return StepFaithfulness(self.step, merged(self.scores, other.scores),
+                                merged(self.comprehensiveness, other.comprehensiveness),
+                                merged(self.sufficiency, other.sufficiency))
+
     def rank_correlation(self) -> dict[tuple[str, str], float]:
         """Spearman's ρ between every two methods' scores of the source tokens that can be removed."""
         names = list(self.scores)
@@ -82,18 +91,23 @@ def removable_count(k: int | float, removable: int) -> int:
 
 @torch.inference_mode()
 def log_probabilities(model: Seq2Seq, sources: torch.Tensor, prefix: list[int], token: int) -> np.ndarray:
-    """log p(token | each source row, <sos> + prefix), in one batch."""
-    tgt = torch.tensor([[SOS_ID] + prefix]).expand(sources.size(0), -1)
-    logits, _ = model(sources, tgt)
-    return next_token_logits(logits).log_softmax(-1)[:, token].numpy()
+    """log p(token | each source row, <sos> + prefix), in one batch: each distinct row once (methods often rank
+    alike), the output layer at the last position only."""
+    distinct, row = torch.unique(sources, dim=0, return_inverse=True)
+    tgt = torch.tensor([[SOS_ID] + prefix]).expand(distinct.size(0), -1)
+    memory, src_mask, _ = model.encode(distinct, fused=True)
+    logits, _ = model.decode(tgt, memory, src_mask, fused=True, positions=torch.full((len(distinct),), len(prefix)))
+    return next_token_logits(logits).log_softmax(-1)[row, token].numpy()
 
 
 def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_head: tuple[int, int] | None,
-                  steps: int = 32, only: int | None = None, told: Told = lambda done, total: None
-                  ) -> dict[str, list[np.ndarray]]:
+                  steps: int = 32, only: int | None = None, gradients: tuple[str, ...] = GRADIENT_METHODS,
+                  told: Told = lambda done, total: None) -> dict[str, list[np.ndarray]]:
     """Every method's score of every source token, for every step of the translation `tgt_ids` (`only`: the
-    gradients of that step alone, the other steps' left empty). `told(done, total)` hears of each of its
-    SCORE_STAGES stages as it is done (it may raise to stop)."""
+    gradients of that step alone, the other steps' left empty; `gradients`: the gradient methods to run).
+    `told(done, total)` hears of each stage as it is done: attention, rollout and ALTI+ together, then each gradient
+    method (it may raise to stop)."""
+    stages = 1 + len(gradients)
     src, tgt_in = torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]])
     with torch.inference_mode():
         _, attention = model(src, tgt_in, need_weights=True)
@@ -105,30 +119,43 @@ def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_h
     if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
         scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
         scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
-    told(1, SCORE_STAGES)
-    for stage, method in enumerate((SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS), 2):
-        if only is None:  # every step: saliency and input × gradient in one batch
-            scores[method] = [result.source for result in attribute_steps(model, src_ids, tgt_ids, method,
-                                                                          steps=steps)]
-        else:
-            scores[method] = [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source if t == only
-                              else None for t in range(len(tgt_ids))]
-        told(stage, SCORE_STAGES)
+    told(1, stages)
+    for stage, method in enumerate(gradients, 2):
+        scores[method] = gradient_scores(model, src_ids, tgt_ids, method, steps, only)
+        told(stage, stages)
     generator = np.random.default_rng(src_ids)
     scores[RANDOM] = [generator.random(len(src_ids)) for _ in tgt_ids]
     return scores
 
 
+def gradient_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], method: str, steps: int,
+                    only: int | None) -> list[np.ndarray | None]:
+    """A gradient method's source scores at every step (saliency and input × gradient in one batch), or at step
+    `only` alone (the others None)."""
+    if only is None:
+        return [result.source for result in attribute_steps(model, src_ids, tgt_ids, method, steps=steps)]
+    return [attribute(model, src_ids, tgt_ids, t, method, steps=steps).source if t == only else None
+            for t in range(len(tgt_ids))]
+
+
 def word_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
                       best_head: tuple[int, int] | None = None, steps: int = 32,
-                      told: Told = lambda done, total: None) -> StepFaithfulness:
-    """The faithfulness of every method for the word at `step` alone (the app's question, asked live);
-    `told(done, total)` hears of each stage (the methods' scores, then the deletion curves) as it is done."""
-    scores = method_scores(model, src_ids, tgt_ids, best_head, steps, only=step,
-                           told=lambda done, total: told(done, total + 1))
-    result = step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
-    told(SCORE_STAGES + 1, SCORE_STAGES + 1)
-    return result
+                      told: Told = lambda done, total: None) -> Iterator[StepFaithfulness]:
+    """The faithfulness of every method for the word at `step` alone (the app's question, asked live), in two
+    answers: every method but integrated gradients (the slowest by far: `steps` passes), then every method.
+    `told(done, total)` hears of each stage (the methods' scores, the deletion curves, integrated gradients and
+    theirs) as it is done."""
+    quick = GRADIENT_METHODS[:-1]
+    total = len(quick) + 4
+    scores = method_scores(model, src_ids, tgt_ids, best_head, steps, only=step, gradients=quick,
+                           told=lambda done, _: told(done, total))
+    first = step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
+    told(total - 2, total)
+    yield first
+    integrated = attribute(model, src_ids, tgt_ids, step, INTEGRATED_GRADIENTS, steps=steps).source
+    told(total - 1, total)
+    yield first.with_measured(step_faithfulness(model, src_ids, tgt_ids, step, {INTEGRATED_GRADIENTS: integrated}))
+    told(total, total)
 
 
 def step_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,

@@ -20,6 +20,7 @@ from model.serving.translator import Translator
 from model.text.hub_tokenizer import Languages
 
 LAZY_BYTES = 64 * 1024 ** 2  # weights larger than this load on first use
+REPORT_LOOK_S = 1.0  # how often a checkpoint's heads.json is looked at on disk, at most
 DEFAULT_BUDGET = 8 * 1024 ** 3  # for Hub-size models loaded at once: half a 16 GB Space's memory (MODEL_MEMORY_GB)
 
 
@@ -85,6 +86,7 @@ class Catalog(Mapping):
         self._loaded: dict[str, Translator] = {}
         self._used: dict[str, float] = {}  # lazily loaded model -> when last asked for
         self._reports: dict[str, tuple[int, dict]] = {}  # heads.json as last read, and its modification time
+        self._looked: dict[str, float] = {}  # when each heads.json was last looked at (time.monotonic)
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         # A folder whose name starts with "." is not a checkpoint (a conversion still being written, say).
@@ -107,6 +109,7 @@ class Catalog(Mapping):
             return
         self.errors.pop(name, None)
         self._folders[name] = folder
+        self._looked.pop(name, None)
         self._locks.setdefault(name, threading.Lock())
 
     def __getitem__(self, name: str) -> Translator:
@@ -162,19 +165,29 @@ class Catalog(Mapping):
 
     def _head_report(self, name: str, known: dict) -> dict:
         """heads.json as it is on disk now: python -m model.analysis.heads may write it while the app serves, and the
-        page then opens the model on its best-aligning head, with no restart (`known`: the report read at loading)."""
+        page then opens the model on its best-aligning head, with no restart (`known`: the report read at loading).
+        The disk is looked at once per `REPORT_LOOK_S` at most: the menus ask for a card several times a request."""
+        if time.monotonic() - self._looked.get(name, -math.inf) >= REPORT_LOOK_S:
+            self._read_report(name)
+            self._looked[name] = time.monotonic()
+        read = self._reports.get(name)
+        return known if read is None else read[1]
+
+    def _read_report(self, name: str) -> None:
+        """`_reports[name]`: heads.json with its modification time, read again if it changed; none if there is no
+        file; the one read before while it is half-written."""
         path = self._folders[name] / HEADS
         try:
             stamp = path.stat().st_mtime_ns
         except OSError:
-            return known
+            self._reports.pop(name, None)
+            return
         read = self._reports.get(name)
         if read is None or read[0] != stamp:
             try:
-                read = self._reports[name] = (stamp, read_json(path))
+                self._reports[name] = (stamp, read_json(path))
             except CheckpointError:  # half-written: the one read before
-                return known if read is None else read[1]
-        return read[1]
+                pass
 
     def loaded(self) -> dict[str, Translator]:
         """The models in memory now (what a forked worker can trace)."""

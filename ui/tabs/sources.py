@@ -3,10 +3,12 @@ gradient attributions of the word at the step on screen (model/explain/attributi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import gradio as gr
 
 from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
-from model.explain.faithfulness import KS, METHOD_LABELS, Told, k_label, word_faithfulness
+from model.explain.faithfulness import KS, METHOD_LABELS, StepFaithfulness, Told, k_label, word_faithfulness
 from model.text.words import WORDS, summed, words
 from ui.listeners import on, tab_answer
 from ui.operations import operation, shown
@@ -111,28 +113,32 @@ def attribute_step(services: Services, session: Session, step: object, method: o
 
 @operation
 def explanations_compared(services: Services, session: Session, step: object, told: Told = lambda done, total: None
-                          ) -> tuple[tuple, str]:
+                          ) -> tuple[Iterator[tuple[tuple, str]], str]:
     """How faithful each explanation method is for the word chosen at `step`, with every head on: its deletion
-    curves and the rank correlations between the methods (each stage told to `told(done, total)`)."""
+    curves and the rank correlations between the methods, in two answers (every method but integrated gradients,
+    then every method; each stage told to `told(done, total)`)."""
     decoding, trace = session.current, session.current.trace
     step = clamp(step, 1, trace.steps, 1)
     translator = services.translators[session.model]
     src_ids, tgt_ids = translator.given_translation(session.source, trace.target_tokens, **session.direction)
-    measured = word_faithfulness(translator.model, src_ids, tgt_ids, step - 1, services.best_head(session.model),
-                                 told=told)
-    ks = list(map(k_label, KS))
     chosen = trace.target_tokens[step - 1]
-    figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, ks,
-                                 f'which explanation to trust for step {step}, "{chosen}"', METHOD_LABELS)
-    methods = list(measured.scores)
-    rho = measured.rank_correlation()
-    table = [[METHOD_LABELS[a]] + [1.0 if a == b else round(rho.get((a, b), rho.get((b, a), float("nan"))), 2)
-                                   for b in methods] for a in methods]
-    best = max(methods, key=lambda m: measured.comprehensiveness[m].mean() - measured.sufficiency[m].mean())
     note = " (measured with every head on)" if decoding.mask else ""
-    return (figure_json(figure), {"headers": ["method", *(METHOD_LABELS[m] for m in methods)], "rows": table}), (
-        f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: '
-        f'{METHOD_LABELS[best]}{note}.')
+
+    def answer(measured: StepFaithfulness) -> tuple[tuple, str]:
+        figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, list(map(k_label, KS)),
+                                     f'which explanation to trust for step {step}, "{chosen}"', METHOD_LABELS)
+        methods = list(measured.scores)
+        rho = measured.rank_correlation()
+        table = [[METHOD_LABELS[a]] + [1.0 if a == b else round(rho.get((a, b), rho.get((b, a), float("nan"))), 2)
+                                       for b in methods] for a in methods]
+        best = max(methods, key=lambda m: measured.comprehensiveness[m].mean() - measured.sufficiency[m].mean())
+        later = "" if INTEGRATED_GRADIENTS in methods else " Integrated gradients, the slowest method, follow."
+        return (figure_json(figure), {"headers": ["method", *(METHOD_LABELS[m] for m in methods)], "rows": table}), (
+            f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: '
+            f'{METHOD_LABELS[best]}{note}.{later}')
+    stages = word_faithfulness(translator.model, src_ids, tgt_ids, step - 1, services.best_head(session.model),
+                               told=told)
+    return map(answer, stages), ""
 
 
 def wire(page: Page, services: Services) -> None:
