@@ -209,8 +209,9 @@ def test_the_counterfactual_tab_shows_both_translations_and_each_heads_effect(ev
         session = events.translate("A man plays with a red ball.", model=model)["session"]
         assert suggest(packed(session, session.revision)) == "A woman plays with a red ball."
         told = []
-        (text, figure, stream), said = patch_at_step(services, session, "A woman plays with a red ball.", 2, "",
-                                                     told=lambda done, total: told.append((done, total)))
+        (text, figure, stream), said, kept = patch_at_step(services, session, "A woman plays with a red ball.", 2,
+                                                           "", told=lambda done, total: told.append((done, total)))
+        assert kept.current.patched["counterfactual"] == "A woman plays with a red ball."  # for its exports
         assert told and told[-1][0] == told[-1][1] and [done for done, _ in told] == sorted({d for d, _ in told})
         assert (stream is None) == (model == "toy-rnn")  # a GRU encoder has no residual stream between layers
         assert text.startswith("Sentence:       A man plays with a red ball.\n  → ")
@@ -225,6 +226,35 @@ def test_the_counterfactual_tab_shows_both_translations_and_each_heads_effect(ev
     assert refused is session and "The contrast must be one token" in said
     assert marked(["ein", "mann", "spielt"], ["ein", "frau", "spielt"]) == "ein [mann] spielt"
     assert marked(["<script>", "x"], ["x"]) == "[<script>] x"  # shown as text by the page, never as HTML
+
+
+def test_an_exported_trace_keeps_the_patching_of_its_decoding(events):
+    """After the Counterfactual tab has patched the decoding on screen, its trace file (both formats) holds that
+    patching: the counterfactual and its translation, the step and token, both scores and every head's effect (null
+    where a head was not patched: encoder heads between sources of other lengths)."""
+    from model.serving.inspect import load_trace
+    from ui.tabs.counterfactual import patch_at_step
+    from ui.tabs.share import export_trace
+
+    services = events.services
+    session = events.translate("A man plays with a red ball.")["session"]
+    for counterfactual, encoder_patched in (("A woman plays with a red ball.", True), ("Two women play.", False)):
+        _, _, kept = patch_at_step(services, session, counterfactual, 2, "")
+        translator = services.translators["toy-en-de"]
+        expected = translator.patching(session.source, counterfactual, session.trace.target_tokens, 1)
+        for file_format in ("json", "npz"):
+            (path,), said = export_trace(services, kept, file_format)
+            assert f'with its patching against "{counterfactual}" at step 2' in said
+            patching = load_trace(path)["patching"]
+            assert patching["counterfactual"] == counterfactual and patching["step"] == 2
+            assert patching["counterfactual_translation"] == translator.trace(counterfactual).text
+            assert patching["token"] == session.trace.target_tokens[1] and patching["contrast"] is None
+            assert patching["original_score"] == pytest.approx(expected.original)
+            for kind, grid in expected.effects.items():
+                written = np.array(patching["effects"][kind], dtype=float)  # null read as NaN
+                np.testing.assert_allclose(written, grid, rtol=1e-6, equal_nan=True)
+            assert (patching["stream"] is not None) == encoder_patched == ("encoder" not in patching["skipped"])
+    assert load_trace(export_trace(services, session, "json")[0][0])["patching"] is None  # never patched
 
 
 def test_a_link_keeps_the_counterfactual_and_opens_its_tab(events):

@@ -318,7 +318,7 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
     it is a queued event that shows Gradio's progress on the answers as `function(..., told=told)` reports each
     stage to `told(done, total)`, and stops at its next stage once the user has moved on (or pressed Stop); its
     function may then answer in stages (an iterator of (values, message) in place of the values: each drawn as it
-    comes, the last one whole)."""
+    comes, the last one whole). A function may return the session as a third value, with what it computed kept."""
     def answered(state, values: tuple, tracker: Callable | None) -> Iterator[dict]:
         session, revisions = unpacked(state)
         revision = read_revision(session, revisions)
@@ -328,17 +328,19 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
                 raise Stopped
             tracker((done, total), desc=f"{progress}: {done} of {total}")
         try:
-            results, message = function(services, session, *values, **({"told": told} if tracker else {}))
+            results, message, *kept = function(services, session, *values, **({"told": told} if tracker else {}))
             for results, message in (results if isinstance(results, Iterator) else [(results, message)]):
                 if revisions.latest != revision:
                     break
+                updates = {page.session: packed(kept[0], revisions)} if kept else {}
                 if not isinstance(results, tuple):  # nothing translated yet, or a refused input
-                    yield folded(page, {page.status: message}, revision)
+                    updates[page.status] = message
                 elif answers is not None:
-                    yield folded(page, {answers: answers_value(revision, dict(zip(outputs, results))),
-                                        page.status: message}, revision)
+                    updates.update({answers: answers_value(revision, dict(zip(outputs, results))),
+                                    page.status: message})
                 else:
-                    yield folded(page, {**dict(zip(outputs, results)), page.status: message}, revision)
+                    updates.update({**dict(zip(outputs, results)), page.status: message})
+                yield folded(page, updates, revision)
             else:
                 return
         except Stopped:

@@ -104,6 +104,9 @@ class Decoding:
     # view changes reuse them: every residual-stream measure at once (model/explain/contributions.py `measure_maps`), a
     # gradient method alone (ui/operations.py `attribution_maps`). A cache of a pure function of the decoding.
     measure_maps: dict | None = field(default=None, repr=False, compare=False)
+    # The Counterfactual tab's last patching of this decoding, for its exports (model/serving/inspect.py
+    # `patching_record`).
+    patched: dict | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

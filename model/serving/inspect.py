@@ -10,7 +10,10 @@ and its tokens, each step's probability and top-k candidates, every attention ma
 self-attention, cross-attention: [layer][head][query][key]; None where the model has none) and, when computed,
 the measures of model/explain/contributions.py (weight × value norm, rollout, ALTI+ maps) and the gradient
 attributions of model/explain/attribution.py (per method, per step: to each source token and each earlier decoder
-input). `words` records how the pieces make words (the index range of each source and target word) and which
+input). A trace the page exports after patching in its Counterfactual tab holds that patching too (`patching`:
+the counterfactual source and its translation, the step, the token scored and its contrast, both runs' scores,
+each head's effect [layer][head] per kind, null where a head was not patched, and the encoder stream's grid
+[layer][position]). `words` records how the pieces make words (the index range of each source and target word) and which
 units the view showed; the maps themselves are always the model's, in pieces (model/text/words.py `merge` turns them into words).
 
 JSON is one object, arrays as nested lists of float32 values written exactly. NPZ holds the same arrays as
@@ -32,6 +35,7 @@ import orjson
 import torch
 
 from model.explain.attribution import METHODS, Attributions
+from model.explain.patching import Patching
 from model.text.words import PIECES, UNITS, WHOLE, word_spans
 
 SCHEMA_VERSION = 1
@@ -45,8 +49,10 @@ def trace_record(checkpoint: str, config: dict, source: str, translation: str, *
                  decoder_attention: np.ndarray | None, cross_attention: np.ndarray, forced: int = 0,
                  force: list[str] = (), mask: list[str] = (),
                  measures: dict[str, dict[str, np.ndarray]] | None = None, scheme: str = WHOLE,
-                 units: str = PIECES, attributions: dict[str, list[Attributions]] | None = None) -> dict:
-    """One decoding as the dict a trace file holds (arrays as float32 numpy arrays)."""
+                 units: str = PIECES, attributions: dict[str, list[Attributions]] | None = None,
+                 patching: dict | None = None) -> dict:
+    """One decoding as the dict a trace file holds (arrays as float32 numpy arrays; `patching` as
+    `patching_record` gives it)."""
     def array(values):
         return None if values is None else np.ascontiguousarray(values, dtype=np.float32)
 
@@ -68,7 +74,21 @@ def trace_record(checkpoint: str, config: dict, source: str, translation: str, *
                       "target": result.target.tolist(), "score": result.score, "baseline_score": result.baseline_score,
                       "completeness_error": result.delta} for result in results]
             for method, results in attributions.items()},
+        "patching": patching,
     }
+
+
+def patching_record(counterfactual: str, translation: str, patched: Patching, token: str, contrast: str | None
+                    ) -> dict:
+    """Patching per head (model/explain/patching.py) against the source `counterfactual`, whose own translation is
+    `translation`, as a trace file holds it: plain numbers, null for a head not patched."""
+    def listed(grid: np.ndarray) -> list[list[float | None]]:
+        return [[None if np.isnan(value) else float(value) for value in row] for row in grid]
+    return {"counterfactual": counterfactual, "counterfactual_translation": translation, "step": patched.step + 1,
+            "token": token, "contrast": contrast, "original_score": patched.original,
+            "counterfactual_score": patched.counterfactual,
+            "effects": {kind: listed(grid) for kind, grid in patched.effects.items()}, "skipped": dict(patched.skipped),
+            "stream": None if patched.stream is None else listed(patched.stream)}
 
 
 def encode(record: dict, file_format: str) -> bytes:

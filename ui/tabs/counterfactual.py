@@ -5,12 +5,14 @@ carry the difference, model/explain/patching.py)."""
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 
 import gradio as gr
 
 from model.explain.faithfulness import Told
 from model.explain.patching import suggested_swap
 from model.keys import KIND_LABELS
+from model.serving.inspect import patching_record
 from ui.listeners import COUNTERFACTUAL_TAB, on, tab_answer
 from ui.operations import operation
 from ui.page import Page
@@ -54,9 +56,9 @@ def marked(tokens: list[str], other: list[str]) -> str:
 
 @operation
 def patch_at_step(services: Services, session: Session, counterfactual: object, step: object, contrast: object,
-                  told: Told = lambda done, total: None) -> tuple[tuple, str]:
+                  told: Told = lambda done, total: None) -> tuple[tuple, str, Session]:
     """Both translations side by side, and patching per head at `step` of the decoding on screen (the patched runs
-    told to `told(done, total)` batch by batch)."""
+    told to `told(done, total)` batch by batch), kept with the decoding for its exports."""
     if not isinstance(counterfactual, str) or not counterfactual.strip():
         return session, "Type a counterfactual source first (or press Suggest a swap)."
     decoding, trace = session.current, session.current.trace
@@ -91,7 +93,10 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     said = (f'Step {step}, "{chosen}": the counterfactual moves {asked} by {shift:+.2f}; the head that moves it most '
             f"alone is {name} ({effect:+.2f}{f', {effect / shift:.0%} of the whole' if abs(shift) > 1e-6 else ''})."
             + notes)
-    return (text, figure_json(figure), stream), said
+    kept = patching_record(counterfactual, other.text, result, ours[step - 1], contrast)
+    decodings = list(session.decodings)
+    decodings[session.shown] = replace(decoding, patched=kept)
+    return (text, figure_json(figure), stream), said, replace(session, decodings=tuple(decodings))
 
 
 def suggest(state) -> str:

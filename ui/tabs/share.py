@@ -58,7 +58,7 @@ def link_query(services: Services, session: Session, step: object, counterfactua
 @operation
 def export_trace(services: Services, session: Session, file_format: object) -> tuple[tuple, str]:
     """The decoding on screen as a trace file (model/serving/inspect.py's format), with its measures if they were
-    computed."""
+    computed and the Counterfactual tab's last patching of it."""
     if file_format not in FORMATS:
         return session, f"Export as {' or '.join(FORMATS)}, not {shown(file_format)}."
     decoding, translator = session.current, services.translators[session.model]
@@ -72,11 +72,13 @@ def export_trace(services: Services, session: Session, file_format: object) -> t
                           units=session.view.units, measures={measure: maps for measure, maps in kept.items()
                                                               if measure not in GRADIENTS} or None,
                           attributions={measure: maps["results"] for measure, maps in kept.items()
-                                        if measure in GRADIENTS} or None)
+                                        if measure in GRADIENTS} or None, patching=decoding.patched)
     path = Path(tempfile.mkdtemp(prefix="trace-")) / f"{file_stem(session)}.{file_format}"
     path.write_bytes(encode(record, file_format))
     return (str(path),), (f"Trace of {decoding.name} as {file_format.upper()}: {path.stat().st_size / 1000:,.0f} kB"
-                          + ("" if not kept else ", with its measures") + ".")
+                          + ("" if not kept else ", with its measures")
+                          + ("" if decoding.patched is None else ", with its patching against "
+                             f"\"{decoding.patched['counterfactual']}\" at step {decoding.patched['step']}") + ".")
 
 
 @operation
