@@ -168,3 +168,26 @@ def test_a_large_models_translation_shows_its_progress_then_the_translation(page
     statuses = page.evaluate("() => window.statuses")
     assert any(line.startswith("Computing the translation with") for line in statuses)
     assert page.input_value("#status textarea").startswith("Translated")
+
+
+def test_a_large_models_branch_and_beam_say_they_are_computing_then_draw_the_answer(page, services, monkeypatch):
+    """With a model of LARGE_MODEL parameters or more, Branch and Run beam search say at once that they are computing
+    (Stop in sight), and the queued event that follows draws the branch, then the n-best table."""
+    from ui import operations
+
+    translate(page, services, SENTENCE)
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)  # the toy model counts as large from here
+    page.evaluate("""() => { window.statuses = [];  // every status line shown, however briefly
+        setInterval(() => window.statuses.push(document.querySelector('#status textarea').value), 2); }""")
+    word = "mann"
+    open_tab(page, "Branch and compare")
+    page.fill("#branch-word textarea", word)
+    page.click("#branch")
+    assert f'chooses "{word}"' in status_starts(page, "Branch: step ")
+    open_tab(page, "Beam search")
+    page.click("#beam")
+    status_starts(page, "Beam search")
+    assert page.locator("#n-best tbody tr").count() > 0
+    statuses = page.evaluate("() => window.statuses")
+    assert [line for line in statuses if line.startswith("Computing with toy-en-de")] and \
+        any("a branch" in line for line in statuses) and any("the beam search" in line for line in statuses)

@@ -163,6 +163,46 @@ def test_a_large_models_translation_comes_step_by_step_with_progress_and_stops_w
                                progress=stopped_at_the_second_step)) == DROPPED
 
 
+def test_a_large_models_what_if_actions_come_step_by_step_with_progress_and_stop_when_asked(events, monkeypatch):
+    """With a model of LARGE_MODEL parameters or more, a branch, heads off, the beam search, a beam hypothesis and a
+    comparison answer at once that they are computing, left pending in the session; the queued event that follows
+    computes each step by step with Gradio's progress, to the same answer a small model gives at once. Stop stops
+    one at its next step, and nothing is left pending. With nothing pending, the event does nothing."""
+    from functools import partial
+
+    page, services = events.page, events.services
+    follow = listeners.later_event(page, services)
+    session = translated(events, "A man plays with a red ball.")
+    assert events.named(follow(session, *VIEW, None)) == DROPPED
+    beamed = events.run(operations.run_beam, session)["session"]
+    actions = [(operations.branch, "a branch", (session.trace.top_tokens[0][1],), session),
+               (partial(operations.mask_preset, preset="layer"), "heads off", (), session),
+               (operations.run_beam, "the beam search", (), session),
+               (operations.open_hypothesis, "that hypothesis", (1,), beamed),
+               (operations.compare, "the comparison", ("toy-rnn",), session)]
+    at_once = [events.run(action, before, *arguments)["status"] for action, _, arguments, before in actions]
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)
+    for (action, what, arguments, before), expected in zip(actions, at_once):
+        model_of = (lambda session, other: other) if action is operations.compare else \
+            (lambda session, *arguments: session.model)
+        said = events.run(operations.deferred(action, what, model_of), before, *arguments)
+        assert said["status"].startswith("Computing with toy-") and what in said["status"]
+        assert said["session"].pending is not None and said["session"].decodings == before.decodings
+        told = []
+        drawn = events.named(follow(said["session"], *VIEW, None, progress=lambda fraction, desc: told.append(fraction)))
+        assert drawn["status"] == expected and drawn["session"].pending is None
+        assert [done for done, _ in told] == list(range(1, len(told) + 1))
+        assert bool(told) == (action is not operations.compare)  # toy-rnn, compared, is a GRU: no steps told
+    said = events.run(operations.deferred(operations.branch, "a branch"), session, session.trace.top_tokens[0][1])
+
+    def stopped_at_the_second_step(fraction, desc):  # the user presses Stop while step 2 is computed
+        if fraction[0] == 2:
+            stopped.update(events.run(operations.stop_measure, said["session"]))
+    stopped = {}
+    assert events.named(follow(said["session"], *VIEW, None, progress=stopped_at_the_second_step)) == DROPPED
+    assert stopped["status"].startswith("Stopped") and stopped["session"].pending is None
+
+
 def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):
     """Which explanation to trust is computed with Gradio's progress, stage by stage, and answers twice: every
     method but integrated gradients first, then every method; it is given up at the next stage once the user has

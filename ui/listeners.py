@@ -31,7 +31,7 @@ from ui.page import Page
 from ui.plots import answers_value, core_value
 from ui.render import render
 from ui.services import Services
-from ui.session import Session, View, clamp, packed, read_revision, unpacked
+from ui.session import Revisions, Session, View, clamp, packed, read_revision, unpacked
 from viz.attention import visible
 
 STATIC = Path(__file__).parent / "static"
@@ -286,20 +286,52 @@ def translate_event(page: Page, services: Services) -> Callable:
                    progress=gr.Progress()) -> dict:
         if not operations.large(services, model):
             return stale(page)
-        _, revisions = unpacked(state)
-        claimed = []  # the revision this translation claims (`answer`), read at its first step
-
-        def told(done: int, total: int) -> None:
-            if claimed and revisions.latest != claimed[0]:
-                raise Stopped
-            claimed[:] = [revisions.latest]
-            progress((done, total), desc=f"Translating with {model}: step {done} (at most {total})")
+        told = claimed_progress(unpacked(state)[1], progress,
+                                lambda done, total: f"Translating with {model}: step {done} (at most {total})")
         run = answer(page, services, partial(operations.translate, told=told), decoding_outputs(page), 2)
         try:
             return run(state, model, text, kind, layer, head, measure, step, model_view, units, revision)
         except Stopped:
             return stale(page)
     return translated
+
+
+def later_event(page: Page, services: Services) -> Callable:
+    """The function that runs the what-if action a large model left pending (`operations.deferred`: a branch, heads
+    off, the beam, a comparison) step by step with Gradio's progress, after the page read that it is computing; it
+    stops at the next step once the user has moved to another state (Stop, another sentence), and does nothing where
+    nothing is pending."""
+    def computed(state, kind, layer, head, measure, step, model_view, units, revision=None,
+                 progress=gr.Progress()) -> dict:
+        session, revisions = unpacked(state)
+        if session is None or session.pending is None:
+            return stale(page)
+        pending = session.pending
+        told = claimed_progress(revisions, progress, lambda done, total: f"Step {done} (at most {total})")
+
+        def resumed(services: Services, session: Session) -> tuple[Session, str]:
+            return pending.operation(services, replace(session, pending=None), *pending.arguments, told=told)
+        run = answer(page, services, resumed, session_outputs(page), 0)
+        try:
+            return run(state, kind, layer, head, measure, step, model_view, units, revision)
+        except Stopped:
+            return stale(page)
+    return computed
+
+
+def claimed_progress(revisions: Revisions, progress: Callable, describe: Callable[[int, int], str]
+                     ) -> operations.Told:
+    """`told(done, total)` for a queued event whose `answer` claims the user's next revision as it starts: it notes
+    that revision at the first step, shows Gradio's progress as `describe` says, and stops the work (`Stopped`) at
+    a later step once the user has claimed another (Stop, a new state)."""
+    claimed = []
+
+    def told(done: int, total: int) -> None:
+        if claimed and revisions.latest != claimed[0]:
+            raise Stopped
+        claimed[:] = [revisions.latest]
+        progress((done, total), desc=describe(done, total))
+    return told
 
 
 @operations.operation
@@ -452,6 +484,11 @@ def wire(page: Page, services: Services) -> None:
                                                                   *settings(page)],
                                 decoding_outputs(page), api_visibility="private", show_progress="minimal",
                                 show_progress_on=[page.core], **services.trace_queue)
+    # The same for a large model's what-if action (a branch, heads off, the beam, a comparison): the action said at
+    # once that it is computing, and left itself pending in the session.
+    page.later_queued.click(later_event(page, services), [page.session, *settings(page)], session_outputs(page),
+                            api_visibility="private", show_progress="minimal", show_progress_on=[page.core],
+                            **services.trace_queue)
     on(page, services, [page.model.input], translate_or_example, [page.model, page.source], ["switch_model"],
        outputs=session_outputs(page), queued=False)
     on(page, services, [page.example.input], use_example, [page.example, page.model], ["use_example"],

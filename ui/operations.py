@@ -19,7 +19,7 @@ from model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, HEA
                         SALIENCY, VALUE_NORM, WEIGHTS, head_name, parse_head_name)
 from model.serving.translator import InputError, TracedTranslation
 from ui.services import Services
-from ui.session import NOTHING_YET, Beam, Comparison, Decoding, MaskEffect, Session, View, to_arrays
+from ui.session import NOTHING_YET, Beam, Comparison, Decoding, MaskEffect, Pending, Session, View, to_arrays
 from viz.views import TraceArrays
 from viz.whatif import beam_step_rows, n_best_rows
 
@@ -47,6 +47,11 @@ LARGE_MODEL = 100_000_000
 # Stop under the heatmap).
 TRANSLATING = ("Computing the translation with {model} ({parameters:,.0f}M parameters) step by step: its progress "
                "shows on the view; Stop, or a new sentence, stops it.")
+# What the page says at once where a what-if action of a large model is computed later (`deferred`): the page then
+# starts `listeners.later_event` (ui/static/page.js), which shows its progress.
+LATER = ("Computing with {model} ({parameters:,.0f}M parameters), step by step: {what}. Its progress shows on the "
+         "view; Stop, or a new sentence, stops it.")
+Told = Callable[[int, int], None]  # told (steps done, at most) after each step of a decoding; it may raise to stop
 GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
                             "tokens (Cross-attention) or the target prefix (Decoder self-attention), not in the "
                             "encoder's view; showing them over the source.")
@@ -183,6 +188,21 @@ def large(services: Services, model: object) -> bool:
     return isinstance(model, str) and model in services.translators and services.card(model).parameters >= LARGE_MODEL
 
 
+def deferred(operation: Callable, what: str, model_of: Callable = lambda session, *arguments: session.model
+             ) -> Callable:
+    """`operation` (an operation that takes `told`) run at once where the model it decodes with (`model_of`) is
+    small; with a large one (`large`) the answer is at once that it is computing `what`, the session keeping it
+    `Pending`, and the page starts the queued `listeners.later_event`, which runs it with progress."""
+    @wraps(operation)
+    def run(services: Services, session: Session | None, *arguments) -> tuple[Session | None, str]:
+        model = None if session is None else model_of(session, *arguments)
+        if not large(services, model):
+            return operation(services, session, *arguments)
+        return (replace(session, pending=Pending(operation, arguments)),
+                LATER.format(model=model, parameters=services.card(model).parameters / 1e6, what=what))
+    return run
+
+
 def translate_later(services: Services, session: Session | None, model: object, text: object
                     ) -> tuple[Session | None, str]:
     """The page's Translate: `translate` now, or with a large model, later, step by step with progress (the queued
@@ -212,11 +232,12 @@ def pending(services: Services, session: Session | None) -> str | None:
 
 @operation
 def stop_measure(services: Services, session: Session) -> tuple[Session, str]:
-    """Stop computing a stepped measure or a large model's translation (the event claims a new revision, which stops
-    the computation at its next step): a measure's view goes back to the weights."""
+    """Stop computing a stepped measure, a large model's translation or a what-if action left `Pending` (the event
+    claims a new revision, which stops the computation at its next step): a measure's view goes back to the
+    weights."""
     measure = pending(services, session)
-    if measure is None:  # a large model's translation, stopped by the revision this claims
-        return session, "Stopped: the page shows what it showed before."
+    if measure is None:  # a translation or an action, stopped by the revision this claims
+        return replace(session, pending=None), "Stopped: the page shows what it showed before."
     return session.with_view(replace(session.view, measure=WEIGHTS)), (
         f"Stopped computing {MEASURE_LABELS[measure]}: the weights are shown.")
 
@@ -308,8 +329,9 @@ def go_to(services: Services, session: Session, index: object) -> tuple[Session,
 
 
 @operation
-def branch(services: Services, session: Session, word: object) -> tuple[Session, str]:
-    """Make the decoding on screen choose `word` at the step on screen and decode greedily from there."""
+def branch(services: Services, session: Session, word: object, told: Told | None = None) -> tuple[Session, str]:
+    """Make the decoding on screen choose `word` at the step on screen and decode greedily from there (`told`: each
+    step, `Services.trace`'s)."""
     decoding = session.current
     word = word.strip() if isinstance(word, str) else ""
     if not word:
@@ -319,7 +341,8 @@ def branch(services: Services, session: Session, word: object) -> tuple[Session,
     if word == was:
         return session, f"Step {t + 1} already chooses \"{word}\": click another candidate or type another word."
     force = tuple(decoding.trace.target_tokens[:t]) + (word,)
-    traced = services.trace(session.model, session.source, list(force), list(decoding.mask), **session.direction)
+    traced = services.trace(session.model, session.source, list(force), list(decoding.mask), **session.direction,
+                            told=told)
     new = Decoding(f"{word} at step {t + 1}", to_arrays(traced, list(decoding.mask)), traced.text, force,
                    decoding.mask, chosen=t)
     replaced = len(session.decodings) - session.shown - 1
@@ -332,9 +355,10 @@ def branch(services: Services, session: Session, word: object) -> tuple[Session,
 
 
 @operation
-def set_mask(services: Services, session: Session, mask: object) -> tuple[Session, str]:
+def set_mask(services: Services, session: Session, mask: object, told: Told | None = None) -> tuple[Session, str]:
     """Translate the sentence again with the heads of `mask` switched off, beside the decoding it came from, and
-    score that decoding's tokens without those heads (teacher-forced): which words depended on them."""
+    score that decoding's tokens without those heads (teacher-forced): which words depended on them (`told`: each
+    step of the translation)."""
     if not isinstance(mask, (list, tuple)) or not all(isinstance(name, str) for name in mask):
         return session, f"Heads to switch off come as a list of names (kind.layer.head), not {shown(mask)}."
     base_index = session.shown - 1 if session.current.effect is not None else session.shown
@@ -343,7 +367,8 @@ def set_mask(services: Services, session: Session, mask: object) -> tuple[Sessio
     if mask == base.mask:  # every head the base ran with is on again: back to it
         session = replace(session, decodings=session.decodings[:base_index + 1], shown=base_index)
         return session.with_view(session.view), f"All heads of {base.name} on again."
-    traced = services.trace(session.model, session.source, list(base.force), list(mask), **session.direction)
+    traced = services.trace(session.model, session.source, list(base.force), list(mask), **session.direction,
+                            told=told)
     scored = services.translators[session.model].score(session.source, base.trace.target_tokens, list(mask),
                                                        **session.direction)
     change = scored.log_probabilities - np.log(base.trace.probabilities)
@@ -360,7 +385,7 @@ def set_mask(services: Services, session: Session, mask: object) -> tuple[Sessio
 
 
 @operation
-def mask_preset(services: Services, session: Session, preset: str) -> tuple[Session, str]:
+def mask_preset(services: Services, session: Session, preset: str, told: Told | None = None) -> tuple[Session, str]:
     """A preset mask over the heads of the kind in view: its layer in view off ("layer"), all but the head in view
     ("all but one"; the other kinds' switches stay as they are), or every head on ("none")."""
     trace, view = session.trace, session.view
@@ -375,7 +400,7 @@ def mask_preset(services: Services, session: Session, preset: str) -> tuple[Sess
                          for h in range(trace.heads(view.kind)) if (layer, h) != (view.layer, view.head)]
     else:
         mask = []
-    return set_mask(services, session, mask)
+    return set_mask(services, session, mask, told=told)
 
 
 @operation
@@ -394,12 +419,14 @@ def open_head(services: Services, session: Session, name: object) -> tuple[Sessi
 
 
 @operation
-def run_beam(services: Services, session: Session) -> tuple[Session, str]:
-    """Beam search of the sentence as evaluation runs it, with the heads of the decoding on screen off."""
+def run_beam(services: Services, session: Session, told: Told | None = None) -> tuple[Session, str]:
+    """Beam search of the sentence as evaluation runs it, with the heads of the decoding on screen off (`told`: each
+    step of the search)."""
     translator = services.translators[session.model]
     mask = session.current.mask
     greedy_tokens = next((d.trace.target_tokens for d in session.decodings if not d.force and d.mask == mask), None)
-    traced = translator.beam(session.source, mask=list(mask), greedy_tokens=greedy_tokens, **session.direction)
+    traced = translator.beam(session.source, mask=list(mask), greedy_tokens=greedy_tokens, **session.direction,
+                             told=told)
     beam = traced.beam
     greedy = translator.to_text([token for token in traced.greedy_tokens if token != "<eos>"])
     texts = [translator.to_text(traced.tokens(h)[:len(h.token_ids)]) for h in beam.n_best]
@@ -417,15 +444,17 @@ def run_beam(services: Services, session: Session) -> tuple[Session, str]:
 
 
 @operation
-def open_hypothesis(services: Services, session: Session, index: object) -> tuple[Session, str]:
+def open_hypothesis(services: Services, session: Session, index: object, told: Told | None = None
+                    ) -> tuple[Session, str]:
     """Show a beam hypothesis like a trace: its tokens forced, so every step's attention is its teacher-forced one.
-    It follows the decoding the beam ran from (replacing a hypothesis opened before), to compare with that."""
+    It follows the decoding the beam ran from (replacing a hypothesis opened before), to compare with that (`told`:
+    each step)."""
     beam = session.beam
     count = len(beam.hypotheses) if beam else 0
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
         return session, "Run the beam search first, then choose one of its hypotheses."
     tokens = beam.hypotheses[index]
-    traced = services.trace(session.model, session.source, tokens, list(beam.mask), **session.direction)
+    traced = services.trace(session.model, session.source, tokens, list(beam.mask), **session.direction, told=told)
     ran_from = next((i for i, d in enumerate(session.decodings) if (d.force, d.mask) == (beam.force, beam.mask)),
                     session.shown)
     new = Decoding(f"beam #{index + 1}", to_arrays(traced, list(beam.mask)), traced.text, tuple(tokens), beam.mask,
@@ -447,8 +476,8 @@ def no_comparison(services: Services, model: str) -> str:
     return f"no other model here reads {services.card(model).source_language}, so {model} has none to compare with"
 
 
-def compare_trace(services: Services, session: Session, other: object) -> Comparison | str:
-    """Another model's greedy decoding of the session's sentence, or why there is none."""
+def compare_trace(services: Services, session: Session, other: object, told: Told | None = None) -> Comparison | str:
+    """Another model's greedy decoding of the session's sentence, or why there is none (`told`: each step)."""
     if other in (None, ""):
         return no_comparison(services, session.model) or "choose the second model first"
     if not isinstance(other, str) or other not in services.translators:
@@ -459,17 +488,17 @@ def compare_trace(services: Services, session: Session, other: object) -> Compar
         return f"{other} reads {theirs}, not {mine}: only a model of the same source language can be compared"
     try:
         same_codes = services.card(other).languages is not None  # a multilingual model reads the same codes
-        traced = services.trace(other, session.source, **(session.direction if same_codes else {}))
+        traced = services.trace(other, session.source, **(session.direction if same_codes else {}), told=told)
         return Comparison(other, to_arrays(traced), traced.text)
     except InputError as error:
         return f"{other} cannot translate this sentence: {error}"
 
 
 @operation
-def compare(services: Services, session: Session, other: object) -> tuple[Session, str]:
+def compare(services: Services, session: Session, other: object, told: Told | None = None) -> tuple[Session, str]:
     """Translate the sentence with a second checkpoint and show both attentions side by side (with their
     difference where both read the same tokens); stepping moves both."""
-    compared = compare_trace(services, session, other)
+    compared = compare_trace(services, session, other, told)
     if isinstance(compared, str):
         return session, capitalized(compared) + "."
     same = compared.trace.target_tokens == session.trace.target_tokens

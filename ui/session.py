@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -110,6 +111,14 @@ class Decoding:
 
 
 @dataclass(frozen=True)
+class Pending:
+    """A what-if action that a large model computes later, with progress (ui/operations.py `deferred`)."""
+
+    operation: Callable  # (services, session, *arguments, told=...) -> (session, message)
+    arguments: tuple
+
+
+@dataclass(frozen=True)
 class Beam:
     """A beam search of the sentence, run from one decoding (its forced tokens and heads off)."""
 
@@ -170,6 +179,7 @@ class Session:
     src_lang: str | None = None  # a multilingual model's source and target languages (None: its default)
     tgt_lang: str | None = None
     revision: int = 0  # which of the user's revisions this state is (`Revisions`)
+    pending: Pending | None = field(default=None, compare=False, repr=False)  # computed next, with progress
     revisions: Revisions = field(default_factory=Revisions, compare=False, repr=False)
 
     @property

@@ -116,19 +116,22 @@ def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | 
 
 @torch.no_grad()
 def beam_trace(model: Seq2Seq, src_ids: list[int], beam_size: int = 5, max_len: int | None = None,
-               length_penalty: float = 1.0, gates: HeadGates | None = None, prefix: list[int] = ()) -> BeamTrace:
-    """Beam search of one sentence (the same search as `beam_search`), recording the beam at every step."""
+               length_penalty: float = 1.0, gates: HeadGates | None = None, prefix: list[int] = (),
+               told: Callable[[int, int], None] | None = None) -> BeamTrace:
+    """Beam search of one sentence (the same search as `beam_search`), recording the beam at every step;
+    `told(steps, limit)` after each (it may raise to stop)."""
     src = torch.tensor([src_ids], dtype=torch.long)
-    finished, steps = _beam(model, src, max(beam_size, 1), max_len, length_penalty, gates, prefix, record=True)
+    finished, steps = _beam(model, src, max(beam_size, 1), max_len, length_penalty, gates, prefix, record=True,
+                            told=told)
     return BeamTrace(n_best=sorted(finished[0], key=lambda hypothesis: -hypothesis.score), steps=steps,
                      beam_size=beam_size, length_penalty=length_penalty)
 
 
 def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penalty: float,
-          gates: HeadGates | None, prefix: list[int] = (), record: bool = False
-          ) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
+          gates: HeadGates | None, prefix: list[int] = (), record: bool = False,
+          told: Callable[[int, int], None] | None = None) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
     """The beam search behind `beam_search` and `beam_trace`: each sentence's finished hypotheses and, when
-    `record` (one sentence), the beam after every step."""
+    `record` (one sentence), the beam after every step; `told(steps, limit)` after each step."""
     batch = src.size(0)
     memory, src_mask, _ = model.encode(src, gates=gates)
     memory = memory.repeat_interleave(k, dim=0)  # (B*K, S, d_model)
@@ -177,6 +180,8 @@ def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penal
         if record:
             history.append(ended_here + [Hypothesis(ids[1:], score) for ids, score
                                          in zip(sequences.tolist(), scores[0].tolist()) if score > float("-inf")])
+        if told is not None:
+            told(step + 1, limit)
     return finished, history
 
 

@@ -302,12 +302,13 @@ class Translator:
         return attention
 
     def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None,
-             greedy_tokens: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
-             ) -> TracedBeam:
+             greedy_tokens: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
+             told: Callable[[int, int], None] | None = None) -> TracedBeam:
         """Beam search of one sentence as evaluation runs it (the checkpoint's beam size and length penalty unless
         `beam_size` is given), recording the beam at every step, with the heads of `mask` switched off.
 
-        `greedy_tokens`: the greedy translation with that mask, when the caller has it (else it is decoded)."""
+        `greedy_tokens`: the greedy translation with that mask, when the caller has it (else it is decoded).
+        `told(steps, limit)`: after each step of the search (it may raise to stop)."""
         decoding = self.metrics.get("decoding", {})
         beam_size = decoding.get("beam_size", 5) if beam_size is None else beam_size
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or not 1 <= beam_size <= MAX_BEAM_SIZE:
@@ -318,7 +319,7 @@ class Translator:
         gates = self.gates(checked_strings(mask, "mask"))
         prefix = self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
         beam = beam_trace(self.model, src_ids, beam_size, length_penalty=decoding.get("length_penalty", 1.0),
-                          gates=gates, prefix=prefix)
+                          gates=gates, prefix=prefix, told=told)
         if greedy_tokens is None:
             greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates, prefix=prefix)[0]
             ended = len(greedy) < output_limit(self.model, len(src_ids))

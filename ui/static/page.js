@@ -65,6 +65,8 @@
     // A large model's translation is computed by a queued event of its own, with progress (ui/operations.py
     // TRANSLATING): Translate only said so.
     if (text.startsWith("Computing the translation with")) document.querySelector("#translate-queued")?.click();
+    // And a what-if action (a branch, heads off, the beam, a comparison) of such a model (ui/operations.py LATER).
+    if (text.startsWith("Computing with ")) document.querySelector("#later-queued")?.click();
     if (!text || (statusInView && !always)) { bar.hidden = true; return; }
     bar.textContent = text;
     bar.hidden = false;

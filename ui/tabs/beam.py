@@ -34,10 +34,10 @@ def open_row(services: Services, session: Session | None, selected: gr.SelectDat
 def wire(page: Page, services: Services) -> None:
     beam_outputs = [page.session, page.revision, page.core, page.step, page.kind, page.measure, page.layer,
                     page.head, page.model_view, page.n_best, page.beam_steps, page.beam_open]
-    on(page, services, [page.beam.click], operations.run_beam, [], ["beam_view"], outputs=beam_outputs,
-       queued=False)
-    on(page, services, [page.beam_open.input], operations.open_hypothesis, [page.beam_open], ["open_hypothesis"],
-       queued=False)
+    on(page, services, [page.beam.click], operations.deferred(operations.run_beam, "the beam search"), [],
+       ["beam_view"], outputs=beam_outputs, queued=False)
+    on(page, services, [page.beam_open.input], operations.deferred(operations.open_hypothesis, "that hypothesis"),
+       [page.beam_open], ["open_hypothesis"], queued=False)
 
     # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
     run = answer(page, services, open_row, decoding_outputs(page), 1)

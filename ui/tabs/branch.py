@@ -28,5 +28,6 @@ def build(page: Page, services: Services) -> None:
 
 
 def wire(page: Page, services: Services) -> None:
-    on(page, services, [page.branch.click, page.branch_word.submit], operations.branch, [page.branch_word],
+    on(page, services, [page.branch.click, page.branch_word.submit],
+       operations.deferred(operations.branch, "a branch"), [page.branch_word],
        ["branch", "branch_enter"], queued=False)

@@ -27,5 +27,7 @@ def build(page: Page, services: Services) -> None:
 
 
 def wire(page: Page, services: Services) -> None:
-    on(page, services, [page.compare.click], operations.compare, [page.compare_model], ["compare"],
+    on(page, services, [page.compare.click],
+       operations.deferred(operations.compare, "the comparison", model_of=lambda session, other: other),
+       [page.compare_model], ["compare"],
        outputs=[*view_outputs(page, words=False), page.compare_model], queued=False)

@@ -44,10 +44,10 @@ def build(page: Page, services: Services) -> None:
         page.mask_effect_plot = plot("mask-effect")
 
 
-def from_grids(services: Services, session: Session | None, encoder, decoder, cross):
+def from_grids(services: Services, session: Session | None, encoder, decoder, cross, told=None):
     """A head ticked or unticked in a grid: the heads ticked in all three."""
     lists = [names if isinstance(names, list) else [] for names in (encoder, decoder, cross)]
-    return operations.set_mask(services, session, [name for names in lists for name in names])
+    return operations.set_mask(services, session, [name for names in lists for name in names], told=told)
 
 
 @operations.operation
@@ -58,11 +58,12 @@ def show_importance(services: Services, session: Session, key: object) -> tuple[
 
 def wire(page: Page, services: Services) -> None:
     for grid in page.mask_grids:
-        on(page, services, [grid.input], from_grids, page.mask_grids, [grid.elem_id.replace("-", "_")],
-           queued=False)
+        on(page, services, [grid.input], operations.deferred(from_grids, "the translation with those heads off"),
+           page.mask_grids, [grid.elem_id.replace("-", "_")], queued=False)
     for button, preset in ((page.mask_layer, "layer"), (page.mask_all_but, "all but one"),
                            (page.mask_reset, "none")):
-        on(page, services, [button.click], partial(operations.mask_preset, preset=preset), [],
-           [button.elem_id.replace("-", "_")], queued=False)
+        on(page, services, [button.click], operations.deferred(partial(operations.mask_preset, preset=preset),
+                                                                "the translation with those heads off"),
+           [], [button.elem_id.replace("-", "_")], queued=False)
     tab_answer(page, services, show_importance, [page.importance_measure], [page.importance_plot],
                "importance_measure", page.importance_measure.input)

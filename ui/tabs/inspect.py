@@ -46,6 +46,9 @@ def build(page: Page, services: Services) -> None:
         # (ui/static/page.js), which then comes step by step with progress (listeners.translate_event).
         page.translate_queued = gr.Button("Translate step by step", elem_id="translate-queued",
                                           elem_classes=["hidden-trigger"], min_width=0)
+        # And for a large model's what-if action (listeners.later_event).
+        page.later_queued = gr.Button("Compute step by step", elem_id="later-queued", elem_classes=["hidden-trigger"],
+                                      min_width=0)
     # The core view, drawn from one value: the translation and status, then the step bar and the view's
     # controls (its children), then the heatmap beside the step's line and its candidates.
     with core_view(services.load_status()) as page.core:
