@@ -342,6 +342,16 @@ def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, t
     report = json.loads((root / "nllb" / "heads.json").read_text())
     assert report["sentences"] == 3 and "mine.en" in report["split"] and "these sentences alone" in \
         report["statistics"]["alignments"]
+    assert report["direction"] == {"src_lang": "eng_Latn", "tgt_lang": "deu_Latn"}  # its default, measured
+    nllb = services.translators["nllb"]  # read as the app reads it: the language codes first
+    src_ids, tgt_ids = nllb.reference_ids(["▁A"], ["▁Ein"], "fra_Latn", "eng_Latn")
+    assert nllb.src_vocab.itos[src_ids[0]] == "fra_Latn" and nllb.tgt_vocab.itos[tgt_ids[0]] == "eng_Latn"
+    heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(targets), str(sources), "--src-lang", "deu_Latn",
+                "--tgt-lang", "eng_Latn", "--threads", "1", "--statistics-only"])
+    with pytest.raises(SystemExit, match="no source language 'xx'"):
+        heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(targets), str(sources), "--src-lang", "xx"])
+    with pytest.raises(SystemExit, match="with --pairs"):
+        heads.main(["--checkpoint", str(root / "nllb"), "--src-lang", "deu_Latn"])
     time.sleep(REPORT_LOOK_S)
     for name in ("opus-a", "nllb"):
         best = services.best_head(name)

@@ -14,6 +14,10 @@ punctuation, offset of the most attended key) are recorded beside its importance
 reference translations, and each cross-attention head's alignment error rate against word alignments
 (model/analysis/align.py: a gold file, the reversal task's exact alignment, or a statistical aligner's).
 `--statistics-only` adds them to an existing heads.json in under a minute.
+
+Over a user's own sentences (any model, any languages): `--pairs SOURCES TARGETS`; a multilingual model is read in
+its default direction, or in the one `--src-lang` and `--tgt-lang` name, its language codes leading what it reads
+as in the app (heads.json records the direction measured).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from model.analysis.align import alignment_error_rate, head_alignments, referenc
 from model.explain.head_stats import head_statistics
 from model.nets.seq2seq import HeadGates, head_gates, head_name
 from model.serving.checkpoint import HEADS, load_checkpoint, read_json, write_json
-from model.serving.translator import Translator
+from model.serving.translator import InputError, Translator
 from model.text.batching import make_batch, token_batches
 from model.text.vocab import PAD_ID
 from model.training import distributed
@@ -53,10 +57,11 @@ def every_head(translator: Translator) -> list[str]:
 
 
 def teacher_forced_batches(translator: Translator, sources: list[list[str]], targets: list[list[str]],
-                           max_tokens: int = 4000) -> list:
-    """Padded batches of (source ids, target ids) for teacher-forced passes."""
-    src_ids = [translator.encode_source(s[:translator.max_src_tokens]) for s in sources]
-    tgt_ids = [translator.tgt_vocab.encode(t[:translator.max_src_tokens]) for t in targets]
+                           max_tokens: int = 4000, direction: dict | None = None) -> list:
+    """Padded batches of (source ids, target ids) for teacher-forced passes (`direction`: a multilingual model's
+    src_lang and tgt_lang, whose codes lead the ids)."""
+    ids = [translator.reference_ids(s, t, **(direction or {})) for s, t in zip(sources, targets)]
+    src_ids, tgt_ids = [s for s, _ in ids], [t[:-1] for _, t in ids]  # make_batch ends each target with <eos>
     lengths = [len(s) for s in src_ids], [len(t) + 1 for t in tgt_ids]
     return [make_batch([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
             for batch in token_batches(*lengths, max_tokens)]
@@ -83,11 +88,12 @@ def log_likelihood(translator: Translator, batches: list, gates: HeadGates | Non
 
 
 def greedy_bleu(translator: Translator, sources: list[list[str]], references: list[str],
-                gates: HeadGates | None = None, ranks: Ranks = Ranks()) -> float:
+                gates: HeadGates | None = None, ranks: Ranks = Ranks(), direction: dict | None = None) -> float:
     """Tokenized lower-cased BLEU of greedy decoding (the app's decoding) with `gates`, each rank translating its
-    block of the sentences."""
+    block of the sentences (`direction`: a multilingual model's src_lang and tgt_lang)."""
     mine = [sources[i] for i in ranks.block(len(sources))]
-    return score(translator, ranks.gather(translator.translate_tokens(mine, gates=gates)), references)["bleu_tok_lc"]
+    translated = translator.translate_tokens(mine, gates=gates, **(direction or {}))
+    return score(translator, ranks.gather(translated), references)["bleu_tok_lc"]
 
 
 def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ranks()) -> dict[str, float]:
@@ -111,24 +117,29 @@ def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ra
 
 @torch.inference_mode()
 def split_statistics(translator: Translator, sources: list[list[str]], targets: list[list[str]],
-                     alignments: tuple[list, list] | None = None,
-                     ranks: Ranks = Ranks()) -> dict[str, dict[str, float]]:
+                     alignments: tuple[list, list] | None = None, ranks: Ranks = Ranks(),
+                     direction: dict | None = None) -> dict[str, dict[str, float]]:
     """Every head's statistics (model/explain/head_stats.py), each the mean over the sentences of the split, read on the
     reference translations; a statistic that does not apply (offset of cross-attention) is left out.
 
     `alignments`: (sure, possible) word alignments of the split (model/analysis/align.py); each cross-attention head's
     alignment error rate against them is added, read at the output step (`alignment_aer`) and at the step where
     the word is the decoder's input (`shift_alignment_aer`, shift-att). Each rank reads its block of the split;
-    their sums are added up and their alignments gathered."""
+    their sums are added up and their alignments gathered. `direction`: a multilingual model's src_lang and
+    tgt_lang, whose language codes lead what it reads (its maps' rows and columns of the codes are left out of the
+    alignments)."""
+    direction = direction or {}
+    source_prefix = translator.source_prefix(**direction)
+    target_prefix = translator.with_target_prefix([], direction.get("tgt_lang"))
     sums: dict[str, np.ndarray] = {}
     cross_maps = []
     mine = ranks.block(len(sources))
     for source, target in tqdm([(sources[i], targets[i]) for i in mine], desc="statistics", file=sys.stderr,
                                disable=not ranks.main):
-        attention = translator.reference_attention(source, target)
-        cross_maps.append(attention.cross[:, 0].float().numpy())
-        source_tokens = source[:translator.max_src_tokens] + ["<eos>"]
-        decoder_tokens = ["<sos>"] + target[:translator.max_src_tokens]
+        attention = translator.reference_attention(source, target, **direction)
+        cross_maps.append(attention.cross[:, 0, :, len(target_prefix):, len(source_prefix):].float().numpy())
+        source_tokens = (source_prefix + source)[:translator.max_src_tokens] + ["<eos>"]
+        decoder_tokens = ["<sos>"] + (target_prefix + target)[:translator.max_src_tokens]
         for kind, keys in (("encoder", source_tokens), ("decoder", decoder_tokens), ("cross", source_tokens)):
             maps = getattr(attention, kind)
             if maps is None:
@@ -181,14 +192,24 @@ def main(argv: list[str] | None = None) -> None:
                         "head's AER (default: the reversal task's exact ones, or a statistical aligner's)")
     parser.add_argument("--pairs", nargs=2, metavar=("SOURCES", "TARGETS"),
                         help="two line-aligned text files, sentences and their reference translations, to measure over "
-                        "in place of a Multi30k split: any model (a converted Hub model in its default direction), "
-                        "any languages")
+                        "in place of a Multi30k split: any model, any languages")
+    parser.add_argument("--src-lang", help="a multilingual model's source language code (default: its default), as "
+                        "the page's menu names it; with --pairs")
+    parser.add_argument("--tgt-lang", help="a multilingual model's target language code (default: its default)")
     parser.add_argument("--statistics-only", action="store_true",
                         help="only add the heads' statistics to the checkpoint's existing heads.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
     translator = load_checkpoint(args.checkpoint)
+    direction = {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}
+    if (args.src_lang or args.tgt_lang) and not args.pairs:
+        sys.exit("--src-lang and --tgt-lang measure over your own sentences: give them with --pairs SOURCES TARGETS")
+    try:  # languages the model has not, or a direction for a model of one
+        translator.source_prefix(**direction)
+        translator.with_target_prefix([], args.tgt_lang)
+    except InputError as error:
+        sys.exit(str(error))
     texts, references = sentence_pairs(translator, args)
     sources = translator.src_tokenizer.tokenize_all(texts)
     targets = translator.tgt_tokenizer.tokenize_all(references)
@@ -200,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     ranks = distributed.start()
     if len(sources) < ranks.world_size:
         sys.exit(f"{len(sources)} sentences cannot be shared by {ranks.world_size} processes")
-    statistics = split_statistics(translator, sources, targets, (sure, possible), ranks)
+    statistics = split_statistics(translator, sources, targets, (sure, possible), ranks, direction)
     if args.statistics_only:
         distributed.stop(ranks)
         if not ranks.main:
@@ -216,18 +237,19 @@ def main(argv: list[str] | None = None) -> None:
         return
     # The batches of one process, a block of them per rank: importance sums |gradient| per batch, which depends on
     # how sentences are grouped.
-    batches = teacher_forced_batches(translator, sources, targets)
+    batches = teacher_forced_batches(translator, sources, targets, direction=direction)
     batches = [batches[i] for i in ranks.block(len(batches))]
     names = every_head(translator)
 
-    base_bleu = greedy_bleu(translator, sources, references, ranks=ranks)
+    base_bleu = greedy_bleu(translator, sources, references, ranks=ranks, direction=direction)
     base_likelihood = log_likelihood(translator, batches, ranks=ranks)
     importance = gradient_importance(translator, batches, ranks)
     heads = {}
     for name in tqdm(names, desc="one head off", file=sys.stderr, disable=not ranks.main):
         gates = head_gates(translator.model, [name])
         heads[name] = {**statistics.get(name, {}), "importance": round(importance[name], 6),
-                       "bleu_change": round(greedy_bleu(translator, sources, references, gates, ranks) - base_bleu, 2),
+                       "bleu_change": round(greedy_bleu(translator, sources, references, gates, ranks, direction)
+                                            - base_bleu, 2),
                        "log_likelihood_change": round(log_likelihood(translator, batches, gates, ranks)
                                                       - base_likelihood, 5)}
     order = sorted(names, key=lambda name: importance[name])  # least important first
@@ -237,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
         if len(off) == pruning[-1]["heads_off"]:  # a model with few heads: the same point again
             continue
         pruning.append({"fraction": fraction, "heads_off": len(off),
-                        "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off), ranks)})
+                        "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off), ranks,
+                                            direction)})
     distributed.stop(ranks)
     if not ranks.main:
         return
@@ -246,6 +269,9 @@ def main(argv: list[str] | None = None) -> None:
         "command": ("python" if ranks.backend is None else f"torchrun --nproc_per_node {ranks.world_size}")
                    + " -m model.analysis.heads " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "split": args.split, "sentences": len(references), "date": datetime.date.today().isoformat(),
+        "direction": None if translator.languages is None else {  # a multilingual model's, as measured
+            "src_lang": args.src_lang or translator.languages.source,
+            "tgt_lang": args.tgt_lang or translator.languages.target},
         "hardware": hardware(torch.device("cpu")),
         "seconds": round(time.perf_counter() - began),
         "bleu": base_bleu, "log_likelihood": round(base_likelihood, 5), "heads": heads,

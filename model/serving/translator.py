@@ -292,12 +292,22 @@ class Translator:
         return patch_heads(self.model, src_ids, counterfactual_ids, tgt_ids, step, self.token_id(token, "token"),
                            self.token_id(contrast, "contrast"), told=told)
 
+    def reference_ids(self, source: list[str], target: list[str], src_lang: str | None = None,
+                      tgt_lang: str | None = None) -> tuple[list[int], list[int]]:
+        """The ids a tokenized sentence and its reference translation are read and written as, teacher-forced: a
+        multilingual model's language codes first (`src_lang`, `tgt_lang`: its direction; None: its default), the
+        target ending with <eos>, each cut to what the model's positions hold (a split's sentences, for the CLIs)."""
+        prefix = self.source_prefix(src_lang, tgt_lang)
+        src_ids = self.encode_source((prefix + source)[:self.max_src_tokens])
+        tgt_ids = self.tgt_vocab.encode(self.with_target_prefix(target, tgt_lang)[:self.max_src_tokens]) + [EOS_ID]
+        return src_ids, tgt_ids
+
     @torch.inference_mode()
-    def reference_attention(self, source: list[str], target: list[str]) -> Attention:
+    def reference_attention(self, source: list[str], target: list[str], src_lang: str | None = None,
+                            tgt_lang: str | None = None) -> Attention:
         """Every attention map of a reference translation read teacher-forced (batch of one), from tokens as the
-        tokenizers give them, cut to what the model's positions hold (a split's sentences, for the CLIs)."""
-        src_ids = self.encode_source(source[:self.max_src_tokens])
-        tgt_ids = self.tgt_vocab.encode(target[:self.max_src_tokens]) + [EOS_ID]
+        tokenizers give them (`reference_ids`)."""
+        src_ids, tgt_ids = self.reference_ids(source, target, src_lang, tgt_lang)
         _, attention = self.model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]), need_weights=True)
         return attention
 
