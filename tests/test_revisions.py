@@ -149,6 +149,8 @@ def test_a_large_models_translation_comes_step_by_step_with_progress_and_stops_w
     monkeypatch.setattr(operations, "LARGE_MODEL", 1)
     said = events.run(operations.translate_later, small["session"], "toy-en-de", "A dog runs in the park.")
     assert said["status"].startswith("Computing the translation with toy-en-de") and "translation" not in said
+    switched = events.run(listeners.translate_or_example, small["session"], "toy-en-de", "A dog runs in the park.")
+    assert switched["status"] == said["status"] and "translation" not in switched  # the model chosen: the same
     told = []
     drawn = events.named(follow(said["session"], "toy-en-de", "A dog runs in the park.", *VIEW, None,
                                 progress=lambda fraction, desc: told.append(fraction)))

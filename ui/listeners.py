@@ -411,9 +411,12 @@ def translate_or_example(services: Services, session: Session | None, model: obj
                          ) -> tuple[Session | None, str]:
     """A new model chosen: the sentence on screen translated with it, in the view on screen where the model has it.
     A sentence it cannot read stays in the box (and nothing is shown) for the user to change; an empty box gets
-    its first example. (Nothing to do where it is already what is shown: a menu can send its choice twice.)"""
+    its first example; a large model's translation comes later, step by step (`translate_event`). (Nothing to do
+    where it is already what is shown: a menu can send its choice twice.)"""
     if on_screen(session, model, text):
         return session, None  # the status line keeps what it said
+    if operations.large(services, model) and isinstance(text, str) and text.strip():
+        return operations.translate_later(services, session, model, text)  # step by step: `translate_event`
     translated, message = operations.translate(services, None, model, text, view=session and session.view)
     if translated is not None:
         return translated, message
