@@ -170,9 +170,11 @@ def test_a_large_models_translation_shows_its_progress_then_the_translation(page
     assert page.input_value("#status textarea").startswith("Translated")
 
 
-def test_a_large_models_branch_and_beam_say_they_are_computing_then_draw_the_answer(page, services, monkeypatch):
-    """With a model of LARGE_MODEL parameters or more, Branch and Run beam search say at once that they are computing
-    (Stop in sight), and the queued event that follows draws the branch, then the n-best table."""
+def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_draw_the_answer(page, services,
+                                                                                                monkeypatch):
+    """With a model of LARGE_MODEL parameters or more, Branch, Run beam search and Attribute this step (integrated
+    gradients) say at once that they are computing (Stop in sight), and the queued event that follows draws the
+    branch, the n-best table, the attribution chart."""
     from ui import operations
 
     translate(page, services, SENTENCE)
@@ -188,6 +190,11 @@ def test_a_large_models_branch_and_beam_say_they_are_computing_then_draw_the_ans
     page.click("#beam")
     status_starts(page, "Beam search")
     assert page.locator("#n-best tbody tr").count() > 0
+    open_tab(page, "Where each word came from")
+    page.click("#attribute")  # integrated gradients, the menu's first method
+    status_starts(page, "integrated gradients (32 points): why step")
+    page.wait_for_function("() => document.querySelector('#attribution .js-plotly-plot')", timeout=15000)
     statuses = page.evaluate("() => window.statuses")
     assert [line for line in statuses if line.startswith("Computing with toy-en-de")] and \
         any("a branch" in line for line in statuses) and any("the beam search" in line for line in statuses)
+    assert any(line.startswith("Computing attributions with toy-en-de") for line in statuses)

@@ -4,6 +4,7 @@ sentence or decoding is dropped, never drawn over the newer state (ui/session.py
 import json
 
 import gradio as gr
+import numpy as np
 
 from model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WEIGHTS
 from tests.conftest import VIEW
@@ -203,6 +204,44 @@ def test_a_large_models_what_if_actions_come_step_by_step_with_progress_and_stop
     stopped = {}
     assert events.named(follow(said["session"], *VIEW, None, progress=stopped_at_the_second_step)) == DROPPED
     assert stopped["status"].startswith("Stopped") and stopped["session"].pending is None
+
+
+def test_a_large_models_integrated_gradients_of_a_step_come_batch_by_batch_with_progress(events, monkeypatch):
+    """Attribute this step with integrated gradients on a model of LARGE_MODEL parameters or more answers at once
+    that it is computing; its queued twin (which the page starts on reading that) computes them in batches of the
+    integral's points, each told to Gradio's progress, to the same attributions; Stop stops it at the next batch."""
+    from ui.tabs.sources import attribute_step
+
+    session = translated(events)
+    page = events.page
+    wired = {}
+
+    def trigger(function, inputs, outputs, **options):
+        wired.update(run=function)
+    listeners.tab_answer(page, events.services, attribute_step, [page.step, page.attribution_method,
+                                                                 page.attribution_contrast], ["attribution"], "x",
+                         trigger, answers=page.attribution_answers, progress="Integrated gradients")
+    at_once = attribute_step(events.services, session, 2, "integrated_gradients", "")
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)
+    kept, said = attribute_step(events.services, session, 2, "integrated_gradients", "")
+    assert kept is session and said.startswith("Computing attributions with toy-en-de: integrated gradients of step 2")
+    assert attribute_step(events.services, session, 2, "saliency", "")[1].startswith("saliency")  # one pass: at once
+    class Tracker(list):  # empty, it is false, as Gradio's progress tracker is (it has a length)
+        def __call__(self, fraction, desc):
+            self.append((fraction, desc))
+    told = Tracker()
+    [out] = wired["run"](session, 2, "integrated_gradients", "", told)
+    drawn = events.named(out)
+    assert told == [((points, 32), f"Integrated gradients: {points} of 32") for points in range(4, 33, 4)]
+    bars = [json.loads(figure)["data"][0] for figure in (json.loads(drawn["attribution_answers"])["answers"][
+        "attribution"], at_once[0][0])]
+    assert bars[0]["x"] == bars[1]["x"] and np.allclose(bars[0]["y"], bars[1]["y"], atol=1e-5)
+    assert drawn["status"].split("; ")[0] == at_once[1].split("; ")[0]
+
+    def stopped(fraction, desc):
+        if fraction == (8, 32):
+            events.run(operations.stop_measure, session)
+    assert [events.named(out) for out in wired["run"](session, 2, "integrated_gradients", "", stopped)] == [DROPPED]
 
 
 def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):

@@ -360,7 +360,8 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
                 raise Stopped
             tracker((done, total), desc=f"{progress}: {done} of {total}")
         try:
-            results, message, *kept = function(services, session, *values, **({"told": told} if tracker else {}))
+            asked = {} if tracker is None else {"told": told}  # (Gradio's tracker is falsy: it has a length)
+            results, message, *kept = function(services, session, *values, **asked)
             for results, message in (results if isinstance(results, Iterator) else [(results, message)]):
                 if revisions.latest != revision:
                     break

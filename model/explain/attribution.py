@@ -68,6 +68,7 @@ class Prediction:
         self.src = torch.tensor([src_ids])
         self.tgt = torch.tensor([[SOS_ID] + prefix])
         self.tables = token_tables(model)
+        self.counted: Callable[[int], None] | None = None  # told each batch's rows as it is run
 
     def embeddings(self, baseline: str | None = None) -> tuple[Tensor, Tensor]:
         """The real embeddings, or a baseline's: "zero", or "pad" (every token's row replaced by <pad>'s)."""
@@ -81,6 +82,8 @@ class Prediction:
 
     def __call__(self, source: Tensor, target: Tensor) -> Tensor:
         batch = source.size(0)
+        if self.counted is not None:
+            self.counted(batch)
         src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
         memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
         last = torch.full((batch,), tgt.size(1) - 1)  # step t's prediction: the output layer there alone
@@ -173,10 +176,11 @@ def step_shares(results: list[Attributions]) -> tuple[np.ndarray, np.ndarray]:
 
 def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int, method: str = SALIENCY,
               token: int | None = None, contrast: int | None = None, steps: int = 32, baseline: str = "zero",
-              gates: HeadGates | None = None) -> Attributions:
+              gates: HeadGates | None = None, progress: Callable[[int, int], None] | None = None) -> Attributions:
     """Attributions of the prediction at `step` of the translation `tgt_ids` (the generated tokens; the decoder
     reads <sos> and `tgt_ids[:step]`) of `token` (default: `tgt_ids[step]`, the token chosen there), against
-    `contrast` if given. Integrated gradients: `steps` points from `baseline` ("zero" or "pad")."""
+    `contrast` if given. Integrated gradients: `steps` points from `baseline` ("zero" or "pad"), in one batch, or
+    with `progress` in `PASSES` batches, `progress(points, steps)` told as each is run (it may raise to stop)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     if baseline not in BASELINES:
@@ -187,6 +191,16 @@ def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
     from captum.attr import InputXGradient, IntegratedGradients, Saliency  # imports matplotlib: on first use only
 
     prediction = Prediction(model, src_ids, tgt_ids[:step], token, contrast, gates)
+    points = steps if progress is None else max(2, steps // PASSES)  # per batch of the integral
+    if progress is not None:
+        done = 0
+
+        def counted(rows: int) -> None:
+            nonlocal done
+            if rows > 1:  # a batch of the integral's points (the embeddings and the baseline come alone)
+                done += rows
+                progress(min(done, steps), steps)
+        prediction.counted = counted
     inputs = tuple(e.requires_grad_() for e in prediction.embeddings())
     with torch.enable_grad():
         score = float(prediction(*inputs).detach())
@@ -199,7 +213,7 @@ def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
         else:
             baselines = prediction.embeddings(baseline)
             attributions, error = IntegratedGradients(prediction).attribute(
-                inputs, baselines=baselines, n_steps=steps, method="gausslegendre", internal_batch_size=steps,
+                inputs, baselines=baselines, n_steps=steps, method="gausslegendre", internal_batch_size=points,
                 return_convergence_delta=True)
             per_token = [a.sum(-1)[0] for a in attributions]
             baseline_score, delta = float(prediction(*baselines).detach()), float(error[0])

@@ -354,7 +354,8 @@ class Translator:
         """Gradient attributions (model/explain/attribution.py) of each step's token of `target_tokens` (spelled as in a
         trace) as the translation of `text`, or of step `step` alone (0-based), to every source token and every
         earlier decoder input; `contrast`: a token of the model's, explained against (Yin & Neubig, 2022);
-        `progress(done, total)`: told as every step's are done (it may raise to stop)."""
+        `progress(done, total)`: told as every step's are done, or for one step's integrated gradients as its
+        points are (it may raise to stop)."""
         if method not in ATTRIBUTION_METHODS:
             raise InputError(f"Unknown attribution method {reprlib.repr(method)}; choose one of: "
                              f"{', '.join(ATTRIBUTION_METHODS)}.")
@@ -366,7 +367,8 @@ class Translator:
         if step is None:
             return attribute_steps(self.model, src_ids, tgt_ids, method, contrast=other, steps=steps, gates=gates,
                                    progress=progress)
-        return [attribute(self.model, src_ids, tgt_ids, step, method, contrast=other, steps=steps, gates=gates)]
+        return [attribute(self.model, src_ids, tgt_ids, step, method, contrast=other, steps=steps, gates=gates,
+                          progress=progress)]
 
     def measures(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
                  src_lang: str | None = None, tgt_lang: str | None = None) -> dict[str, dict[str, np.ndarray]] | None:

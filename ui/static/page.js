@@ -67,6 +67,8 @@
     if (text.startsWith("Computing the translation with")) document.querySelector("#translate-queued")?.click();
     // And a what-if action (a branch, heads off, the beam, a comparison) of such a model (ui/operations.py LATER).
     if (text.startsWith("Computing with ")) document.querySelector("#later-queued")?.click();
+    // And a large model's integrated gradients of one step (ui/tabs/sources.py ATTRIBUTING).
+    if (text.startsWith("Computing attributions with")) document.querySelector("#attribute-queued")?.click();
     if (!text || (statusInView && !always)) { bar.hidden = true; return; }
     bar.textContent = text;
     bar.hidden = false;

@@ -11,13 +11,16 @@ from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, ME
 from model.explain.faithfulness import KS, METHOD_LABELS, StepFaithfulness, Told, k_label, word_faithfulness
 from model.text.words import WORDS, summed, words
 from ui.listeners import on, tab_answer
-from ui.operations import operation, shown
+from ui.operations import large, operation, shown
 from ui.page import Page
 from ui.plots import Answer, answers_view, figure_json
 from ui.services import Services
 from ui.session import Session, clamp
 from viz.whatif import attribution_figure, contribution_figure, faithfulness_figure, source_share_figure
 
+# What the page says at once where a large model's integrated gradients of a step come later (ui/static/page.js).
+ATTRIBUTING = ("Computing attributions with {model}: integrated gradients of step {step}, in batches of its points. "
+               "Their progress shows here; Stop, or a new sentence, stops them.")
 ATTRIBUTION_LABELS = {SALIENCY: "saliency (gradient norm)", INPUT_X_GRADIENT: "input × gradient",
                       INTEGRATED_GRADIENTS: "integrated gradients (32 points)"}
 
@@ -46,6 +49,10 @@ def build(page: Page, services: Services) -> None:
                                                    elem_id="attribution-contrast", scale=2, min_width=140)
             page.attribute = gr.Button("Attribute this step", variant="primary", elem_id="attribute", scale=1,
                                        min_width=120)
+            # Never seen: the page presses it when a large model's integrated gradients are said to be computing
+            # (ui/static/page.js), which then come batch by batch with progress.
+            page.attribute_queued = gr.Button("Attribute step by step", elem_id="attribute-queued",
+                                              elem_classes=["hidden-trigger"], min_width=0)
         page.attribution_answers = answers_view("attribution-answers", Answer("attribution", "figure"))
         gr.Markdown("Which of these explanations is faithful to the model for this word? Each method ranks the "
                     "source tokens; removing its top k (replaced by `<unk>`) should cost the word much of its "
@@ -81,16 +88,21 @@ def measure_sources(services: Services, session: Session) -> tuple[tuple, str]:
 
 
 @operation
-def attribute_step(services: Services, session: Session, step: object, method: object, contrast: object
-                   ) -> tuple[tuple, str]:
-    """Gradient attributions of the word chosen at `step` of the decoding on screen, in the view's units."""
+def attribute_step(services: Services, session: Session, step: object, method: object, contrast: object,
+                   told: Told | None = None) -> tuple[tuple, str]:
+    """Gradient attributions of the word chosen at `step` of the decoding on screen, in the view's units. A large
+    model's integrated gradients (seconds) come from the queued twin of this event, which the page starts on
+    reading `ATTRIBUTING`, batch by batch told to `told(points, steps)`."""
     if method not in METHODS:
         return session, f"Unknown attribution method {shown(method)}; choose one of: {', '.join(METHODS)}."
     decoding, trace = session.current, session.current.trace
     step = clamp(step, 1, trace.steps, 1)
     contrast = contrast.strip() if isinstance(contrast, str) and contrast.strip() else None
+    if told is None and method == INTEGRATED_GRADIENTS and large(services, session.model):
+        return session, ATTRIBUTING.format(model=session.model, step=step)
     [result] = services.translators[session.model].attributions(
-        session.source, trace.target_tokens, method, step - 1, contrast, list(decoding.mask), **session.direction)
+        session.source, trace.target_tokens, method, step - 1, contrast, list(decoding.mask), **session.direction,
+        progress=told)
     source_tokens, prefix = trace.source_tokens, trace.decoder_tokens[:step]
     source, target = result.source, result.target
     if session.view.units == WORDS:  # attributions add up: a word's is the sum of its pieces'
@@ -144,9 +156,12 @@ def explanations_compared(services: Services, session: Session, step: object, to
 def wire(page: Page, services: Services) -> None:
     tab_answer(page, services, measure_sources, [], ["source-share", "contribution-map"], "contributions_view",
                page.contributions.click, answers=page.contributions_answers, queue=False)
-    tab_answer(page, services, attribute_step, [page.step, page.attribution_method, page.attribution_contrast],
-               ["attribution"], "attribute_view", page.attribute.click, answers=page.attribution_answers,
-               queue=False)
+    attribution = [page.step, page.attribution_method, page.attribution_contrast]
+    tab_answer(page, services, attribute_step, attribution, ["attribution"], "attribute_view", page.attribute.click,
+               answers=page.attribution_answers, queue=False)
+    tab_answer(page, services, attribute_step, attribution, ["attribution"], "attribute_queued",
+               page.attribute_queued.click, answers=page.attribution_answers, progress="Integrated gradients",
+               api_visibility="private", **services.trace_queue)
     # Seven methods' rankings, each measured: computed with progress (a queued event), and stopped by Stop or by
     # any new state.
     tab_answer(page, services, explanations_compared, [page.step], ["faithfulness-curves", "faithfulness-table"],
