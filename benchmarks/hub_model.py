@@ -105,7 +105,8 @@ def at_size(root: Path, name: str, runs: int) -> None:
     """What a user waits for at this size, a 25-token source and a 25-step output (the greedy tokens, forced to end
     at step 25): the trace alone, then the first page view after loading (the page's translate event: the trace,
     every step's charts and the view, encoded as Gradio sends them), and saliency at every step, ALTI+ at every
-    step, and integrated gradients of one step (32 points), as the page computes them for a model this large."""
+    step, integrated gradients of one step (32 points) and the beam search, as the page computes them for a model
+    this large."""
     import orjson
 
     from model.explain.attribution import INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
@@ -141,6 +142,11 @@ def at_size(root: Path, name: str, runs: int) -> None:
         "ALTI+ at every step": lambda: alti_plus(translator.model, src_ids, tgt_ids),
         "integrated gradients of one step (32 points)":
             lambda: attribute(translator.model, src_ids, tgt_ids, STEPS // 2, INTEGRATED_GRADIENTS),
+        "the same in 8 batches with progress, as the page does":
+            lambda: attribute(translator.model, src_ids, tgt_ids, STEPS // 2, INTEGRATED_GRADIENTS,
+                              progress=lambda done, total: None),
+        "beam search (Run beam search, step by step with progress)":
+            lambda: translator.beam(text, greedy_tokens=greedy, told=lambda done, total: None),
     }
     print(f"At this size, {len(src_ids)} source tokens, {len(tgt_ids)} steps, one thread, median of {runs}:")
     seconds = {}
