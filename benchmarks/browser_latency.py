@@ -248,7 +248,8 @@ def what_if(page, translator, sentences: list[str]) -> None:
             document.querySelector('#status textarea')?.value.startsWith('Step ')
             && document.querySelector('#faithfulness-curves .js-plotly-plot')"""))
         times["which explanation to trust, integrated gradients included"].append(waited(page, """() =>
-            [...document.querySelectorAll('#faithfulness-table th')].some(th => th.textContent === 'integrated gradients')
+            [...document.querySelectorAll('#faithfulness-table th')]
+                .some(th => th.textContent === 'integrated gradients')
             && document.querySelector('#status textarea')?.value.startsWith('Step ')"""))
         # A measure: computed on the server the first time, then kept with the decoding for other views.
         times["show ALTI+ instead of weights"].append(timed(

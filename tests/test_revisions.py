@@ -192,7 +192,8 @@ def test_a_large_models_what_if_actions_come_step_by_step_with_progress_and_stop
         assert said["status"].startswith("Computing with toy-") and what in said["status"]
         assert said["session"].pending is not None and said["session"].decodings == before.decodings
         told = []
-        drawn = events.named(follow(said["session"], *VIEW, None, progress=lambda fraction, desc: told.append(fraction)))
+        drawn = events.named(follow(said["session"], *VIEW, None,
+                                    progress=lambda fraction, desc: told.append(fraction)))
         assert drawn["status"] == expected and drawn["session"].pending is None
         assert [done for done, _ in told] == list(range(1, len(told) + 1))
         assert bool(told) == (action is not operations.compare)  # toy-rnn, compared, is a GRU: no steps told

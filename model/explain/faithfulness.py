@@ -44,8 +44,7 @@ from model.text.vocab import SOS_ID, UNK_ID
 
 ATTENTION, BEST_HEAD, ALTI_PLUS, RANDOM = "attention", "best_head", "alti_plus", "random"
 METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, RANDOM)
-# The stages of `method_scores` told to its `told(done, total)`: attention, rollout and ALTI+ together, then each
-# gradient method.
+# The gradient methods in the order `method_scores` runs them: integrated gradients, the slowest by far, last.
 GRADIENT_METHODS = (SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS)
 Told = Callable[[int, int], None]
 # Each method as the page names it (the keys stay in the CLI's JSON).

@@ -13,8 +13,9 @@ attributions of model/explain/attribution.py (per method, per step: to each sour
 input). A trace the page exports after patching in its Counterfactual tab holds that patching too (`patching`:
 the counterfactual source and its translation, the step, the token scored and its contrast, both runs' scores,
 each head's effect [layer][head] per kind, null where a head was not patched, and the encoder stream's grid
-[layer][position]). `words` records how the pieces make words (the index range of each source and target word) and which
-units the view showed; the maps themselves are always the model's, in pieces (model/text/words.py `merge` turns them into words).
+[layer][position]). `words` records how the pieces make words (the index range of each source and target word)
+and which units the view showed; the maps themselves are always the model's, in pieces (model/text/words.py
+`merge` turns them into words).
 
 JSON is one object, arrays as nested lists of float32 values written exactly. NPZ holds the same arrays as
 arrays (`cross_attention`, `measures/rollout/cross`, ...) and everything else as a JSON string under `meta`.
