@@ -5,7 +5,7 @@ import torch
 
 from model.nets.decoding import greedy_decode, greedy_trace
 from model.nets.positions import relative_buckets
-from model.nets.transformer import ModelConfig, Transformer, attention
+from model.nets.transformer import LayerCache, ModelConfig, Transformer, attention
 from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 from tests.conftest import T5_LIKE, tiny_config
 
@@ -109,6 +109,36 @@ def test_relative_positions_decoded_with_a_cache_equal_the_whole_target_at_once(
     for t, (_, step_maps) in enumerate(steps):
         torch.testing.assert_close(step_maps.decoder[:, 0, :, 0], maps.decoder[:, 0, :, t, :t + 1])
     assert (maps.decoder[:, 0, :, 0, 0] == 1).all()  # the first position sees only itself
+
+
+@pytest.mark.parametrize("config", [{}, T5_LIKE, {"norm": "pre"}], ids=["post-norm", "T5-like", "pre-norm"])
+def test_the_logits_at_chosen_positions_equal_the_whole_targets_there(config):
+    """`decode(positions=...)` runs its last layer at each sequence's chosen position alone: its logits are the
+    whole target's at those positions, padded or not, with a cache of the cross keys and values or none, and a
+    head gate's function sees that position's outputs alone."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(**config)).eval()
+    src, tgt = padded_batch()
+    positions = torch.tensor([2, 1])  # the second target: its last real position
+    with torch.no_grad():
+        whole, _ = model(src, tgt)
+        memory, src_mask, _ = model.encode(src)
+
+        def cross_cache():  # filled by the decoder as it runs: one per call
+            return [LayerCache(cross_keys=k, cross_values=v) for k, v in
+                    (layer.cross_attention.project_keys_values(memory) for layer in model.decoder_layers)]
+        seen = []
+
+        class Watched:  # a gate that watches the decoder self-attention heads' outputs, layer by layer
+            def layer(self, kind, index):
+                return (lambda out: seen.append((index, tuple(out.shape))) or out) if kind == "decoder" else None
+        gates = Watched()
+        for cache in (lambda: None, cross_cache):
+            for fused in (False, True):
+                chosen, _ = model.decode(tgt, memory, src_mask, cache(), fused=fused, positions=positions, gates=gates)
+                torch.testing.assert_close(chosen[:, 0], whole[torch.arange(2), positions], atol=1e-5, rtol=1e-5)
+    d_head = config.get("d_head", 8)
+    assert seen[:2] == [(0, (2, 4, 4, d_head)), (1, (2, 4, 1, d_head))]  # the last layer: the chosen position
 
 
 def test_relative_buckets_are_t5s():

@@ -307,12 +307,13 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None, src_mask: Tensor,
                 cache: LayerCache | None, fused: bool, self_gate: Tensor | None = None,
-                cross_gate: Tensor | None = None, need_vectors: bool = False, position_bias: Tensor | None = None
-                ) -> tuple[Tensor, Tensor | None, Tensor | None, LayerVectors | None]:
+                cross_gate: Tensor | None = None, need_vectors: bool = False, position_bias: Tensor | None = None,
+                queries: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor | None, LayerVectors | None]:
         """-> output, self- and cross-attention weights, `LayerVectors` if asked.
 
         With a `cache`, `x` holds only the new positions: their keys and values are appended to the cache,
-        and the cross-attention keys and values are computed from `memory` once per sentence.
+        and the cross-attention keys and values are computed from `memory` once per sentence. `queries` (B,): the
+        one position of each sequence whose output is wanted (B, 1, d_model), reading every position's keys.
         """
         h = self.self_attention_block.sublayer_input(x)
         keys, values = self.self_attention.project_keys_values(h)
@@ -321,6 +322,12 @@ class DecoderLayer(nn.Module):
                 keys = torch.cat([cache.self_keys, keys], dim=2)  # (B, H, t, d_head)
                 values = torch.cat([cache.self_values, values], dim=2)
             cache.self_keys, cache.self_values = keys, values
+        if queries is not None:
+            rows = torch.arange(x.size(0), device=x.device)
+            tgt_mask = tgt_mask.expand(x.size(0), -1, -1, -1)[rows, :, queries][:, :, None]  # (B, 1, 1, T)
+            x, h = x[rows, queries][:, None], h[rows, queries][:, None]
+            if position_bias is not None:  # (1, H, T, T) -> (B, H, 1, T)
+                position_bias = position_bias[0][:, queries].transpose(0, 1)[:, :, None]
         out, self_weights = self.self_attention(h, keys, values, tgt_mask, fused, self_gate, position_bias)
         attended = self.self_attention_block(x, out)
 
@@ -468,14 +475,16 @@ class Transformer(nn.Module):
             keys = torch.arange(offset + length, device=tgt.device)
             position_bias = self.decoder_position_bias(keys[offset:], keys)[None]  # (1, H, T, offset + T)
         self_maps, cross_maps, recorded = [], [], []
+        last_only = positions is not None and offset == 0 and not need_weights  # the last layer at `positions` alone
         for i, layer in enumerate(self.decoder_layers):
             x, self_weights, cross_weights, vectors = layer(
                 x, memory, tgt_mask, src_mask, None if cache is None else cache[i], fused and not need_weights,
-                gates and gates.layer(DECODER, i), gates and gates.layer(CROSS, i), need_vectors, position_bias)
+                gates and gates.layer(DECODER, i), gates and gates.layer(CROSS, i), need_vectors, position_bias,
+                positions if last_only and i == len(self.decoder_layers) - 1 else None)
             self_maps.append(self_weights)
             cross_maps.append(cross_weights)
             recorded.append(vectors)
-        if positions is not None:
+        if positions is not None and not last_only:
             x = x[torch.arange(x.size(0)), positions][:, None]
         logits = self.generator(self.decoder_norm(x))
         if not need_weights:
