@@ -172,9 +172,9 @@ def test_a_large_models_translation_shows_its_progress_then_the_translation(page
 
 def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_draw_the_answer(page, services,
                                                                                                 monkeypatch):
-    """With a model of LARGE_MODEL parameters or more, Branch, Run beam search and Attribute this step (integrated
-    gradients) say at once that they are computing (Stop in sight), and the queued event that follows draws the
-    branch, the n-best table, the attribution chart."""
+    """With a model of LARGE_MODEL parameters or more, Branch, Run beam search, a click on a row of its table and
+    Attribute this step (integrated gradients) say at once that they are computing (Stop in sight), and the queued
+    event that follows draws the branch, the n-best table, the hypothesis, the attribution chart."""
     from ui import operations
 
     translate(page, services, SENTENCE)
@@ -190,11 +190,14 @@ def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_
     page.click("#beam")
     status_starts(page, "Beam search")
     assert page.locator("#n-best tbody tr").count() > 0
+    page.locator("#n-best [role=row][aria-rowindex=\"3\"]").first.locator("[role=gridcell]").nth(1).click()
+    status_starts(page, "Showing beam hypothesis #2")  # a row clicked: that hypothesis, decoded later too
     open_tab(page, "Where each word came from")
     page.click("#attribute")  # integrated gradients, the menu's first method
     status_starts(page, "integrated gradients (32 points): why step")
     page.wait_for_function("() => document.querySelector('#attribution .js-plotly-plot')", timeout=15000)
     statuses = page.evaluate("() => window.statuses")
     assert [line for line in statuses if line.startswith("Computing with toy-en-de")] and \
-        any("a branch" in line for line in statuses) and any("the beam search" in line for line in statuses)
+        any("a branch" in line for line in statuses) and any("the beam search" in line for line in statuses) and \
+        any("that hypothesis" in line for line in statuses)
     assert any(line.startswith("Computing attributions with toy-en-de") for line in statuses)

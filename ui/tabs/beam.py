@@ -25,10 +25,10 @@ def build(page: Page, services: Services) -> None:
                                        interactive=False, max_height=420, elem_id="beam-steps")
 
 
-def open_row(services: Services, session: Session | None, selected: gr.SelectData):
+def open_row(services: Services, session: Session | None, selected: gr.SelectData, told=None):
     """A click on a row of the n-best table opens that hypothesis."""
     index = selected.index[0] if isinstance(selected.index, (list, tuple)) else selected.index
-    return operations.open_hypothesis(services, session, index)
+    return operations.open_hypothesis(services, session, index, told=told)
 
 
 def wire(page: Page, services: Services) -> None:
@@ -40,7 +40,7 @@ def wire(page: Page, services: Services) -> None:
        [page.beam_open], ["open_hypothesis"], queued=False)
 
     # A row click carries Gradio's own event data, which an API call cannot send: /open_hypothesis is the API's.
-    run = answer(page, services, open_row, decoding_outputs(page), 1)
+    run = answer(page, services, operations.deferred(open_row, "that hypothesis"), decoding_outputs(page), 1)
 
     def clicked(state, kind, layer, head, measure, step, model_view, units, revision, selected: gr.SelectData):
         return run(state, selected, kind, layer, head, measure, step, model_view, units, revision)
