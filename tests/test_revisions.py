@@ -245,6 +245,26 @@ def test_a_large_models_integrated_gradients_of_a_step_come_batch_by_batch_with_
     assert [events.named(out) for out in wired["run"](session, 2, "integrated_gradients", "", stopped)] == [DROPPED]
 
 
+def test_a_link_that_opens_a_large_model_shows_its_steps_as_the_page_loads(events, monkeypatch):
+    """A shared link's view is made in the page's load event: with a model of LARGE_MODEL parameters or more, each
+    of its decodings (the sentence, then with the link's heads off) tells its steps to Gradio's progress; a small
+    model's are traced by the workers, silently."""
+    from types import SimpleNamespace
+
+    from ui.listeners import first_visit
+
+    request = SimpleNamespace(query_params={"model": ["toy-en-de"], "text": ["A dog runs in the park."],
+                                            "mask": ["cross.1.1"]})
+    for large in (False, True):
+        monkeypatch.setattr(operations, "LARGE_MODEL", 1 if large else 10 ** 12)
+        told = []
+        out = events.named(first_visit(events.page, events.services, None, request,
+                                       lambda done, total: told.append(done)))
+        assert out["session"].current.mask == ("cross.1.1",) and out["translation"].startswith("Ein Hund")
+        steps = [decoding.trace.steps for decoding in out["session"].decodings]
+        assert told == ([step for count in steps for step in range(1, count + 1)] if large else [])
+
+
 def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):
     """Which explanation to trust is computed with Gradio's progress, stage by stage, and answers twice: every
     method but integrated gradients first, then every method; it is given up at the next stage once the user has

@@ -15,7 +15,7 @@ from model.hub.convert_hf import ConversionError
 from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, MEASURES, WEIGHTS
 from model.serving.translator import InputError
 from model.text.words import PIECES, UNITS
-from ui.operations import compare_trace, plural, shown, translate, with_measures, with_view
+from ui.operations import Told, compare_trace, large, plural, shown, translate, with_measures, with_view
 from ui.services import Services
 from ui.session import Decoding, Session, View, to_arrays
 
@@ -122,8 +122,11 @@ def link_of(session: Session, counterfactual: str | None = None) -> LinkSpec:
                     tgt_lang=session.tgt_lang, units=view.units, counterfactual=counterfactual or None)
 
 
-def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Session | None, str]:
-    """Translate and open the view `spec` describes; what cannot be used falls back, with a note."""
+def open_link(services: Services, spec: LinkSpec, notes: list[str], told: Told | None = None
+              ) -> tuple[Session | None, str]:
+    """Translate and open the view `spec` describes; what cannot be used falls back, with a note. `told(done,
+    total)`: the steps of a large model's decodings and measures, computed in this process (`large`; a small
+    model's go to the trace workers)."""
     notes = list(notes)
     model = spec.model or services.default_model
     if isinstance(model, str) and model.startswith("hf:"):  # a Hub model, converted on first use
@@ -136,8 +139,9 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
         notes.append(f"there is no model {shown(model)}, so {services.default_model} is used")
         model = services.default_model
     examples = services.examples(model)
+    stepwise = told if large(services, model) else None
     session, message = translate(services, None, model, spec.text, src_lang=spec.src_lang,
-                                 tgt_lang=spec.tgt_lang) if spec.text else (None, "")
+                                 tgt_lang=spec.tgt_lang, told=stepwise) if spec.text else (None, "")
     if session is None:
         if spec.text:
             notes.append(f"its text could not be translated ({message})")
@@ -145,10 +149,11 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
             notes.append("its text is empty, so the first example is shown")
         if not examples:
             return None, "; ".join(notes) or services.load_status()
-        session, message = translate(services, None, model, examples[0])
+        session, message = translate(services, None, model, examples[0], told=stepwise)
     if spec.force or spec.mask:
         try:
-            traced = services.trace(model, session.source, list(spec.force), list(spec.mask), **session.direction)
+            traced = services.trace(model, session.source, list(spec.force), list(spec.mask), **session.direction,
+                                    told=stepwise)
             name = "from the link" + (f": {plural(len(spec.force), 'forced token')}" if spec.force else "") + (
                 f", {plural(len(spec.mask), 'head')} off" if spec.mask else "")
             session = session.followed_by(Decoding(name, to_arrays(traced, list(spec.mask)), traced.text, spec.force,
@@ -178,14 +183,14 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str]) -> tuple[Ses
         else:
             notes.append(f"step {spec.step} is beyond this translation's {trace.steps}")
     if spec.compare is not None:
-        compared = compare_trace(services, session, spec.compare)
+        compared = compare_trace(services, session, spec.compare, told if large(services, spec.compare) else None)
         if isinstance(compared, str):
             notes.append(compared)
         else:
             session = replace(session, compare=compared)
     session = session.with_view(View(kind, layer, head, WEIGHTS, step, units=spec.units))
     session, measure_note = with_view(session, replace(session.view, measure=spec.measure))
-    session = with_measures(services, session)
+    session = with_measures(services, session, stepwise)
     if measure_note:
         notes.append(measure_note)
     said = "Opened the link." + (" Some of it could not be used: " + "; ".join(note.rstrip(".") for note in notes)
