@@ -266,11 +266,8 @@ def measure_event(page: Page, services: Services) -> Callable:
         if operations.pending(services, session) is None:
             return stale(page)
         label = MEASURE_LABELS[session.view.measure]
-
-        def told(done: int, total: int) -> None:
-            if revisions.latest != read_revision(session, revisions):
-                raise Stopped
-            progress((done, total), desc=f"{label}: step {done} of {total}")
+        told = claimed_progress(revisions, progress, lambda done, total: f"{label}: step {done} of {total}",
+                                read_revision(session, revisions))
         try:
             return run(state, kind, layer, head, measure, step, model_view, units, revision, progress=told)
         except Stopped:
@@ -319,12 +316,13 @@ def later_event(page: Page, services: Services) -> Callable:
     return computed
 
 
-def claimed_progress(revisions: Revisions, progress: Callable, describe: Callable[[int, int], str]
-                     ) -> operations.Told:
-    """`told(done, total)` for a queued event whose `answer` claims the user's next revision as it starts: it notes
-    that revision at the first step, shows Gradio's progress as `describe` says, and stops the work (`Stopped`) at
-    a later step once the user has claimed another (Stop, a new state)."""
-    claimed = []
+def claimed_progress(revisions: Revisions, progress: Callable, describe: Callable[[int, int], str],
+                     revision: int | None = None) -> operations.Told:
+    """`told(done, total)` for work that belongs to `revision`: it shows Gradio's progress as `describe` says, and
+    stops the work (`Stopped`) at a step once the user has claimed another revision (Stop, a new state). Without
+    `revision`, the work is a queued event whose `answer` claims the user's next revision as it starts: the latest
+    at its first step."""
+    claimed = [] if revision is None else [revision]
 
     def told(done: int, total: int) -> None:
         if claimed and revisions.latest != claimed[0]:
@@ -354,13 +352,10 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
     def answered(state, values: tuple, tracker: Callable | None) -> Iterator[dict]:
         session, revisions = unpacked(state)
         revision = read_revision(session, revisions)
-
-        def told(done: int, total: int) -> None:
-            if revisions.latest != revision:
-                raise Stopped
-            tracker((done, total), desc=f"{progress}: {done} of {total}")
         try:
-            asked = {} if tracker is None else {"told": told}  # (Gradio's tracker is falsy: it has a length)
+            # (Gradio's tracker is falsy: it has a length.)
+            asked = {} if tracker is None else {"told": claimed_progress(
+                revisions, tracker, lambda done, total: f"{progress}: {done} of {total}", revision)}
             results, message, *kept = function(services, session, *values, **asked)
             for results, message in (results if isinstance(results, Iterator) else [(results, message)]):
                 if revisions.latest != revision:
