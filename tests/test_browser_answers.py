@@ -170,6 +170,38 @@ def test_a_large_models_translation_shows_its_progress_then_the_translation(page
     assert page.input_value("#status textarea").startswith("Translated")
 
 
+def test_a_link_that_opens_a_large_model_slowly_can_be_stopped_before_its_first_answer(page, server, services,
+                                                                                      monkeypatch):
+    """A link's sentence shows in the box at once; when the page's first answer takes over a second (a large
+    model's steps), Stop shows under the view, and pressing it stops the translation: the page says what to do, with
+    the sentence left in the box, and nothing is drawn after."""
+    import time
+    from urllib.parse import urlencode
+
+    from ui import operations
+
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)  # the toy model counts as large
+    translator = services.translators[MODEL]
+    trace = translator.trace
+
+    def slowly(*args, told=None, **options):  # a step of a large model takes a while
+        def step(done, total):
+            time.sleep(0.3)
+            told(done, total)
+        return trace(*args, told=None if told is None else step, **options)
+    monkeypatch.setattr(translator, "trace", slowly)
+    page.goto(f"{server}?{urlencode({'model': MODEL, 'text': SENTENCE})}")
+    page.wait_for_function("(text) => document.querySelector('#source textarea')?.value === text", arg=SENTENCE,
+                           timeout=15000)
+    page.wait_for_selector("#stop-measure.computing", state="visible", timeout=15000)
+    page.click("#stop-measure")
+    assert status_starts(page, "Stopped") == operations.STOPPED_OPENING
+    page.wait_for_timeout(1000)  # the load's next step has come and gone
+    assert page.input_value("#translation textarea") == "" and page.input_value("#source textarea") == SENTENCE
+    assert page.input_value("#status textarea") == operations.STOPPED_OPENING
+    assert not page.locator("#stop-measure").is_visible()
+
+
 def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_draw_the_answer(page, services,
                                                                                                 monkeypatch):
     """With a model of LARGE_MODEL parameters or more, Branch, Run beam search, a click on a row of its table and

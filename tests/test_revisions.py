@@ -245,10 +245,11 @@ def test_a_large_models_integrated_gradients_of_a_step_come_batch_by_batch_with_
     assert [events.named(out) for out in wired["run"](session, 2, "integrated_gradients", "", stopped)] == [DROPPED]
 
 
-def test_a_link_that_opens_a_large_model_shows_its_steps_as_the_page_loads(events, monkeypatch):
+def test_a_link_that_opens_a_large_model_shows_its_steps_as_the_page_loads_and_stops_when_asked(events, monkeypatch):
     """A shared link's view is made in the page's load event: with a model of LARGE_MODEL parameters or more, each
     of its decodings (the sentence, then with the link's heads off) tells its steps to Gradio's progress; a small
-    model's are traced by the workers, silently."""
+    model's are traced by the workers, silently. Stop, pressed before the page's first answer (no session yet),
+    stops it at its next step and says what to do."""
     from types import SimpleNamespace
 
     from ui.listeners import first_visit
@@ -259,10 +260,20 @@ def test_a_link_that_opens_a_large_model_shows_its_steps_as_the_page_loads(event
         monkeypatch.setattr(operations, "LARGE_MODEL", 1 if large else 10 ** 12)
         told = []
         out = events.named(first_visit(events.page, events.services, None, request,
-                                       lambda done, total: told.append(done)))
+                                       lambda fraction, desc: told.append(fraction[0])))
         assert out["session"].current.mask == ("cross.1.1",) and out["translation"].startswith("Ein Hund")
         steps = [decoding.trace.steps for decoding in out["session"].decodings]
         assert told == ([step for count in steps for step in range(1, count + 1)] if large else [])
+
+    state, told, stops = Revisions(), [], []
+
+    def stopped_at_the_second_step(fraction, desc):  # the page's Stop, pressed while step 2 is computed
+        told.append(fraction[0])
+        if fraction[0] == 2:
+            stops.append(events.run(operations.stop_measure, state))
+    assert events.named(first_visit(events.page, events.services, state, request,
+                                    stopped_at_the_second_step)) == DROPPED
+    assert told == [1, 2] and stops[0]["status"] == operations.STOPPED_OPENING and stops[0]["session"] is state
 
 
 def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):

@@ -445,24 +445,30 @@ def use_example(services: Services, session: Session | None, sentence: object, m
 
 
 def first_visit(page: Page, services: Services, state=None, request: gr.Request | None = None,
-                told: operations.Told | None = None) -> dict:
+                progress: Callable | None = None) -> dict:
     """On page load: the view of the page's link (`?model=…&text=…`, ui/links.py), or else the default model's first
-    example, translated, so a visitor sees what the app does (`told`: a large model's steps, shown as progress)."""
+    example, translated, so a visitor sees what the app does. A large model's decodings are told to `progress`
+    (Gradio's) step by step, and stop at the next step once the user has pressed Stop or translated meanwhile."""
     query = request.query_params if request is not None else {}
     _, revisions = unpacked(state)
     revision = revisions.claim()
+    told = None if progress is None else claimed_progress(
+        revisions, progress, lambda done, total: f"Opening: step {done} (at most {total})", revision)
     spec = None
-    if any(query_values(query, name) for name in PARAMETERS):
-        spec, notes = LinkSpec.parse(query)
-        session, message = open_link(services, spec, notes, told)
-    else:
-        examples = services.examples(services.default_model)
-        if not examples:
-            return folded(page, {page.status: services.load_status() or "Type a sentence and press Enter."},
-                          revision)
-        session, message = operations.translate(services, None, services.default_model, examples[0], told=(
-            told if operations.large(services, services.default_model) else None))
-    if revisions.latest != revision:  # the user translated before the page's first answer came
+    try:
+        if any(query_values(query, name) for name in PARAMETERS):
+            spec, notes = LinkSpec.parse(query)
+            session, message = open_link(services, spec, notes, told)
+        else:
+            examples = services.examples(services.default_model)
+            if not examples:
+                return folded(page, {page.status: services.load_status() or "Type a sentence and press Enter."},
+                              revision)
+            session, message = operations.translate(services, None, services.default_model, examples[0], told=(
+                told if operations.large(services, services.default_model) else None))
+    except Stopped:
+        return stale(page)
+    if revisions.latest != revision:  # the user translated (or pressed Stop) before the page's first answer came
         return stale(page)
     session = replace(session, revision=revision) if session is not None else None
     updates = {**render(page, services, None, session, message), page.session: packed(session, revisions),
@@ -501,8 +507,7 @@ def wire(page: Page, services: Services) -> None:
     page.source.input(None, None, page.example, js="() => null")
 
     def visit(state, request: gr.Request, progress=gr.Progress()) -> dict:  # Gradio hands both in
-        return first_visit(page, services, state, request,
-                           lambda done, total: progress((done, total), desc=f"Opening: step {done} (at most {total})"))
+        return first_visit(page, services, state, request, progress)
     page.demo.load(visit, page.session, [*session_outputs(page), page.tabs, page.counterfactual],
                    api_name="first_visit", api_visibility=PAGE_EVENT, **services.trace_queue)
 

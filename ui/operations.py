@@ -51,6 +51,10 @@ TRANSLATING = ("Computing the translation with {model} ({parameters:,.0f}M param
 # starts `listeners.later_event` (ui/static/page.js), which shows its progress.
 LATER = ("Computing with {model} ({parameters:,.0f}M parameters), step by step: {what}. Its progress shows on the "
          "view; Stop, or a new sentence, stops it.")
+# What Stop says when it stops the page's first translation (a link's, or the first example's: the page shows Stop
+# when it takes over a second, and puts a link's sentence in the box at once, ui/static/page.js).
+STOPPED_OPENING = ("Stopped before the first translation: the link's sentence, if it has one, is in the box; choose a "
+                   "model and press Translate.")
 Told = Callable[[int, int], None]  # told (steps done, at most) after each step of a decoding; it may raise to stop
 GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
                             "tokens (Cross-attention) or the target prefix (Decoder self-attention), not in the "
@@ -230,11 +234,12 @@ def pending(services: Services, session: Session | None) -> str | None:
     return session.view.measure
 
 
-@operation
-def stop_measure(services: Services, session: Session) -> tuple[Session, str]:
-    """Stop computing a stepped measure, a large model's translation or a what-if action left `Pending` (the event
-    claims a new revision, which stops the computation at its next step): a measure's view goes back to the
-    weights."""
+def stop_measure(services: Services, session: Session | None) -> tuple[Session | None, str]:
+    """Stop computing a stepped measure, a large model's translation, a what-if action left `Pending` or the page's
+    first translation (the event claims a new revision, which stops the computation at its next step): a measure's
+    view goes back to the weights."""
+    if session is None:  # the page's first answer (a link or the first example) not in yet
+        return None, STOPPED_OPENING
     measure = pending(services, session)
     if measure is None:  # a translation or an action, stopped by the revision this claims
         return replace(session, pending=None), "Stopped: the page shows what it showed before."

@@ -24,7 +24,7 @@ function update() {
   if (!props.value) return;
   const value = JSON.parse(props.value);
   if (value.revision < shown.revision) return; // an answer to a state the page has left
-  shown.revision = value.revision;
+  shown.revision = inspector.revision = value.revision; // 0: the page as built, before its first answer
   if ("translation" in value) {
     inspector.decoding = value.revision;
     document.dispatchEvent(new CustomEvent("attention-inspector-decoding"));

@@ -59,6 +59,18 @@
       if (statusInView) bar.hidden = true;
     }).observe(box);
   };
+  // The page's first answer (a link's translation, or the first example's) takes seconds with a large model: a
+  // link's sentence shows in the box at once, and Stop shows once a second has passed with no answer
+  // (ui/static/core.js keeps the revision drawn).
+  const linked = new URLSearchParams(location.search).get("text");
+  const box = document.querySelector("#source textarea");
+  if (linked && box && !box.value) {
+    box.value = linked;
+    box.dispatchEvent(new Event("input", {bubbles: true}));
+  }
+  setTimeout(() => {
+    if (!(inspector.revision > 0)) document.querySelector("#stop-measure")?.classList.add("computing");
+  }, 1000);
   inspector.said = (text, { always = false } = {}) => {
     text = String(text || "");
     document.querySelector("#stop-measure")?.classList.toggle("computing", text.startsWith("Computing"));
