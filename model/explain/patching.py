@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.keys import ENCODER, head_name
+from model.keys import DECODER, ENCODER, head_name
 from model.nets.decoding import next_token_logits
 from model.nets.seq2seq import Seq2Seq
 from model.nets.transformer import LayerCache, Transformer
@@ -114,46 +114,92 @@ def score(logits: Tensor, token: int, contrast: int | None) -> Tensor:
     return value if contrast is None else value - log_probs[:, contrast]
 
 
-def recorded_run(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None
-                 ) -> tuple[float, dict[str, list[Tensor]]]:
-    """The score of one run and every head's output (1, H, T, d_head) per kind and layer."""
+@dataclass
+class Run:
+    """One run teacher-forced on a target prefix: its score, every head's output (1, H, T, d_head) per kind and
+    layer, its encoding, and (a Transformer's) residual streams (1, ·, d_model): the encoder's entering each layer
+    and after the last, the decoder's entering each layer ({} for a GRU)."""
+
+    score: float
+    outputs: dict[str, list[Tensor]]
+    memory: Tensor
+    src_mask: Tensor
+    encoder_streams: dict[int, Tensor]
+    decoder_streams: dict[int, Tensor]
+
+
+def recorded_run(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None) -> Run:
+    """One run of `src_ids` on `prefix`, scored at its last position, with what patching takes from it."""
     recorders = {kind: {layer: Recorder() for layer in range(layers)} for kind, (layers, _) in model.heads().items()}
-    hooks = HeadHooks(recorders)
-    memory, src_mask, _ = model.encode(torch.tensor([src_ids]), gates=hooks)
-    logits, _ = model.decode(prefix, memory, src_mask, gates=hooks, positions=torch.tensor([prefix.size(1) - 1]))
+    transformer = isinstance(model, Transformer)
+    encoder = {index: Recorder() for index in range(len(model.encoder_layers) + 1)} if transformer else {}
+    decoder = {index: Recorder() for index in range(len(model.decoder_layers))} if transformer else {}
+    hooks = HeadHooks(recorders, encoder)
+    entering = [layer.register_forward_pre_hook(lambda _, args, kept=decoder[index].outputs: kept.append(args[0]))
+                for index, layer in enumerate(model.decoder_layers)] if transformer else []
+    try:
+        memory, src_mask, _ = model.encode(torch.tensor([src_ids]), gates=hooks, fused=True)
+        logits, _ = model.decode(prefix, memory, src_mask, gates=hooks, fused=True,
+                                 positions=torch.tensor([prefix.size(1) - 1]))
+    finally:
+        for handle in entering:
+            handle.remove()
     outputs = {kind: [recorders[kind][layer].output for layer in sorted(recorders[kind])] for kind in recorders}
-    return float(score(logits, token, contrast)), outputs
+    return Run(float(score(logits, token, contrast)), outputs, memory, src_mask,
+               {index: recorder.outputs[0] for index, recorder in encoder.items()},
+               {index: recorder.outputs[0] for index, recorder in decoder.items()})
 
 
-def shared_memory_cache(model: Seq2Seq, memory: Tensor, batch: int) -> list[LayerCache] | None:
-    """A Transformer's decoder cache holding only the cross-attention keys and values of one sentence's `memory`
-    (1, S, d), computed once and viewed by every row of a batch that decodes that sentence (None for a GRU)."""
+def memory_keys_values(model: Seq2Seq, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """A Transformer's cross-attention keys and values of one sentence's `memory` (1, S, d), per decoder layer
+    ([] for a GRU)."""
     if not isinstance(model, Transformer):
-        return None
-    caches = []
-    for layer in model.decoder_layers:
-        keys, values = layer.cross_attention.project_keys_values(memory)
-        caches.append(LayerCache(cross_keys=keys.expand(batch, -1, -1, -1),
-                                 cross_values=values.expand(batch, -1, -1, -1)))
-    return caches
+        return []
+    return [layer.cross_attention.project_keys_values(memory) for layer in model.decoder_layers]
+
+
+def memory_cache(keys_values: list[tuple[Tensor, Tensor]]) -> list[LayerCache] | None:
+    """A decoder cache holding only one sentence's cross-attention keys and values (`memory_keys_values`), for every
+    row of a batch that decodes that sentence (None for a GRU)."""
+    return [LayerCache(cross_keys=keys, cross_values=values) for keys, values in keys_values] or None
+
+
+def first_patched(model: Seq2Seq, heads_set: list[Head]) -> tuple[str, int]:
+    """Where a run with `heads_set` patched first differs from the sentence's: (ENCODER, its lowest encoder layer)
+    where it patches the encoder, else (DECODER, its lowest decoder layer, self- or cross-attention). A GRU's
+    decoder has no layers to start from: (DECODER, 0)."""
+    encoder = [layer for kind, layer, _ in heads_set if kind == ENCODER]
+    if encoder:
+        return ENCODER, min(encoder)
+    return DECODER, min(layer for _, layer, _ in heads_set) if isinstance(model, Transformer) else 0
 
 
 def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None,
-                   outputs: dict[str, list[Tensor]], head_sets: list[list[Head]], advance: Advance = lambda rows: None
-                   ) -> list[float]:
+                   outputs: dict[str, list[Tensor]], head_sets: list[list[Head]], advance: Advance = lambda rows: None,
+                   original: Run | None = None) -> list[float]:
     """The sentence's score with each set of heads' outputs taken from `outputs` (another run's): one batch row per
-    set, in batches of `ROWS` (`advance` told the rows of each, and may raise to stop). Sets without an encoder head
-    share one encoding of the sentence."""
+    set, in batches of `ROWS` (`advance` told the rows of each, and may raise to stop). `original`: the sentence's
+    `recorded_run`, if made already.
+
+    A run goes on from the sentence's own stream entering the first layer it patches (the layers below give what
+    they gave the sentence): the decoder side's rows share the sentence's encoding and its cross keys and values,
+    the encoder's are encoded from their lowest layer up. In a Transformer the rows of a batch are one until the
+    heads they patch (a `Replace` broadcasts them apart): what comes before, in the layer they start at, is computed
+    once. A set whose outputs are the sentence's own (a decoder head of the first layer reads only the target
+    prefix, which both runs share) is the sentence's score, unrun."""
     heads = model.heads()
+    original = original or recorded_run(model, src_ids, prefix, token, contrast)
     src = torch.tensor([src_ids])
-    streams = encoder_streams(model, src_ids)
-    memory, src_mask, _ = model.encode(src)
-    scores = [0.0] * len(head_sets)
-    lowest = [min((layer for kind, layer, _ in heads_set if kind == ENCODER), default=None) for heads_set in head_sets]
-    groups = [([i for i, first in enumerate(lowest) if first is None], None)]  # the decoder side: one encoding
-    groups += [([i for i, first in enumerate(lowest) if first == layer], layer) for layer in sorted(
-        {first for first in lowest if first is not None})]  # the encoder's: from their lowest layer up
-    for indices, first in groups:
+    scores = [original.score] * len(head_sets)
+    changed = [i for i, heads_set in enumerate(head_sets) if any(
+        not torch.equal(outputs[kind][layer][:, head], original.outputs[kind][layer][:, head])
+        for kind, layer, head in heads_set)]
+    advance(len(head_sets) - len(changed))
+    starts = {i: first_patched(model, head_sets[i]) for i in changed}
+    keys_values = memory_keys_values(model, original.memory) if DECODER in {side for side, _ in starts.values()} \
+        else []
+    for side, first in sorted(set(starts.values())):
+        indices = [i for i in changed if starts[i] == (side, first)]
         for begin in range(0, len(indices), ROWS):
             rows = indices[begin:begin + ROWS]
             keep = {kind: torch.ones(layers, len(rows), count) for kind, (layers, count) in heads.items()}
@@ -163,59 +209,51 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
             hooks = HeadHooks({kind: {layer: Replace(keep[kind][layer], outputs[kind][layer])
                                       for layer in range(len(outputs[kind])) if (keep[kind][layer] < 1).any()}
                                for kind in keep})
-            batch = len(rows)
-            if first is not None:
-                row_memory, row_mask, _ = model.encode(src.expand(batch, -1), gates=hooks, fused=True,
-                                                       start=(first, streams[first].expand(batch, -1, -1)))
+            width = 1 if isinstance(model, Transformer) else len(rows)  # the rows as one, until they part
+            start = {}
+            if side == ENCODER:
+                memory, src_mask, _ = model.encode(src, gates=hooks, fused=True,
+                                                   start=(first, original.encoder_streams[first]))
                 cache = None
             else:
-                row_memory, row_mask = memory.expand(batch, -1, -1), src_mask.expand(batch, -1, -1, -1)
-                cache = shared_memory_cache(model, memory, batch)
-            logits, _ = model.decode(prefix.expand(batch, -1), row_memory, row_mask, cache, gates=hooks, fused=True,
-                                     positions=torch.full((batch,), prefix.size(1) - 1))
+                memory, src_mask = original.memory.expand(width, -1, -1), original.src_mask
+                cache = memory_cache(keys_values)
+                if first > 0:
+                    start = {"start": (first, original.decoder_streams[first])}
+            logits, _ = model.decode(prefix.expand(width, -1), memory, src_mask, cache, gates=hooks, fused=True,
+                                     positions=torch.full((width,), prefix.size(1) - 1), **start)
             for index, value in zip(rows, score(logits, token, contrast).tolist()):
                 scores[index] = value
-            advance(batch)
+            advance(len(rows))
     return scores
 
 
-def encoder_streams(model: Seq2Seq, src_ids: list[int]) -> dict[int, Tensor]:
-    """A Transformer's encoder stream (1, S, d) entering each layer, and after the last (0: the embeddings); {} for a
-    GRU, which has no layers to start from."""
-    if not isinstance(model, Transformer):
-        return {}
-    recorders = {index: Recorder() for index in range(len(model.encoder_layers) + 1)}
-    model.encode(torch.tensor([src_ids]), gates=HeadHooks({}, recorders))
-    return {index: recorder.outputs[0] for index, recorder in recorders.items()}
-
-
-def patched_stream(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], prefix: Tensor, token: int,
-                   contrast: int | None, unpatched: float, advance: Advance = lambda rows: None) -> np.ndarray:
+def patched_stream(model: Seq2Seq, src_ids: list[int], original: Run, counterfactual: Run, prefix: Tensor,
+                   token: int, contrast: int | None, advance: Advance = lambda rows: None) -> np.ndarray:
     """The sentence's score with the encoder's residual stream at one source position after one layer taken from
     the counterfactual's run, for every layer (0: the embeddings) and position: (L + 1, S), one batch row each
-    (`unpatched`: the sentence's own score, that of every cell skipped; `advance` told the cells of each batch,
-    and those skipped)."""
+    (`original`, `counterfactual`: both runs, recorded; `advance` told the cells of each batch, and those
+    skipped)."""
     layers, length = len(model.encoder_layers) + 1, len(src_ids)
-    original, values = encoder_streams(model, src_ids), encoder_streams(model, counterfactual_ids)
+    ours, theirs = original.encoder_streams, counterfactual.encoder_streams
     # A position whose stream the counterfactual leaves as it is (every one but the swapped word's, after the
     # embeddings) changes nothing when patched: its run is skipped.
     cells = [(index, position) for index in range(layers) for position in range(length)
-             if not torch.equal(original[index][0, position], values[index][0, position])]
-    scores = np.full((layers, length), unpatched)
+             if not torch.equal(ours[index][0, position], theirs[index][0, position])]
+    scores = np.full((layers, length), original.score)
     advance(layers * length - len(cells))
     for index in range(layers):  # the stream after layer `index` patched: the encoder goes on from the next
         positions = [position for cell_index, position in cells if cell_index == index]
         for begin in range(0, len(positions), ROWS):
             rows = positions[begin:begin + ROWS]
             batch = len(rows)
-            stream = original[index].expand(batch, -1, -1).clone()
-            stream[torch.arange(batch), rows] = values[index][0, rows]
-            memory, src_mask, _ = model.encode(torch.tensor([src_ids]).expand(batch, -1), fused=True,
-                                               start=(index, stream))
-            logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask, fused=True,
-                                     positions=torch.full((batch,), prefix.size(1) - 1))
+            stream = ours[index].expand(batch, -1, -1).clone()
+            stream[torch.arange(batch), rows] = theirs[index][0, rows]
+            memory, src_mask, _ = model.encode(torch.tensor([src_ids]), fused=True, start=(index, stream))
+            # (the target prefix, the same in every row, goes in once: the rows part at the cross-attention)
+            logits, _ = model.decode(prefix, memory, src_mask, fused=True, positions=torch.tensor([prefix.size(1) - 1]))
             scores[index, rows] = score(logits, token, contrast).numpy()
-            advance(batch)
+            advance(len(rows))
     return scores
 
 
@@ -232,8 +270,8 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
     prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]])
     heads = model.heads()
     with torch.no_grad():
-        original, _ = recorded_run(model, src_ids, prefix, token, contrast)
-        counterfactual, outputs = recorded_run(model, counterfactual_ids, prefix, token, contrast)
+        original = recorded_run(model, src_ids, prefix, token, contrast)
+        counterfactual = recorded_run(model, counterfactual_ids, prefix, token, contrast)
         skipped = {}
         if ENCODER in heads and len(src_ids) != len(counterfactual_ids):
             skipped[ENCODER] = (f"The sentence has {len(src_ids)} tokens and the counterfactual "
@@ -249,16 +287,16 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
             nonlocal done
             done += rows
             told(done, total)
-        scores = patched_scores(model, src_ids, prefix, token, contrast, outputs, [[head] for head in patched],
-                                advance)
+        scores = patched_scores(model, src_ids, prefix, token, contrast, counterfactual.outputs,
+                                [[head] for head in patched], advance, original)
         traced = None
         if stream:
-            traced = patched_stream(model, src_ids, counterfactual_ids, prefix, token, contrast, original,
-                                    advance) - original
+            traced = patched_stream(model, src_ids, original, counterfactual, prefix, token, contrast,
+                                    advance) - original.score
     effects = {kind: np.full(shape, np.nan) for kind, shape in heads.items()}
     for (kind, layer, head), value in zip(patched, scores):
-        effects[kind][layer, head] = value - original
-    return Patching(step, token, contrast, original, counterfactual, effects, skipped, traced)
+        effects[kind][layer, head] = value - original.score
+    return Patching(step, token, contrast, original.score, counterfactual.score, effects, skipped, traced)
 
 
 # Words the page suggests swapping, each way: gender first (Vig et al., 2020), then a few nouns and numbers.

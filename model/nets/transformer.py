@@ -453,14 +453,15 @@ class Transformer(nn.Module):
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[LayerCache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False, embedded: Tensor | None = None, positions: Tensor | None = None
-               ) -> tuple[Tensor, Attention | None]:
+               need_vectors: bool = False, embedded: Tensor | None = None, positions: Tensor | None = None,
+               start: tuple[int, Tensor] | None = None) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, decoder self- and cross-`Attention`.
 
         With `cache`, `tgt` holds only the new positions, which follow those already in the cache. `embedded`
         (B, T, d_model): token vectors to read instead of the table's. `positions` (B,): only the position of each
         sequence whose logits are wanted, (B, 1, V) then (gradient attributions: an output layer of 256k tokens at
-        every position costs T times one).
+        every position costs T times one). `start` (layer, stream (B, T, d_model)): continue from that layer with
+        the stream entering it, as `encode`'s (without a cache).
         """
         need_weights = need_weights or need_vectors
         offset = 0 if cache is None or cache[0].self_keys is None else cache[0].self_keys.size(2)
@@ -469,14 +470,14 @@ class Transformer(nn.Module):
         tgt_mask = torch.ones(length, offset + length, dtype=torch.bool, device=tgt.device).tril(offset)[None, None]
         if cache is None:
             tgt_mask = tgt_mask & padding_mask(tgt, self.config.pad_id)  # (B, 1, T, T)
-        x = self.tgt_embedding(tgt, offset, embedded)
+        first, x = (0, self.tgt_embedding(tgt, offset, embedded)) if start is None else start
         position_bias = None
         if self.decoder_position_bias is not None:
             keys = torch.arange(offset + length, device=tgt.device)
             position_bias = self.decoder_position_bias(keys[offset:], keys)[None]  # (1, H, T, offset + T)
         self_maps, cross_maps, recorded = [], [], []
         last_only = positions is not None and offset == 0 and not need_weights  # the last layer at `positions` alone
-        for i, layer in enumerate(self.decoder_layers):
+        for i, layer in enumerate(self.decoder_layers[first:], start=first):
             x, self_weights, cross_weights, vectors = layer(
                 x, memory, tgt_mask, src_mask, None if cache is None else cache[i], fused and not need_weights,
                 gates and gates.layer(DECODER, i), gates and gates.layer(CROSS, i), need_vectors, position_bias,
