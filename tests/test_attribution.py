@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, Prediction, attribute,
-                                       attribute_steps, step_shares)
+                                       attribute_steps, gradient_scores_at, step_shares)
 from model.nets.rnn import RNNConfig, RNNSeq2Seq
 from model.nets.transformer import Transformer
 from model.text.vocab import EOS_ID
@@ -57,6 +57,9 @@ def test_saliency_and_input_x_gradient_are_the_gradients_by_hand(name):
     product = attribute(model, SRC, TGT, step=2, method=INPUT_X_GRADIENT)
     torch.testing.assert_close(torch.from_numpy(product.target), (target.grad[0] * target[0]).sum(-1).detach())
     assert saliency.score == pytest.approx(float(prediction(*prediction.embeddings()).detach()))
+    both = gradient_scores_at(model, SRC, TGT, 2)  # one gradient for both (which explanation to trust)
+    np.testing.assert_array_equal(both[SALIENCY], saliency.source)
+    np.testing.assert_allclose(both[INPUT_X_GRADIENT], product.source, atol=1e-7)
 
 
 @pytest.mark.parametrize("name", list(models()))

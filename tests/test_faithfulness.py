@@ -71,13 +71,13 @@ def test_the_command_prints_a_table_per_method(toy_checkpoints, tmp_path, capsys
 def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
     import json
 
-    from ui.tabs.sources import explanations_compared
+    from ui.tabs.sources import explanations_compared, explanations_integrated
 
     for model, methods in (("toy-en-de", 7), ("toy-rnn", 5)):  # no heads.json: no best head; the GRU: no residual
         session = events.translate("A dog runs in the park.", model=model)["session"]
-        stages, _ = explanations_compared(events.services, session, 2)
-        first, ((figure, table), said) = stages  # every method but integrated gradients, then every method
-        assert len(first[0][1]["rows"]) == methods - 1
+        first, _, session = explanations_compared(events.services, session, 2)  # every method but integrated gradients
+        assert len(first[1]["rows"]) == methods - 1
+        (figure, table), said, _ = explanations_integrated(events.services, session, 2)  # then every method
         assert said.startswith(f'Step 2, "{session.trace.target_tokens[1]}": most faithful here')
         curves = json.loads(figure)["data"]
         assert len(curves) == 2 * methods and curves[0]["x"] == ["1", "2", "3", "20%", "50%"]

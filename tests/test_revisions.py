@@ -276,39 +276,49 @@ def test_a_link_that_opens_a_large_model_shows_its_steps_as_the_page_loads_and_s
     assert told == [1, 2] and stops[0]["status"] == operations.STOPPED_OPENING and stops[0]["session"] is state
 
 
-def test_comparing_the_explanations_reports_each_stage_and_stops_once_the_user_moved_on(events):
-    """Which explanation to trust is computed with Gradio's progress, stage by stage, and answers twice: every
-    method but integrated gradients first, then every method; it is given up at the next stage once the user has
-    moved on (another sentence here; Stop claims a revision the same way), whatever it had answered before."""
+def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradients_until_the_user_moves_on(
+        events, monkeypatch):
+    """Which explanation to trust answers at once with every method but integrated gradients, kept with the decoding
+    (asked again at that step: what was kept); a chained queued event adds integrated gradients, batch by batch
+    with Gradio's progress on a large model, and is given up at the next batch once the user has moved on (another
+    sentence here; Stop claims a revision the same way). With no first answer of the decoding to complete, or one
+    already complete, it does nothing."""
     import inspect
 
-    from ui.tabs.sources import explanations_compared
+    from ui.tabs.sources import explanations_compared, explanations_integrated
 
-    session = translated(events)
     page = events.page
-    wired = {}
+    wired = []
 
     def trigger(function, inputs, outputs, **options):
-        wired.update(run=function, options=options)
-    listeners.tab_answer(page, events.services, explanations_compared, [page.step],
-                         ["faithfulness-curves", "faithfulness-table"], "x", trigger,
-                         answers=page.faithfulness_answers, progress="Comparing")
-    run = wired["run"]
-    assert isinstance(inspect.signature(run).parameters["progress"].default, gr.Progress)
-    seen = []
-    first, whole = (events.named(out) for out in run(session, 2, lambda fraction, desc: seen.append((fraction, desc))))
-    assert seen == [((done, 6), f"Comparing: {done} of 6") for done in range(1, 7)]
-    methods = [[row[0] for row in json.loads(out["faithfulness_answers"])["answers"]["faithfulness-table"]["rows"]]
-               for out in (first, whole)]
-    assert methods[1] == methods[0][:-1] + ["integrated gradients"] + methods[0][-1:]  # before the random control
+        wired.append(function)
+    for function, progress in ((explanations_compared, None), (explanations_integrated, "Integrated gradients")):
+        listeners.tab_answer(page, events.services, function, [page.step], ["faithfulness-curves",
+                             "faithfulness-table"], "x", trigger, answers=page.faithfulness_answers, progress=progress)
+    compared, integrated = wired
+    assert isinstance(inspect.signature(integrated).parameters["progress"].default, gr.Progress)
+
+    def methods(out: dict) -> list[str]:
+        return [row[0] for row in json.loads(out["faithfulness_answers"])["answers"]["faithfulness-table"]["rows"]]
+    session = translated(events)
+    assert [events.named(out) for out in integrated(session, 2, lambda fraction, desc: None)] == [DROPPED]
+    first = events.named(compared(session, 2))
     assert "Integrated gradients, the slowest method, follow." in first["status"]
+    assert first["session"].current.faithful[0] == 2
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)
+    seen = []
+    [whole] = [events.named(out) for out in integrated(first["session"], 2,
+                                                       lambda fraction, desc: seen.append((fraction, desc)))]
+    assert seen == [((points, 32), f"Integrated gradients: {points} of 32") for points in range(4, 33, 4)]
+    assert methods(whole) == methods(first)[:-1] + ["integrated gradients"] + methods(first)[-1:]  # before random
     assert "follow" not in whole["status"]
+    again = events.named(compared(whole["session"], 2))
+    assert methods(again) == methods(whole) and again["status"] == whole["status"]  # kept, not computed again
+    assert [events.named(out) for out in integrated(again["session"], 2, lambda fraction, desc: None)] == [DROPPED]
 
-    for stop_at in ((2, 6), (5, 6)):  # before the first answer, and after it
-        session = translated(events)
+    session = events.named(compared(translated(events), 2))["session"]
 
-        def moved_on(fraction, desc):
-            if fraction == stop_at:
-                events.run(operations.translate, session, "toy-en-de", "A man plays.")
-        answered = [events.named(out) for out in run(session, 2, moved_on)]
-        assert answered[-1] == DROPPED and len(answered) == (1 if stop_at == (2, 6) else 2)
+    def moved_on(fraction, desc):
+        if fraction == (8, 32):
+            events.run(operations.translate, session, "toy-en-de", "A man plays.")
+    assert [events.named(out) for out in integrated(session, 2, moved_on)] == [DROPPED]

@@ -263,9 +263,7 @@ def with_measures(services: Services, session: Session, progress: Callable[[int,
                                                                   progress=progress, **session.direction))}
     else:
         maps = translator.measures(*arguments, list(decoding.mask), **session.direction)
-    decodings = list(session.decodings)
-    decodings[session.shown] = replace(decoding, measure_maps={**(decoding.measure_maps or {}), **maps})
-    return replace(session, decodings=tuple(decodings))
+    return session.with_current(measure_maps={**(decoding.measure_maps or {}), **maps})
 
 
 def attribution_maps(results: list) -> dict:

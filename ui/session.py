@@ -108,6 +108,9 @@ class Decoding:
     # The Counterfactual tab's last patching of this decoding, for its exports (model/serving/inspect.py
     # `patching_record`).
     patched: dict | None = field(default=None, repr=False, compare=False)
+    # Which explanation to trust's first answer for this decoding (the step, 1-based, and its measures), which the
+    # answer with integrated gradients completes (ui/tabs/sources.py).
+    faithful: tuple | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,12 @@ class Session:
         """The decodings up to `after` (default: the one shown), then `decoding`, shown."""
         after = self.shown if after is None else after
         return replace(self, decodings=self.decodings[:after + 1] + (decoding,), shown=after + 1)
+
+    def with_current(self, **changes) -> Session:
+        """The session with the decoding on screen changed as `changes` say (what was computed of it, kept)."""
+        decodings = list(self.decodings)
+        decodings[self.shown] = replace(self.current, **changes)
+        return replace(self, decodings=tuple(decodings))
 
     def with_view(self, view: View) -> Session:
         """The session showing `view`, normalized to what the decoding on screen has."""

@@ -174,6 +174,21 @@ def step_shares(results: list[Attributions]) -> tuple[np.ndarray, np.ndarray]:
     return source / total, target / total
 
 
+def gradient_scores_at(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int) -> dict[str, np.ndarray]:
+    """Saliency's and input × gradient's source scores of the token chosen at `step`, from one gradient (Captum's
+    Saliency): input × gradient is the embeddings times that gradient, as Captum's InputXGradient computes it
+    (`attribute` runs each method on its own, with the prediction's score)."""
+    from captum.attr import Saliency
+
+    prediction = Prediction(model, src_ids, tgt_ids[:step], tgt_ids[step])
+    inputs = tuple(e.requires_grad_() for e in prediction.embeddings())
+    with torch.enable_grad():
+        source, _ = Saliency(prediction).attribute(inputs, abs=False)
+    embedded = inputs[0].detach()
+    return {SALIENCY: source.norm(dim=-1)[0].detach().numpy(),
+            INPUT_X_GRADIENT: (embedded * source).sum(-1)[0].detach().numpy()}
+
+
 def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int, method: str = SALIENCY,
               token: int | None = None, contrast: int | None = None, steps: int = 32, baseline: str = "zero",
               gates: HeadGates | None = None, progress: Callable[[int, int], None] | None = None) -> Attributions:

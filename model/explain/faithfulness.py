@@ -28,13 +28,14 @@ Over a whole split: model/analysis/faithfulness.py.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
+from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps,
+                                       gradient_scores_at)
 from model.explain.contributions import alti_plus, rollout
 from model.keys import ROLLOUT
 from model.nets.decoding import next_token_logits
@@ -118,10 +119,20 @@ def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_h
     if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
         scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
         scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
-    told(1, stages)
-    for stage, method in enumerate(gradients, 2):
+    done = 1
+    told(done, stages)
+    pending = list(gradients)
+    if only is not None and SALIENCY in pending and INPUT_X_GRADIENT in pending:  # one gradient gives both
+        both = gradient_scores_at(model, src_ids, tgt_ids, only)
+        for method in (SALIENCY, INPUT_X_GRADIENT):
+            scores[method] = [both[method] if t == only else None for t in range(len(tgt_ids))]
+            pending.remove(method)
+        done += 2
+        told(done, stages)
+    for method in pending:
         scores[method] = gradient_scores(model, src_ids, tgt_ids, method, steps, only)
-        told(stage, stages)
+        done += 1
+        told(done, stages)
     generator = np.random.default_rng(src_ids)
     scores[RANDOM] = [generator.random(len(src_ids)) for _ in tgt_ids]
     return scores
@@ -137,24 +148,29 @@ def gradient_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
             for t in range(len(tgt_ids))]
 
 
-def word_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
-                      best_head: tuple[int, int] | None = None, steps: int = 32,
-                      told: Told = lambda done, total: None) -> Iterator[StepFaithfulness]:
-    """The faithfulness of every method for the word at `step` alone (the app's question, asked live), in two
-    answers: every method but integrated gradients (the slowest by far: `steps` passes), then every method.
-    `told(done, total)` hears of each stage (the methods' scores, the deletion curves, integrated gradients and
-    theirs) as it is done."""
+def quick_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
+                       best_head: tuple[int, int] | None = None, told: Told = lambda done, total: None
+                       ) -> StepFaithfulness:
+    """The faithfulness of every method but integrated gradients (the slowest by far: `integrated_faithfulness`)
+    for the word at `step` alone: the app's first answer, asked live. `told(done, total)` hears of each stage (the
+    methods' scores, then the deletion curves) as it is done."""
     quick = GRADIENT_METHODS[:-1]
-    total = len(quick) + 4
-    scores = method_scores(model, src_ids, tgt_ids, best_head, steps, only=step, gradients=quick,
+    total = len(quick) + 2
+    scores = method_scores(model, src_ids, tgt_ids, best_head, only=step, gradients=quick,
                            told=lambda done, _: told(done, total))
-    first = step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
-    told(total - 2, total)
-    yield first
-    integrated = attribute(model, src_ids, tgt_ids, step, INTEGRATED_GRADIENTS, steps=steps).source
-    told(total - 1, total)
-    yield first.with_measured(step_faithfulness(model, src_ids, tgt_ids, step, {INTEGRATED_GRADIENTS: integrated}))
+    measured = step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
     told(total, total)
+    return measured
+
+
+def integrated_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
+                            first: StepFaithfulness, steps: int = 32,
+                            progress: Callable[[int, int], None] | None = None) -> StepFaithfulness:
+    """`first` (`quick_faithfulness` of the same word) with integrated gradients measured too (`steps` points; with
+    `progress`, in batches, told the points done as `attribute` tells them)."""
+    integrated = attribute(model, src_ids, tgt_ids, step, INTEGRATED_GRADIENTS, steps=steps, progress=progress)
+    return first.with_measured(step_faithfulness(model, src_ids, tgt_ids, step,
+                                                 {INTEGRATED_GRADIENTS: integrated.source}))
 
 
 def step_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,

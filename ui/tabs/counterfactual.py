@@ -5,7 +5,6 @@ carry the difference, model/explain/patching.py)."""
 from __future__ import annotations
 
 import difflib
-from dataclasses import replace
 
 import gradio as gr
 
@@ -94,9 +93,7 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
             f"alone is {name} ({effect:+.2f}{f', {effect / shift:.0%} of the whole' if abs(shift) > 1e-6 else ''})."
             + notes)
     kept = patching_record(counterfactual, other.text, result, ours[step - 1], contrast)
-    decodings = list(session.decodings)
-    decodings[session.shown] = replace(decoding, patched=kept)
-    return (text, figure_json(figure), stream), said, replace(session, decodings=tuple(decodings))
+    return (text, figure_json(figure), stream), said, session.with_current(patched=kept)
 
 
 def suggest(state) -> str:

@@ -3,14 +3,14 @@ gradient attributions of the word at the step on screen (model/explain/attributi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import gradio as gr
 
 from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
-from model.explain.faithfulness import KS, METHOD_LABELS, StepFaithfulness, Told, k_label, word_faithfulness
+from model.explain.faithfulness import (KS, METHOD_LABELS, StepFaithfulness, Told, integrated_faithfulness, k_label,
+                                        quick_faithfulness)
+from model.nets.seq2seq import Seq2Seq
 from model.text.words import WORDS, summed, words
-from ui.listeners import on, tab_answer
+from ui.listeners import Stopped, on, tab_answer
 from ui.operations import large, operation, shown
 from ui.page import Page
 from ui.plots import Answer, answers_view, figure_json
@@ -123,34 +123,58 @@ def attribute_step(services: Services, session: Session, step: object, method: o
     return (figure_json(figure),), said
 
 
-@operation
-def explanations_compared(services: Services, session: Session, step: object, told: Told = lambda done, total: None
-                          ) -> tuple[Iterator[tuple[tuple, str]], str]:
-    """How faithful each explanation method is for the word chosen at `step`, with every head on: its deletion
-    curves and the rank correlations between the methods, in two answers (every method but integrated gradients,
-    then every method; each stage told to `told(done, total)`)."""
-    decoding, trace = session.current, session.current.trace
-    step = clamp(step, 1, trace.steps, 1)
-    translator = services.translators[session.model]
-    src_ids, tgt_ids = translator.given_translation(session.source, trace.target_tokens, **session.direction)
-    chosen = trace.target_tokens[step - 1]
-    note = " (measured with every head on)" if decoding.mask else ""
+def faithfulness_answer(session: Session, step: int, measured: StepFaithfulness) -> tuple[tuple, str]:
+    """Which explanation to trust for the word at `step` (1-based), as the tab shows it: the deletion curves of
+    each method `measured`, the rank correlations between them, and what the status line says."""
+    chosen = session.trace.target_tokens[step - 1]
+    note = " (measured with every head on)" if session.current.mask else ""
+    figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, list(map(k_label, KS)),
+                                 f'which explanation to trust for step {step}, "{chosen}"', METHOD_LABELS)
+    methods = list(measured.scores)
+    rho = measured.rank_correlation()
+    table = [[METHOD_LABELS[a]] + [1.0 if a == b else round(rho.get((a, b), rho.get((b, a), float("nan"))), 2)
+                                   for b in methods] for a in methods]
+    best = max(methods, key=lambda m: measured.comprehensiveness[m].mean() - measured.sufficiency[m].mean())
+    later = "" if INTEGRATED_GRADIENTS in methods else " Integrated gradients, the slowest method, follow."
+    return (figure_json(figure), {"headers": ["method", *(METHOD_LABELS[m] for m in methods)], "rows": table}), (
+        f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: '
+        f'{METHOD_LABELS[best]}{note}.{later}')
 
-    def answer(measured: StepFaithfulness) -> tuple[tuple, str]:
-        figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, list(map(k_label, KS)),
-                                     f'which explanation to trust for step {step}, "{chosen}"', METHOD_LABELS)
-        methods = list(measured.scores)
-        rho = measured.rank_correlation()
-        table = [[METHOD_LABELS[a]] + [1.0 if a == b else round(rho.get((a, b), rho.get((b, a), float("nan"))), 2)
-                                       for b in methods] for a in methods]
-        best = max(methods, key=lambda m: measured.comprehensiveness[m].mean() - measured.sufficiency[m].mean())
-        later = "" if INTEGRATED_GRADIENTS in methods else " Integrated gradients, the slowest method, follow."
-        return (figure_json(figure), {"headers": ["method", *(METHOD_LABELS[m] for m in methods)], "rows": table}), (
-            f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: '
-            f'{METHOD_LABELS[best]}{note}.{later}')
-    stages = word_faithfulness(translator.model, src_ids, tgt_ids, step - 1, services.best_head(session.model),
-                               told=told)
-    return map(answer, stages), ""
+
+def explained_word(services: Services, session: Session, step: object) -> tuple[Seq2Seq, list[int], list[int], int]:
+    """The model, the sentence's and its translation's ids, and the step (1-based, within the translation) whose
+    word the explanations are measured for, with every head on."""
+    step = clamp(step, 1, session.trace.steps, 1)
+    translator = services.translators[session.model]
+    src_ids, tgt_ids = translator.given_translation(session.source, session.trace.target_tokens, **session.direction)
+    return translator.model, src_ids, tgt_ids, step
+
+
+@operation
+def explanations_compared(services: Services, session: Session, step: object) -> tuple[tuple, str, Session]:
+    """How faithful each explanation method but integrated gradients is for the word chosen at `step`: its deletion
+    curves and the rank correlations between the methods, answered at once and kept with the decoding; integrated
+    gradients, the slowest, follow (`explanations_integrated`). Asked again at the same step, what was kept."""
+    model, src_ids, tgt_ids, step = explained_word(services, session, step)
+    kept = session.current.faithful
+    measured = kept[1] if kept and kept[0] == step else quick_faithfulness(
+        model, src_ids, tgt_ids, step - 1, services.best_head(session.model))
+    return *faithfulness_answer(session, step, measured), session.with_current(faithful=(step, measured))
+
+
+@operation
+def explanations_integrated(services: Services, session: Session, step: object, told: Told | None = None
+                            ) -> tuple[tuple, str, Session]:
+    """`explanations_compared`'s answer at `step` with integrated gradients too (a large model's points in batches,
+    told to `told(points, total)`), kept. Nothing where that answer is not the decoding's (the user has moved on,
+    or it was refused) or already has them."""
+    model, src_ids, tgt_ids, step = explained_word(services, session, step)
+    kept = session.current.faithful
+    if not kept or kept[0] != step or INTEGRATED_GRADIENTS in kept[1].scores:
+        raise Stopped
+    measured = integrated_faithfulness(model, src_ids, tgt_ids, step - 1, kept[1],
+                                       progress=told if large(services, session.model) else None)
+    return *faithfulness_answer(session, step, measured), session.with_current(faithful=(step, measured))
 
 
 def wire(page: Page, services: Services) -> None:
@@ -162,11 +186,14 @@ def wire(page: Page, services: Services) -> None:
     tab_answer(page, services, attribute_step, attribution, ["attribution"], "attribute_queued",
                page.attribute_queued.click, answers=page.attribution_answers, progress="Integrated gradients",
                api_visibility="private", **services.trace_queue)
-    # Seven methods' rankings, each measured: computed with progress (a queued event), and stopped by Stop or by
-    # any new state.
-    tab_answer(page, services, explanations_compared, [page.step], ["faithfulness-curves", "faithfulness-table"],
-               "faithfulness_view", page.faithfulness.click, answers=page.faithfulness_answers,
-               progress="Comparing the explanations", **services.trace_queue)
+    # Seven methods' rankings, each measured, at once (outside the queue); then, chained, integrated gradients (a
+    # queued event with progress), stopped by Stop or by any new state.
+    curves = ["faithfulness-curves", "faithfulness-table"]
+    compared = tab_answer(page, services, explanations_compared, [page.step], curves, "faithfulness_view",
+                          page.faithfulness.click, answers=page.faithfulness_answers, queue=False)
+    tab_answer(page, services, explanations_integrated, [page.step], curves, "faithfulness_integrated", compared.then,
+               answers=page.faithfulness_answers, progress="Integrated gradients", api_visibility="private",
+               **services.trace_queue)
     on(page, services, [page.stop_faithfulness.click], stop_comparing, [], ["stop_faithfulness"],
        outputs=[page.session, page.revision, page.core], queued=False)
 
