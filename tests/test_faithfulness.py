@@ -8,9 +8,10 @@ import torch
 from model.analysis import faithfulness
 from model.analysis.faithfulness import summary
 from model.explain.faithfulness import KS, METHODS, log_probabilities, sentence_faithfulness, step_faithfulness
+from model.nets.decoding import next_token_logits
 from model.nets.rnn import RNNConfig, RNNSeq2Seq
 from model.nets.transformer import Transformer
-from model.text.vocab import EOS_ID, UNK_ID
+from model.text.vocab import EOS_ID, SOS_ID, UNK_ID
 from tests.conftest import tiny_config
 
 pytest.importorskip("captum")
@@ -28,6 +29,10 @@ def test_comprehensiveness_and_sufficiency_by_hand():
     only = log_probabilities(model, torch.tensor([[UNK_ID, UNK_ID, 7, UNK_ID, UNK_ID, UNK_ID, UNK_ID, EOS_ID]]),
                              TGT[:2], TGT[2])[0]
     assert result.comprehensiveness["first"][0] == pytest.approx(full - without, abs=1e-5)  # k = 1: token 2
+    for source, batched in ((SRC, full), ([5, 6, UNK_ID, 8, 9, 10, 11, EOS_ID], without)):  # a plain pass alone
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([source]), torch.tensor([[SOS_ID] + TGT[:2]]))
+        assert batched == pytest.approx(float(next_token_logits(logits[:, -1:]).log_softmax(-1)[0, TGT[2]]), abs=1e-5)
     assert result.sufficiency["first"][0] == pytest.approx(full - only, abs=1e-5)
     # 50% of the 7 removable tokens, rounded up: 4, the tokens ranked 2, 3, 4 and then the first of the zeros
     half = [UNK_ID, 6, UNK_ID, UNK_ID, UNK_ID, 10, 11, EOS_ID]

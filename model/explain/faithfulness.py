@@ -92,11 +92,13 @@ def removable_count(k: int | float, removable: int) -> int:
 @torch.inference_mode()
 def log_probabilities(model: Seq2Seq, sources: torch.Tensor, prefix: list[int], token: int) -> np.ndarray:
     """log p(token | each source row, <sos> + prefix), in one batch: each distinct row once (methods often rank
-    alike), the output layer at the last position only."""
+    alike), the output layer at the last position only. A Transformer's decoder takes the prefix, the same in every
+    row, as one row: its first self-attention is computed once, and the rows part at the cross-attention."""
     distinct, row = torch.unique(sources, dim=0, return_inverse=True)
-    tgt = torch.tensor([[SOS_ID] + prefix]).expand(distinct.size(0), -1)
+    width = 1 if isinstance(model, Transformer) else distinct.size(0)
+    tgt = torch.tensor([[SOS_ID] + prefix]).expand(width, -1)
     memory, src_mask, _ = model.encode(distinct, fused=True)
-    logits, _ = model.decode(tgt, memory, src_mask, fused=True, positions=torch.full((len(distinct),), len(prefix)))
+    logits, _ = model.decode(tgt, memory, src_mask, fused=True, positions=torch.full((width,), len(prefix)))
     return next_token_logits(logits).log_softmax(-1)[row, token].numpy()
 
 
