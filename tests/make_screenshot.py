@@ -38,7 +38,7 @@ def save(page, out: Path, name: str, top: str) -> None:
     page.evaluate("(top) => window.scrollTo(0, window.scrollY + document.querySelector(top).getBoundingClientRect()"
                   ".top - 8)", top)
     page.wait_for_timeout(300)
-    page.evaluate("() => document.querySelector('#status-bar')?.click()")  # read: the status at the foot goes
+    page.evaluate("() => document.querySelector('#status-bar')?.click()")  # read: the status in the corner goes
     page.screenshot(path=str(out / name))
     print(f"saved {out / name}")
 

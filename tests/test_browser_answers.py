@@ -23,7 +23,7 @@ def in_sight(page, selector: str) -> bool:
 
 
 def foot_says(page, prefix: str) -> str:
-    """The status shown at the foot of the window (while the status line at the top is out of sight)."""
+    """The status shown in the window's corner (while the status line at the top is out of sight)."""
     page.wait_for_function("""(prefix) => {
         const bar = document.querySelector('#status-bar');
         return bar && !bar.hidden && bar.textContent.startsWith(prefix); }""", arg=prefix, timeout=30000)
@@ -47,6 +47,11 @@ def test_a_beam_row_opens_its_hypothesis_and_says_so_where_the_user_is(page, ser
     assert "beam hypothesis #2" in foot_says(page, "Showing beam hypothesis #2")
     page.wait_for_function("() => document.querySelector('#beam-open input')?.value.startsWith('#2:')",
                            timeout=15000)
+    assert not page.evaluate("""() => {  // the status in the corner leaves the table and what it filled clear
+        const bar = document.querySelector('#status-bar').getBoundingClientRect();
+        return ['#n-best', '#beam-open'].some((id) => {
+            const box = document.querySelector(id).getBoundingClientRect();
+            return bar.left < box.right && box.left < bar.right && bar.top < box.bottom && box.top < bar.bottom; }); }""")
     page.click("#status-bar")  # read: it goes
     assert page.locator("#status-bar").is_hidden()
 
@@ -60,6 +65,10 @@ def test_a_head_clicked_in_the_importance_map_is_opened_in_sight(page, services,
     translate(page, services, SENTENCE)
     open_tab(page, "Switch heads off")
     page.wait_for_function("() => document.querySelector('#importance .js-plotly-plot')?.on", timeout=15000)
+    assert page.evaluate("""() => {  // the map of every kind fits the tab, colour bar and all (nothing cut off)
+        const box = document.querySelector('#importance');
+        const plot = box.querySelector('.js-plotly-plot').getBoundingClientRect();
+        return plot.width > 0 && plot.right <= box.getBoundingClientRect().right + 1; }""")
     page.locator("#importance").scroll_into_view_if_needed()
     page.evaluate("() => window.scrollBy(0, 400)")
     assert not in_sight(page, "#attention")

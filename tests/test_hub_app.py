@@ -255,8 +255,9 @@ def test_a_t5_model_reads_its_prompt_and_every_view_and_measure_draws_it(hub_eve
 
 
 def test_a_branch_and_heads_off_compare_in_words(hub_events):
-    """With *Words* on, the branch comparison and the effect of heads switched off show words: a word's probability
-    is its pieces' product, its change in log-probability their sum, and the word chosen is marked."""
+    """With *Words* on, the branch comparison, the effect of heads switched off, the probability chart and the
+    source show words: a word's probability is its pieces' product, its change in log-probability their sum, and
+    the word chosen is marked."""
     import json
 
     import numpy as np
@@ -278,6 +279,11 @@ def test_a_branch_and_heads_off_compare_in_words(hub_events):
     np.testing.assert_allclose(figure["data"][1]["y"], [np.prod(child.trace.probabilities[s.start:s.stop])
                                                         for s in spans], rtol=1e-5)
     assert "each word's probability" in figure["layout"]["annotations"][0]["text"]
+    chart = json.loads(shown["probabilities"])  # the chart of each chosen word's probability, and the source
+    np.testing.assert_allclose(chart["data"][0]["y"], figure["data"][1]["y"], rtol=1e-5)
+    source_words = words(child.trace.source_tokens, child.trace.scheme)[0]
+    assert [text for text, _ in shown["source_tokens"]] == [f"{word} " for word in source_words]
+    assert len(source_words) < len(child.trace.source_tokens)
     effect = child.effect
     base, base_spans = words(effect.base_tokens, child.trace.scheme)
     change = json.loads(shown["mask_effect_plot"])["data"][0]["y"]

@@ -40,7 +40,7 @@ def test_a_link_opens_exactly_its_view(events):
              "mask": ["cross.1.2", "encoder.2.1"], "step": ["3"], "kind": ["decoder"], "layer": ["2"], "head": ["4"],
              "measure": ["value_norm"], "compare": [MODEL]}
     shown, status = open_link(events.services, *LinkSpec.parse(query))
-    assert status.startswith(f"Opened the link. Compared with {MODEL}: its map is beside this one (Compare models). "
+    assert status.startswith(f"Opened the link. Compared with {MODEL}: the two maps are side by side in the tab Compare models. "
                              "Translated")
     assert list(shown.current.force) == query["force"] and list(shown.current.mask) == ["cross.1.2", "encoder.2.1"]
     assert shown.trace.target_tokens[1] == other and shown.compare.model == MODEL
@@ -183,6 +183,6 @@ def test_a_different_translation_is_quoted_once(events):
     session = translated(events)
     said = events.run(operations.compare, session, "toy-rnn")["status"]
     theirs = events.services.translators["toy-rnn"].trace(TEXT).text
-    assert said == f'Compared with toy-rnn: a different translation, "{theirs}"; its map is beside this one.' \
+    assert said == f'Compared with toy-rnn: a different translation, "{theirs}"; the two maps are side by side below.' \
         or said == "Compared with toy-rnn: the same translation, so every map has a difference map."
     assert ".." not in said

@@ -75,6 +75,7 @@ def test_view_changes_read_the_stored_session(events, services, monkeypatch):
     np.testing.assert_allclose(np.array(figure(out["attention"])["data"][0]["z"]), trace.encoder[1, 2])
     assert (out["layer"], out["head"]) == (1, 2) and figure(out["attention"])["layout"]["meta"]["grows"] is None
     assert out["session"].view == View(ENCODER, 1, 2, WEIGHTS, 1, False)
+    assert "status" not in out  # the status line keeps what the translation said: a view change has nothing to add
     decoder = figure(events.view(session, DECODER, 0, 3, WEIGHTS, 1, False)["attention"])
     np.testing.assert_allclose(np.array(decoder["data"][0]["z"]), trace.decoder[0, 3])
     assert decoder["layout"]["meta"]["grows"] == "square"

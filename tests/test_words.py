@@ -120,3 +120,22 @@ def test_stepping_a_view_in_words_sends_every_steps_figure():
         assert frames[step]["data"][0]["z"] == alone["data"][0]["z"]
         assert frames[step]["axes"]["yaxis"]["ticktext"] == alone["layout"]["yaxis"]["ticktext"]
         assert frames[step]["shapes"] == alone["layout"]["shapes"]
+
+
+def test_the_probability_chart_in_words_gives_each_word_its_pieces_product_and_steps_along_the_word():
+    import json
+
+    from viz.attention import HIGHLIGHT
+    from viz.views import probability_frames
+
+    trace = piece_trace()
+    sent = json.loads(probability_frames(trace))
+    assert sent["layout"]["xaxis"]["ticktext"] == ["die", "zeitungsleserin", "liest", ".", "&lt;eos&gt;"]
+    assert sent["data"][0]["x"][1] == "2: zeitungsleserin = zeitungs@@ les@@ erin"  # the hover names the pieces
+    np.testing.assert_allclose(sent["data"][0]["y"][1], np.prod(trace.probabilities[1:4]), rtol=1e-6)
+    # Steps 2, 3 and 4 write "zeitungsleserin": its bar is the red one at each.
+    red = [step["colors"].index(HIGHLIGHT) for step in sent["layout"]["meta"]["bars"]]
+    assert red == [0, 1, 1, 1, 2, 3, 4]
+    pieces = json.loads(probability_frames(replace(trace, units=PIECES)))
+    assert len(pieces["data"][0]["y"]) == trace.steps
+    assert [step["colors"].index(HIGHLIGHT) for step in pieces["layout"]["meta"]["bars"]] == list(range(7))

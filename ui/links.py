@@ -196,5 +196,5 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str], told: Told |
     said = "Opened the link." + (" Some of it could not be used: " + "; ".join(note.rstrip(".") for note in notes)
                                  + "." if notes else "")
     if session.compare is not None:
-        said += f" Compared with {session.compare.model}: its map is beside this one (Compare models)."
+        said += f" Compared with {session.compare.model}: the two maps are side by side in the tab Compare models."
     return session, f"{said} {message}".strip()

@@ -94,12 +94,13 @@ def decoding_outputs(page: Page) -> list:
 
 def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
     """What a view change can update: with `writes`, the revision (an event that makes a new state); with `words`,
-    the step slider's range and the what-if views too (a change of units counts the steps in words or pieces and
-    writes the views so). Each output an answer leaves out costs Gradio a rebuilt component (0.24 ms for the
+    the step slider's range, the source, the probability chart and the what-if views too (a change of units counts
+    the steps in words or pieces and writes the views so). Each output an answer leaves out costs Gradio a rebuilt component (0.24 ms for the
     slider), so each event lists no more than it can change."""
     return [page.session, *[page.revision] * writes, page.core, page.overview, page.compare_plot,
             page.kind, page.measure, page.layer, page.head, page.model_view, page.units,
-            *[page.step, page.comparison, page.comparison_plot, page.masked_translation, page.mask_effect_plot] * words]
+            *[page.step, page.source_tokens, page.probabilities, page.comparison, page.comparison_plot,
+              page.masked_translation, page.mask_effect_plot] * words]
 
 
 def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int,
@@ -393,9 +394,10 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
 
 
 @operations.operation
-def view_changed(services: Services, session: Session) -> tuple[Session, str]:
-    """A view change: `answer` has already taken the page's settings into the session."""
-    return session, ""
+def view_changed(services: Services, session: Session) -> tuple[Session, str | None]:
+    """A view change: `answer` has already taken the page's settings into the session. The status line keeps what
+    it said, unless the view has something to say (what it could not show)."""
+    return session, None
 
 
 def on_screen(session: Session | None, model: object, text: object) -> bool:

@@ -16,13 +16,13 @@ import gradio as gr
 import numpy as np
 
 from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
-from model.text.words import WHOLE, summed, words
+from model.text.words import WHOLE, summed, word_spans, words
 from ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
 from ui.plots import figure_json
 from ui.services import Services
 from ui.session import Session
 from viz.attention import visible
-from viz.views import comparison_frames, translation_frames, view_frames
+from viz.views import comparison_frames, probability_frames, translation_frames, view_frames
 from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, comparison_figure, importance_figure,
                         log_prob_change_figure, token_differences)
 
@@ -127,8 +127,7 @@ def render(page, services: Services, before: Session | None, after: Session | No
     if new_model:
         updates.update(model_updates(page, services, after))
     if new_sentence or before.trace.source_tokens != after.trace.source_tokens:  # a language token, say
-        updates[page.source_tokens] = [(visible(token) + " ", "unknown" if unknown else None)
-                                       for token, unknown in zip(after.trace.source_tokens, after.unknown)]
+        updates[page.source_tokens] = source_marks(after)
     if new_sentence:
         updates[page.source] = after.source
     if new_sentence and not new_model:  # an example menu never names another sentence than the one shown
@@ -169,17 +168,29 @@ def decoding_updates(page, session: Session) -> dict:
     trace = decoding.trace
     grids = {grid: sorted(name for name in decoding.mask if name.startswith(kind + "."))
              for grid, kind in zip(page.mask_grids, KINDS)}
-    frames = translation_frames(trace)
+    frames = translation_frames(replace(trace, units=session.view.units))
     return {page.translation: decoding.text, page.candidates: frames["candidates"],
             page.probabilities: frames["probabilities"], page.step_text: frames["description"],
-            **grids, **written_updates(page, session), page.branch_word: "", page.link_box: "",
+            **grids, **written_updates(page, session, charted=False), page.branch_word: "", page.link_box: "",
             page.export_file: None}
 
 
-def written_updates(page, session: Session) -> dict:
+def source_marks(session: Session) -> list[tuple[str, str | None]]:
+    """The source as the model reads it, in the view's units (tokens or words), each one it does not know marked
+    (a word, where any of its pieces is)."""
+    trace = replace(session.trace, units=session.view.units)
+    tokens, unknown = trace.source_tokens, list(session.unknown) or [False] * len(trace.source_tokens)
+    spans = word_spans(tokens, trace.scheme) if trace.in_words else [range(i, i + 1) for i in range(len(tokens))]
+    shown = trace.words(tokens, spans) if trace.in_words else tokens
+    return [(visible(token) + " ", "unknown" if any(unknown[i] for i in span) else None)
+            for token, span in zip(shown, spans)]
+
+
+def written_updates(page, session: Session, charted: bool = True) -> dict:
     """The decoding on screen beside the one it came from, and what switching heads off did to it, in the view's
     units: tokens, or words, each word's probability that of its pieces together (their product) and its change
-    in log-probability their sum. (In pieces, every token is a word of its own: `words` with WHOLE.)"""
+    in log-probability their sum. (In pieces, every token is a word of its own: `words` with WHOLE.) With
+    `charted`, the source and the chart of each chosen token's probability too (a change of units)."""
     decoding = session.current
     in_words = replace(decoding.trace, units=session.view.units).in_words
     scheme, unit = (decoding.trace.scheme, "word") if in_words else (WHOLE, "token")
@@ -191,6 +202,9 @@ def written_updates(page, session: Session) -> dict:
                    page.mask_effect_plot: figure_json(log_prob_change_figure(
                        base, summed(effect.change, spans), f"each {unit} of {effect.base}: log-probability with "
                        f"{plural(effect.heads_off, 'head')} off minus with them on"))}
+    if charted:
+        updates.update({page.probabilities: probability_frames(replace(decoding.trace, units=session.view.units)),
+                        page.source_tokens: source_marks(session)})
     if session.shown == 0:
         return {**updates, page.comparison: [(GREEDY, None)], page.comparison_plot: None}
     parent, child = session.decodings[session.shown - 1], decoding

@@ -310,9 +310,22 @@ def overview_figure(trace: TraceArrays, kind: str, step: int) -> PlainFigure:
                      **view_scale(trace, kind, None, ALL_HEADS))
 
 
+def chosen_words(trace: TraceArrays) -> tuple[list[str], np.ndarray, list[int], str]:
+    """The translation as the probability chart shows it: its tokens, or (where the view shows words) its words,
+    each with the product of its pieces' probabilities; which bar each step writes; the chart's title."""
+    if not trace.in_words:
+        return trace.target_tokens, trace.probabilities, list(range(trace.steps)), "probability of each chosen token"
+    spans = word_spans(trace.target_tokens, trace.scheme)
+    writing = [index for index, span in enumerate(spans) for _ in span]
+    return (trace.words(trace.target_tokens, spans),
+            np.array([float(np.prod(trace.probabilities[span.start:span.stop])) for span in spans]), writing,
+            "probability of each chosen word (the product of its pieces')")
+
+
 def translation_figure(trace: TraceArrays, step: int | None = None) -> PlainFigure:
-    """The probability of every chosen token; the current step in red."""
-    return probability_bars(trace.target_tokens, trace.probabilities, "probability of each chosen token", step)
+    """The probability of every chosen token (or word); the one the current step writes in red."""
+    labels, values, writing, title = chosen_words(trace)
+    return probability_bars(labels, values, title, None if step is None else writing[step])
 
 
 def candidates_title(trace: TraceArrays, step: int) -> str:
@@ -339,11 +352,16 @@ def translation_frames(trace: TraceArrays) -> dict:
     steps = range(trace.steps)
     candidates = [bar_step(trace.top_tokens[t], trace.top_probabilities[t], candidates_title(trace, t),
                            chosen_rank(trace, t)) for t in steps]
-    probabilities = [{"colors": bar_colors(trace.steps, t)} for t in steps]
-    return {"steps": trace.steps,
-            "candidates": candidates_figure(trace, 0).to_json({"bars": candidates}),
-            "probabilities": translation_figure(trace, 0).to_json({"bars": probabilities}),
-            "description": [step_description(trace, t) for t in steps]}
+    return {"steps": trace.steps, "candidates": candidates_figure(trace, 0).to_json({"bars": candidates}),
+            "probabilities": probability_frames(trace), "description": [step_description(trace, t) for t in steps]}
+
+
+def probability_frames(trace: TraceArrays) -> str:
+    """The probability chart (`translation_figure`, in the view's units) as gr.Plot JSON whose `layout.meta.bars`
+    hold every step's colours: the token chosen, or the word being written, in red."""
+    labels, _, writing, _ = chosen_words(trace)
+    bars = [{"colors": bar_colors(len(labels), bar)} for bar in writing]
+    return translation_figure(trace, 0).to_json({"bars": bars})
 
 
 def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool,

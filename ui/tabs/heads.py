@@ -21,23 +21,19 @@ from viz.whatif import DIFFERS
 def build(page: Page, services: Services) -> None:
     with gr.Tab("Switch heads off", elem_id="heads-tab"):
         page.mask_note = gr.Markdown("Tick heads to switch them off.")
+        page.mask_grids = [gr.CheckboxGroup([], label=f"{KIND_LABELS[kind]}: heads off", elem_id=f"mask-{kind}",
+                                            elem_classes=["head-grid"]) for kind in KINDS]
         with gr.Row():
-            with gr.Column(scale=3, min_width=320):
-                page.mask_grids = [gr.CheckboxGroup([], label=f"{KIND_LABELS[kind]}: heads off",
-                                                    elem_id=f"mask-{kind}", elem_classes=["head-grid"])
-                                   for kind in KINDS]
-                with gr.Row():
-                    page.mask_layer = gr.Button("Switch off the layer in view", size="sm", elem_id="mask-layer")
-                    page.mask_all_but = gr.Button("Of this attention, only the head in view on", size="sm",
-                                                  elem_id="mask-all-but")
-                    page.mask_reset = gr.Button("All heads on", size="sm", elem_id="mask-reset")
-            with gr.Column(scale=2, min_width=300):
-                page.importance_measure = gr.Radio([(label, key) for key, label in IMPORTANCE_KEYS.items()],
-                                                   value=next(iter(IMPORTANCE_KEYS)),
-                                                   label="Which heads matter and what they do (model/analysis/"
-                                                   "heads.py, val split); click a head to open it",
-                                                   elem_id="importance-measure")
-                page.importance_plot = plot("importance")
+            page.mask_layer = gr.Button("Switch off the layer in view", size="sm", elem_id="mask-layer")
+            page.mask_all_but = gr.Button("Of this attention, only the head in view on", size="sm",
+                                          elem_id="mask-all-but")
+            page.mask_reset = gr.Button("All heads on", size="sm", elem_id="mask-reset")
+        # The importance heatmap (a grid of every kind's heads, side by side) takes the tab's whole width.
+        page.importance_measure = gr.Radio([(label, key) for key, label in IMPORTANCE_KEYS.items()],
+                                           value=next(iter(IMPORTANCE_KEYS)),
+                                           label="Which heads matter and what they do (model/analysis/heads.py, val "
+                                           "split); click a head to open it", elem_id="importance-measure")
+        page.importance_plot = plot("importance")
         page.masked_translation = gr.HighlightedText(label="Translated with those heads off (words that differ in "
                                                      "red)", color_map={DIFFERS: "red"}, show_inline_category=False,
                                                      elem_id="masked-translation", visible=False)
