@@ -159,3 +159,19 @@ def test_markup_is_never_rendered_in_the_browser(page, name):
     assert injected == {"img": 0, "link": 0, "script": 0}
     assert not dialogs
     assert "<" in page.locator("#source-tokens").inner_text()  # shown as a literal character
+
+
+def test_the_status_names_each_unknown_word_once_and_whole():
+    """A byte-pair model reads markup and emoji as pieces it does not know: the status names the words they are
+    in, each once, not the pieces ("<@@", "/@@", ...)."""
+    from pathlib import Path
+
+    from model.serving.checkpoint import load_checkpoint
+    from ui.operations import translate_status
+
+    translator = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "en-de")
+    traced = translator.trace("A man <b>waves</b> 😀 and 😀.")
+    assert sum(traced.unknown) > 4 and any(token.endswith("@@") for token, unknown in
+                                           zip(traced.source_tokens, traced.unknown) if unknown)
+    said = translate_status(traced, list(KINDS))
+    assert "Unknown words (read as <unk>): <, >, waves</b, 😀." in said
