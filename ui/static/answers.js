@@ -72,7 +72,8 @@ function update() {
 }
 
 document.addEventListener("attention-inspector-decoding", () => {
-  if (revision < inspector.decoding) for (const box of element.querySelectorAll(".answer")) drawAnswer(box, null);
+  if (revision >= inspector.decoding) return;
+  for (const box of element.querySelectorAll(".answer:not(.empty)")) drawAnswer(box, null); // those drawn
 });
 document.addEventListener("attention-inspector-step", () => {
   for (const [name, { json, steps }] of Object.entries(figuresShown)) {
