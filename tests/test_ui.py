@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gradio_client import Client
 
-from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, MEAN, WEIGHTS
+from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, MEAN, ROLLOUT, WEIGHTS
 from model.text.words import PIECES
 from ui import operations
 from ui.listeners import first_visit, translate_or_example
@@ -408,3 +408,14 @@ def test_compare_says_why_there_is_no_second_model(events, services, monkeypatch
     assert events.run(operations.compare, session, None)["status"] == alone + "."
     switched = events.run(translate_or_example, None, "toy-en-de", "A cat sits.")  # the model opened
     assert switched["compare_model"]["choices"] == [] and switched["compare_model"]["info"] == alone
+
+
+def test_a_new_sentence_says_that_show_went_back_to_the_weights(events):
+    """A measure is computed per decoding when asked for: a new sentence is shown with the weights, and says so
+    where another measure was shown."""
+    session = events.translate("A man plays with a red ball.")["session"]
+    shown = events.view(session, CROSS, 1, MEAN, ROLLOUT, 1, False)["session"]
+    out = events.translate("A dog runs.", session=shown, view=(CROSS, 1, MEAN, ROLLOUT, 1, False, "pieces"))
+    assert out["session"].view.measure == WEIGHTS and out["measure"] == WEIGHTS
+    assert "Show is back to the attention weights: choose rollout again" in out["status"]
+    assert "Show is back" not in events.translate("A child plays.", session=out["session"])["status"]

@@ -134,10 +134,15 @@ def translate(services: Services, session: Session | None, model: object, text: 
         return session, str(error) + kept
     trace = to_arrays(traced)
     said = ""
+    measure = (view or session.view).measure if session is not None or view is not None else WEIGHTS
+    if measure != WEIGHTS:  # a measure is computed per decoding, when asked for
+        said = (f" Show is back to the attention weights: choose {MEASURE_LABELS.get(measure, measure)} again to "
+                "compute it for this translation.")
     if session is not None and session.model == model:
         view = replace(view or session.view, measure=WEIGHTS, step=FIRST_STEP)
     elif view is not None:  # another model: the view it is shown in, where this model has it
-        view, said = carried_view(view, trace, model)
+        view, carried = carried_view(view, trace, model)
+        said = carried + said
     else:
         view = first_view(services, model, trace)
         if not services.card(model).head_report.get("heads"):
