@@ -130,6 +130,15 @@ class Run:
 
 def recorded_run(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None) -> Run:
     """One run of `src_ids` on `prefix`, scored at its last position, with what patching takes from it."""
+    return recorded_runs(model, [src_ids], prefix, token, contrast)[0]
+
+
+def recorded_runs(model: Seq2Seq, sources: list[list[int]], prefix: Tensor, token: int, contrast: int | None
+                  ) -> list[Run]:
+    """`recorded_run` of each source: in one batch where they have as many tokens (a sentence and its
+    counterfactual, one word swapped), else one by one."""
+    if len({len(ids) for ids in sources}) > 1:
+        return [run for ids in sources for run in recorded_runs(model, [ids], prefix, token, contrast)]
     recorders = {kind: {layer: Recorder() for layer in range(layers)} for kind, (layers, _) in model.heads().items()}
     transformer = isinstance(model, Transformer)
     encoder = {index: Recorder() for index in range(len(model.encoder_layers) + 1)} if transformer else {}
@@ -137,17 +146,20 @@ def recorded_run(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int,
     hooks = HeadHooks(recorders, encoder)
     entering = [layer.register_forward_pre_hook(lambda _, args, kept=decoder[index].outputs: kept.append(args[0]))
                 for index, layer in enumerate(model.decoder_layers)] if transformer else []
+    batch = len(sources)
     try:
-        memory, src_mask, _ = model.encode(torch.tensor([src_ids]), gates=hooks, fused=True)
-        logits, _ = model.decode(prefix, memory, src_mask, gates=hooks, fused=True,
-                                 positions=torch.tensor([prefix.size(1) - 1]))
+        memory, src_mask, _ = model.encode(torch.tensor(sources), gates=hooks, fused=True)
+        logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask, gates=hooks, fused=True,
+                                 positions=torch.full((batch,), prefix.size(1) - 1))
     finally:
         for handle in entering:
             handle.remove()
     outputs = {kind: [recorders[kind][layer].output for layer in sorted(recorders[kind])] for kind in recorders}
-    return Run(float(score(logits, token, contrast)), outputs, memory, src_mask,
-               {index: recorder.outputs[0] for index, recorder in encoder.items()},
-               {index: recorder.outputs[0] for index, recorder in decoder.items()})
+    scores = score(logits, token, contrast).tolist()
+    rows = [slice(row, row + 1) for row in range(batch)]
+    return [Run(scores[row.start], {kind: [output[row] for output in layers] for kind, layers in outputs.items()},
+                memory[row], src_mask[row], {index: kept.outputs[0][row] for index, kept in encoder.items()},
+                {index: kept.outputs[0][row] for index, kept in decoder.items()}) for row in rows]
 
 
 def memory_keys_values(model: Seq2Seq, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
@@ -174,6 +186,14 @@ def first_patched(model: Seq2Seq, heads_set: list[Head]) -> tuple[str, int]:
     return DECODER, min(layer for _, layer, _ in heads_set) if isinstance(model, Transformer) else 0
 
 
+def replacing(keep: dict[str, Tensor], outputs: dict[str, list[Tensor]], kinds: list[str], part: slice = slice(None)
+              ) -> dict[str, dict[int, Replace]]:
+    """`HeadHooks`' replacements of `kinds`' heads by `outputs` where `keep` (per kind, (L, B, H)) is 0, for the
+    batch rows `part`; a layer with none to replace has none."""
+    return {kind: {layer: Replace(keep[kind][layer][part], outputs[kind][layer]) for layer in range(len(outputs[kind]))
+                   if (keep[kind][layer][part] < 1).any()} for kind in kinds}
+
+
 def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: int, contrast: int | None,
                    outputs: dict[str, list[Tensor]], head_sets: list[list[Head]], advance: Advance = lambda rows: None,
                    original: Run | None = None) -> list[float]:
@@ -198,23 +218,30 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
     starts = {i: first_patched(model, head_sets[i]) for i in changed}
     keys_values = memory_keys_values(model, original.memory) if DECODER in {side for side, _ in starts.values()} \
         else []
-    for side, first in sorted(set(starts.values())):
-        indices = [i for i in changed if starts[i] == (side, first)]
+    # The decoder side in a batch per layer its rows start at; the encoder side in one batch, each row encoded from
+    # its own layer up (rows of a layer together), then decoded together.
+    for side, first in sorted({(side, first if side == DECODER else 0) for side, first in starts.values()}):
+        indices = sorted((i for i in changed if starts[i][0] == side and (side == ENCODER or starts[i][1] == first)),
+                         key=lambda i: starts[i][1])
         for begin in range(0, len(indices), ROWS):
             rows = indices[begin:begin + ROWS]
             keep = {kind: torch.ones(layers, len(rows), count) for kind, (layers, count) in heads.items()}
             for row, index in enumerate(rows):
                 for kind, layer, head in head_sets[index]:
                     keep[kind][layer, row, head] = 0.0
-            hooks = HeadHooks({kind: {layer: Replace(keep[kind][layer], outputs[kind][layer])
-                                      for layer in range(len(outputs[kind])) if (keep[kind][layer] < 1).any()}
-                               for kind in keep})
+            hooks = HeadHooks(replacing(keep, outputs, [kind for kind in keep if kind != ENCODER]))
             width = 1 if isinstance(model, Transformer) else len(rows)  # the rows as one, until they part
             start = {}
             if side == ENCODER:
-                memory, src_mask, _ = model.encode(src, gates=hooks, fused=True,
-                                                   start=(first, original.encoder_streams[first]))
-                cache = None
+                firsts = [starts[i][1] for i in rows]
+                encoded = []
+                for layer in sorted(set(firsts)):
+                    part = slice(firsts.index(layer), len(firsts) - firsts[::-1].index(layer))
+                    memory, src_mask, _ = model.encode(
+                        src, gates=HeadHooks(replacing(keep, outputs, [ENCODER], part)), fused=True,
+                        start=(layer, original.encoder_streams[layer]))
+                    encoded.append(memory)
+                memory, cache = torch.cat(encoded), None
             else:
                 memory, src_mask = original.memory.expand(width, -1, -1), original.src_mask
                 cache = memory_cache(keys_values)
@@ -270,8 +297,7 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
     prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]])
     heads = model.heads()
     with torch.no_grad():
-        original = recorded_run(model, src_ids, prefix, token, contrast)
-        counterfactual = recorded_run(model, counterfactual_ids, prefix, token, contrast)
+        original, counterfactual = recorded_runs(model, [src_ids, counterfactual_ids], prefix, token, contrast)
         skipped = {}
         if ENCODER in heads and len(src_ids) != len(counterfactual_ids):
             skipped[ENCODER] = (f"The sentence has {len(src_ids)} tokens and the counterfactual "
