@@ -51,7 +51,8 @@ def test_a_beam_row_opens_its_hypothesis_and_says_so_where_the_user_is(page, ser
         const bar = document.querySelector('#status-bar').getBoundingClientRect();
         return ['#n-best', '#beam-open'].some((id) => {
             const box = document.querySelector(id).getBoundingClientRect();
-            return bar.left < box.right && box.left < bar.right && bar.top < box.bottom && box.top < bar.bottom; }); }""")
+            return bar.left < box.right && box.left < bar.right && bar.top < box.bottom
+                && box.top < bar.bottom; }); }""")
     page.click("#status-bar")  # read: it goes
     assert page.locator("#status-bar").is_hidden()
 

@@ -40,8 +40,8 @@ def test_a_link_opens_exactly_its_view(events):
              "mask": ["cross.1.2", "encoder.2.1"], "step": ["3"], "kind": ["decoder"], "layer": ["2"], "head": ["4"],
              "measure": ["value_norm"], "compare": [MODEL]}
     shown, status = open_link(events.services, *LinkSpec.parse(query))
-    assert status.startswith(f"Opened the link. Compared with {MODEL}: the two maps are side by side in the tab Compare models. "
-                             "Translated")
+    assert status.startswith(f"Opened the link. Compared with {MODEL}: the two maps are side by side in the tab "
+                             "Compare models. Translated")
     assert list(shown.current.force) == query["force"] and list(shown.current.mask) == ["cross.1.2", "encoder.2.1"]
     assert shown.trace.target_tokens[1] == other and shown.compare.model == MODEL
     assert shown.view == View(DECODER, 1, 3, VALUE_NORM, 3, False) and shown.source == TEXT

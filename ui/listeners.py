@@ -95,8 +95,8 @@ def decoding_outputs(page: Page) -> list:
 def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
     """What a view change can update: with `writes`, the revision (an event that makes a new state); with `words`,
     the step slider's range, the source, the probability chart and the what-if views too (a change of units counts
-    the steps in words or pieces and writes the views so). Each output an answer leaves out costs Gradio a rebuilt component (0.24 ms for the
-    slider), so each event lists no more than it can change."""
+    the steps in words or pieces and writes the views so). Each output an answer leaves out costs Gradio a rebuilt
+    component (0.24 ms for the slider), so each event lists no more than it can change."""
     return [page.session, *[page.revision] * writes, page.core, page.overview, page.compare_plot,
             page.kind, page.measure, page.layer, page.head, page.model_view, page.units,
             *[page.step, page.source_tokens, page.probabilities, page.comparison, page.comparison_plot,

@@ -515,7 +515,8 @@ def compare(services: Services, session: Session, other: object, told: Told | No
     same = compared.trace.target_tokens == session.trace.target_tokens
     return replace(session, compare=compared), (
         f"Compared with {other}: " + ("the same translation, so every map has a difference map." if same else
-                                      f"a different translation, \"{compared.text}\"; the two maps are side by side below."))
+                                      f"a different translation, \"{compared.text}\"; the two maps are side by side "
+                                      "below."))
 
 
 def head_menu(trace: TraceArrays, kind: str, chosen: int | str) -> list[tuple[str, int | str]]:

@@ -40,8 +40,8 @@
   };
   // The status line where the user looks: while the one at the top is out of sight (the user is down in a tab),
   // each new status shows in the window's top right corner too, as text, until clicked or for 10 s; `always`:
-  // whether or not (the server's "busy", ui/static/busy.js). "Stop computing" shows under the heatmap while integrated gradients
-  // are computed. (`said` is called on every change of the status line.)
+  // whether or not (the server's "busy", ui/static/busy.js). "Stop computing" shows under the heatmap while
+  // integrated gradients are computed. (`said` is called on every change of the status line.)
   const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
   const bar = Object.assign(document.createElement("div"), { id: "status-bar", hidden: true });
   bar.setAttribute("role", "status");
