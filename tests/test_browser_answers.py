@@ -210,6 +210,8 @@ def test_a_link_that_opens_a_large_model_slowly_can_be_stopped_before_its_first_
     assert page.input_value("#translation textarea") == "" and page.input_value("#source textarea") == SENTENCE
     assert page.input_value("#status textarea") == operations.STOPPED_OPENING
     assert not page.locator("#stop-measure").is_visible()
+    monkeypatch.undo()  # the next test's page: a first visit, translated
+    page.goto(server)
 
 
 def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_draw_the_answer(page, services,
