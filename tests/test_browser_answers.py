@@ -245,3 +245,21 @@ def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_
         any("a branch" in line for line in statuses) and any("the beam search" in line for line in statuses) and \
         any("that hypothesis" in line for line in statuses)
     assert any(line.startswith("Computing attributions with toy-en-de") for line in statuses)
+
+
+def test_a_sentence_typed_but_not_translated_says_so_under_the_box(page, services):
+    """While the box holds a sentence other than the one translated, a line under it says that the view and the
+    tabs still show the one before; translating it (or typing the translated one back) takes the line away."""
+    translate(page, services, SENTENCE)
+    assert page.locator("#untranslated").is_hidden()
+    page.fill("#source textarea", "A dog runs in the park.")
+    page.wait_for_selector("#untranslated", state="visible")
+    assert page.locator("#untranslated").text_content().startswith("Not translated yet: press Translate.")
+    assert page.evaluate("""() => {  // drawn, not clipped by a box: the line itself is what shows at its middle
+        const box = document.querySelector('#untranslated').getBoundingClientRect();
+        return document.elementFromPoint(box.left + 20, box.top + box.height / 2)?.id === 'untranslated'; }""")
+    page.fill("#source textarea", SENTENCE)
+    page.wait_for_selector("#untranslated", state="hidden")
+    translate(page, services, "A dog runs in the park.")
+    page.wait_for_timeout(200)
+    assert page.locator("#untranslated").is_hidden()

@@ -150,12 +150,15 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
 
 def folded(page: Page, updates: dict, revision: int) -> dict:
     """`updates` with the core view's parts (`Page.parts`) sent as the core view's one value, which names the
-    revision they belong to (the page drops an older one: ui/static/core.js). The translation and the status line
+    revision they belong to (the page drops an older one: ui/static/core.js), and the sentence they translate where
+    it is new. The translation and the status line
     spell out invisible characters (a right-to-left override in a sentence echoed would turn the line around)."""
     parts = {part.name: updates.pop(part) for part in page.parts if part in updates}
     for name in ("translation", "status"):
         if isinstance(parts.get(name), str):
             parts[name] = visible(parts[name], keep="\n")
+    if isinstance(updates.get(page.source), str):  # the sentence translated (the page tells an edited box apart)
+        parts["sentence"] = updates[page.source]
     if parts:
         updates[page.core] = core_value(revision, parts)
     return updates

@@ -29,6 +29,10 @@ function update() {
     inspector.decoding = value.revision;
     document.dispatchEvent(new CustomEvent("attention-inspector-decoding"));
   }
+  if ("sentence" in value) { // the sentence translated: the page says when the box holds another (page.js)
+    inspector.sentence = value.sentence;
+    document.dispatchEvent(new CustomEvent("attention-inspector-sentence"));
+  }
   for (const name of ["translation", "status"]) {
     if (name in value) {
       shown[name] = value[name] || "";

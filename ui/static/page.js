@@ -87,5 +87,21 @@
     clearTimeout(hideLater);
     hideLater = setTimeout(() => { bar.hidden = true; }, 10000);
   };
+  // A sentence typed but not translated yet: the view and the tabs still show the one before, and say so under
+  // the box (ui/static/core.js keeps the sentence translated).
+  const untranslated = Object.assign(document.createElement("div"), { id: "untranslated", hidden: true,
+    textContent: "Not translated yet: press Translate. The view and the tabs show the sentence translated before." });
+  const edited = () => {
+    const field = document.querySelector("#source textarea");
+    if (!field) return;
+    if (!untranslated.isConnected) { // under the row of the box and Translate (the box's own block clips)
+      const source = document.querySelector("#source");
+      (source.closest(".row") || source).after(untranslated);
+    }
+    const typed = field.value.trim();
+    untranslated.hidden = inspector.sentence === undefined || !typed || typed === inspector.sentence.trim();
+  };
+  document.addEventListener("input", (event) => { if (event.target.closest?.("#source")) edited(); });
+  document.addEventListener("attention-inspector-sentence", () => requestAnimationFrame(edited));
   new MutationObserver(() => { bind(); watchStatus(); }).observe(document.body, {childList: true, subtree: true});
 }
