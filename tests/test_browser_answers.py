@@ -216,9 +216,10 @@ def test_a_link_that_opens_a_large_model_slowly_can_be_stopped_before_its_first_
 
 def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_draw_the_answer(page, services,
                                                                                                 monkeypatch):
-    """With a model of LARGE_MODEL parameters or more, Branch, Run beam search, a click on a row of its table and
-    Attribute this step (integrated gradients) say at once that they are computing (Stop in sight), and the queued
-    event that follows draws the branch, the n-best table, the hypothesis, the attribution chart."""
+    """With a model of LARGE_MODEL parameters or more, Branch, Run beam search, a click on a row of its table,
+    Attribute this step (integrated gradients) and Which explanation to trust say at once that they are computing,
+    and the queued event that follows draws the branch, the n-best table, the hypothesis, the attribution chart, the
+    explanations compared."""
     from ui import operations
 
     translate(page, services, SENTENCE)
@@ -245,6 +246,11 @@ def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_
         any("a branch" in line for line in statuses) and any("the beam search" in line for line in statuses) and \
         any("that hypothesis" in line for line in statuses)
     assert any(line.startswith("Computing attributions with toy-en-de") for line in statuses)
+    page.click("#faithfulness")  # which explanation to trust: all of it in the queued event, with progress
+    page.wait_for_function("""() => [...document.querySelectorAll('#faithfulness-table th')]
+        .some(th => th.textContent === 'integrated gradients')""", timeout=30000)
+    statuses = page.evaluate("() => window.statuses")
+    assert any(line.startswith("Comparing the explanations with toy-en-de") for line in statuses)
 
 
 def test_a_sentence_typed_but_not_translated_says_so_under_the_box(page, services):

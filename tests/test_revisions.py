@@ -282,7 +282,7 @@ def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradien
     (asked again at that step: what was kept); a chained queued event adds integrated gradients, batch by batch
     with Gradio's progress on a large model, and is given up at the next batch once the user has moved on (another
     sentence here; Stop claims a revision the same way). With no first answer of the decoding to complete, or one
-    already complete, it does nothing."""
+    already complete, it does nothing; a large model's first answer is the queued event's too."""
     import inspect
 
     from ui.tabs.sources import explanations_compared, explanations_integrated
@@ -292,7 +292,7 @@ def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradien
 
     def trigger(function, inputs, outputs, **options):
         wired.append(function)
-    for function, progress in ((explanations_compared, None), (explanations_integrated, "Integrated gradients")):
+    for function, progress in ((explanations_compared, None), (explanations_integrated, "Comparing")):
         listeners.tab_answer(page, events.services, function, [page.step], ["faithfulness-curves",
                              "faithfulness-table"], "x", trigger, answers=page.faithfulness_answers, progress=progress)
     compared, integrated = wired
@@ -309,16 +309,28 @@ def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradien
     seen = []
     [whole] = [events.named(out) for out in integrated(first["session"], 2,
                                                        lambda fraction, desc: seen.append((fraction, desc)))]
-    assert seen == [((points, 32), f"Integrated gradients: {points} of 32") for points in range(4, 33, 4)]
+    assert seen == [((points, 32), f"Comparing: {points} of 32") for points in range(4, 33, 4)]
     assert methods(whole) == methods(first)[:-1] + ["integrated gradients"] + methods(first)[-1:]  # before random
     assert "follow" not in whole["status"]
     again = events.named(compared(whole["session"], 2))
     assert methods(again) == methods(whole) and again["status"] == whole["status"]  # kept, not computed again
     assert [events.named(out) for out in integrated(again["session"], 2, lambda fraction, desc: None)] == [DROPPED]
 
+    # A large model's first answer, asked of a decoding with none yet, is left to the queued event: the button says
+    # so at once, and the event answers twice with progress, the first answer then the whole.
+    session = translated(events)
+    said = events.named(compared(session, 2))
+    assert said["status"].startswith("Comparing the explanations with toy-en-de") and "faithfulness_answers" not in said
+    seen.clear()
+    first, whole = (events.named(out) for out in integrated(session, 2, lambda fraction, desc: seen.append(fraction)))
+    assert methods(first) == methods(again)[:-2] + methods(again)[-1:] and methods(whole) == methods(again)
+    assert seen == [(1, 4), (3, 4), (4, 4)] + [(points, 32) for points in range(4, 33, 4)]  # its stages, its points
+
+    monkeypatch.setattr(operations, "LARGE_MODEL", 10 ** 12)  # a small model's first answer kept, then, in batches
     session = events.named(compared(translated(events), 2))["session"]
 
     def moved_on(fraction, desc):
         if fraction == (8, 32):
             events.run(operations.translate, session, "toy-en-de", "A man plays.")
+    monkeypatch.setattr(operations, "LARGE_MODEL", 1)
     assert [events.named(out) for out in integrated(session, 2, moved_on)] == [DROPPED]

@@ -3,6 +3,8 @@ gradient attributions of the word at the step on screen (model/explain/attributi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import gradio as gr
 
 from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
@@ -21,6 +23,10 @@ from viz.whatif import attribution_figure, contribution_figure, faithfulness_fig
 # What the page says at once where a large model's integrated gradients of a step come later (ui/static/page.js).
 ATTRIBUTING = ("Computing attributions with {model}: integrated gradients of step {step}, in batches of its points. "
                "Their progress shows here; Stop, or a new sentence, stops them.")
+# What the page says at once where a large model's explanations are compared later, with progress (the queued
+# event chained to the tab's button: `explanations_integrated`).
+COMPARING = ("Comparing the explanations with {model}: every method but integrated gradients, then with them. Their "
+             "progress shows here; Stop, or a new sentence, stops it.")
 ATTRIBUTION_LABELS = {SALIENCY: "saliency (gradient norm)", INPUT_X_GRADIENT: "input × gradient",
                       INTEGRATED_GRADIENTS: "integrated gradients (32 points)"}
 
@@ -154,27 +160,41 @@ def explained_word(services: Services, session: Session, step: object) -> tuple[
 def explanations_compared(services: Services, session: Session, step: object) -> tuple[tuple, str, Session]:
     """How faithful each explanation method but integrated gradients is for the word chosen at `step`: its deletion
     curves and the rank correlations between the methods, answered at once and kept with the decoding; integrated
-    gradients, the slowest, follow (`explanations_integrated`). Asked again at the same step, what was kept."""
+    gradients, the slowest, follow (`explanations_integrated`). Asked again at the same step, what was kept. A large
+    model's (seconds) come with progress in the event that follows: this says so."""
     model, src_ids, tgt_ids, step = explained_word(services, session, step)
     kept = session.current.faithful
-    measured = kept[1] if kept and kept[0] == step else quick_faithfulness(
-        model, src_ids, tgt_ids, step - 1, services.best_head(session.model))
+    if kept and kept[0] == step:
+        measured = kept[1]
+    elif large(services, session.model):
+        return session, COMPARING.format(model=session.model)
+    else:
+        measured = quick_faithfulness(model, src_ids, tgt_ids, step - 1, services.best_head(session.model))
     return *faithfulness_answer(session, step, measured), session.with_current(faithful=(step, measured))
 
 
 @operation
 def explanations_integrated(services: Services, session: Session, step: object, told: Told | None = None
-                            ) -> tuple[tuple, str, Session]:
-    """`explanations_compared`'s answer at `step` with integrated gradients too (a large model's points in batches,
-    told to `told(points, total)`), kept. Nothing where that answer is not the decoding's (the user has moved on,
-    or it was refused) or already has them."""
+                            ) -> tuple:
+    """`explanations_compared`'s answer at `step` with integrated gradients too, kept. A large model's comes with
+    progress (`told`): its points in batches, and, where the first answer was left to this event (`COMPARING`),
+    that answer first, then the whole. Nothing where the first answer is not the decoding's (the user has moved
+    on, or it was refused) or already has them."""
     model, src_ids, tgt_ids, step = explained_word(services, session, step)
-    kept = session.current.faithful
-    if not kept or kept[0] != step or INTEGRATED_GRADIENTS in kept[1].scores:
+    kept, stepwise = session.current.faithful, large(services, session.model)
+    if kept and kept[0] == step and INTEGRATED_GRADIENTS not in kept[1].scores:
+        measured = integrated_faithfulness(model, src_ids, tgt_ids, step - 1, kept[1],
+                                           progress=told if stepwise else None)
+        return *faithfulness_answer(session, step, measured), session.with_current(faithful=(step, measured))
+    if kept and kept[0] == step or not stepwise:
         raise Stopped
-    measured = integrated_faithfulness(model, src_ids, tgt_ids, step - 1, kept[1],
-                                       progress=told if large(services, session.model) else None)
-    return *faithfulness_answer(session, step, measured), session.with_current(faithful=(step, measured))
+
+    def stages() -> Iterator[tuple[tuple, str]]:
+        first = quick_faithfulness(model, src_ids, tgt_ids, step - 1, services.best_head(session.model), told=told)
+        yield faithfulness_answer(session, step, first)
+        yield faithfulness_answer(session, step, integrated_faithfulness(model, src_ids, tgt_ids, step - 1, first,
+                                                                         progress=told))
+    return stages(), ""
 
 
 def wire(page: Page, services: Services) -> None:
@@ -192,7 +212,7 @@ def wire(page: Page, services: Services) -> None:
     compared = tab_answer(page, services, explanations_compared, [page.step], curves, "faithfulness_view",
                           page.faithfulness.click, answers=page.faithfulness_answers, queue=False)
     tab_answer(page, services, explanations_integrated, [page.step], curves, "faithfulness_integrated", compared.then,
-               answers=page.faithfulness_answers, progress="Integrated gradients", api_visibility="private",
+               answers=page.faithfulness_answers, progress="Comparing the explanations", api_visibility="private",
                **services.trace_queue)
     on(page, services, [page.stop_faithfulness.click], stop_comparing, [], ["stop_faithfulness"],
        outputs=[page.session, page.revision, page.core], queued=False)
