@@ -114,7 +114,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
     slower answer to an older state is dropped (`stale`). The page's view settings apply only to the revision the
     page showed when it sent them: sent from an older one, they were chosen for another state.
     With `stepped_later`, a stepped measure's maps (integrated gradients) are left to `measure_event` (the weights
-    drawn meanwhile); `progress` is told of a measure's steps."""
+    drawn meanwhile); `progress` is told of a measure's steps. Work that stops (`Stopped`, raised by a `told` or
+    `progress` once the user has moved on) answers as a stale one does."""
     def run(state, *values, progress: Callable[[int, int], None] | None = None) -> dict:
         session, revisions = unpacked(state)
         try:
@@ -125,13 +126,16 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
         before, note = session, ""
         if session is not None and asked_of in (None, session.revision):
             session, note = operations.with_view(session, view)
-        after, message = operation(services, session, *arguments)
+        try:  # work told step by step (`told`, `progress`) stops once the user has moved on
+            after, message = operation(services, session, *arguments)
+            if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
+                after = operations.with_measures(services, after, progress, stepped_later)
+        except Stopped:
+            return stale(page)
         if not message and note:  # what the view could not show, where the operation itself says nothing
             message = note
-        if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
-            after = operations.with_measures(services, after, progress, stepped_later)
-            if stepped_later and operations.pending(services, after):
-                message = COMPUTING.format(MEASURE_LABELS[operations.pending(services, after)])
+        if stepped_later and after is not None and operations.pending(services, after):
+            message = COMPUTING.format(MEASURE_LABELS[operations.pending(services, after)])
         if revisions.latest != revision:
             return stale(page)
         if writes and after is not None:
@@ -151,8 +155,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
 def folded(page: Page, updates: dict, revision: int) -> dict:
     """`updates` with the core view's parts (`Page.parts`) sent as the core view's one value, which names the
     revision they belong to (the page drops an older one: ui/static/core.js), and the sentence they translate where
-    it is new. The translation and the status line
-    spell out invisible characters (a right-to-left override in a sentence echoed would turn the line around)."""
+    it is new. The translation and the status line spell out invisible characters (a right-to-left override in a
+    sentence echoed would turn the line around)."""
     parts = {part.name: updates.pop(part) for part in page.parts if part in updates}
     for name in ("translation", "status"):
         if isinstance(parts.get(name), str):
@@ -272,10 +276,7 @@ def measure_event(page: Page, services: Services) -> Callable:
         label = MEASURE_LABELS[session.view.measure]
         told = claimed_progress(revisions, progress, lambda done, total: f"{label}: step {done} of {total}",
                                 read_revision(session, revisions))
-        try:
-            return run(state, kind, layer, head, measure, step, model_view, units, revision, progress=told)
-        except Stopped:
-            return stale(page)
+        return run(state, kind, layer, head, measure, step, model_view, units, revision, progress=told)
     return computed
 
 
@@ -290,10 +291,7 @@ def translate_event(page: Page, services: Services) -> Callable:
         told = claimed_progress(unpacked(state)[1], progress,
                                 lambda done, total: f"Translating with {model}: step {done} (at most {total})")
         run = answer(page, services, partial(operations.translate, told=told), decoding_outputs(page), 2)
-        try:
-            return run(state, model, text, kind, layer, head, measure, step, model_view, units, revision)
-        except Stopped:
-            return stale(page)
+        return run(state, model, text, kind, layer, head, measure, step, model_view, units, revision)
     return translated
 
 
@@ -313,10 +311,7 @@ def later_event(page: Page, services: Services) -> Callable:
         def resumed(services: Services, session: Session) -> tuple[Session, str]:
             return pending.operation(services, replace(session, pending=None), *pending.arguments, told=told)
         run = answer(page, services, resumed, session_outputs(page), 0)
-        try:
-            return run(state, kind, layer, head, measure, step, model_view, units, revision)
-        except Stopped:
-            return stale(page)
+        return run(state, kind, layer, head, measure, step, model_view, units, revision)
     return computed
 
 

@@ -18,7 +18,7 @@ from model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, HEA
                         INTEGRATED_GRADIENTS, KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT,
                         SALIENCY, VALUE_NORM, WEIGHTS, head_name, parse_head_name)
 from model.serving.translator import InputError, TracedTranslation
-from model.text.words import word_label, word_spans
+from model.text.words import words
 from ui.services import Services
 from ui.session import NOTHING_YET, Beam, Comparison, Decoding, MaskEffect, Pending, Session, View, to_arrays
 from viz.views import TraceArrays
@@ -90,9 +90,9 @@ def operation(function):
 def translate_status(traced: TracedTranslation, kinds: list[str], trained: list[int] | None = None) -> str:
     """What the status line says about a translation: unknown source words, unspellable target words, limits, and a
     source longer or shorter than any the model learned from (`trained`: the shortest and longest, in tokens)."""
-    tokens = traced.source_tokens
-    unknown = dict.fromkeys(word_label(tokens[span.start:span.stop], traced.scheme)  # each word once, whole
-                            for span in word_spans(tokens, traced.scheme) if any(traced.unknown[i] for i in span))
+    labels, spans = words(traced.source_tokens, traced.scheme)
+    unknown = dict.fromkeys(label for label, span in zip(labels, spans)  # each word once, whole
+                            if any(traced.unknown[i] for i in span))
     message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
     unspelled = traced.target_tokens.count("<unk>")
     if unspelled:

@@ -16,7 +16,7 @@ import gradio as gr
 import numpy as np
 
 from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
-from model.text.words import WHOLE, summed, word_spans, words
+from model.text.words import WHOLE, summed, words
 from ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
 from ui.plots import figure_json
 from ui.services import Services
@@ -180,8 +180,7 @@ def source_marks(session: Session) -> list[tuple[str, str | None]]:
     (a word, where any of its pieces is)."""
     trace = replace(session.trace, units=session.view.units)
     tokens, unknown = trace.source_tokens, list(session.unknown) or [False] * len(trace.source_tokens)
-    spans = word_spans(tokens, trace.scheme) if trace.in_words else [range(i, i + 1) for i in range(len(tokens))]
-    shown = trace.words(tokens, spans) if trace.in_words else tokens
+    shown, spans = words(tokens, trace.scheme if trace.in_words else WHOLE)
     return [(visible(token) + " ", "unknown" if any(unknown[i] for i in span) else None)
             for token, span in zip(shown, spans)]
 
@@ -192,8 +191,8 @@ def written_updates(page, session: Session, charted: bool = True) -> dict:
     in log-probability their sum. (In pieces, every token is a word of its own: `words` with WHOLE.) With
     `charted`, the source and the chart of each chosen token's probability too (a change of units)."""
     decoding = session.current
-    in_words = replace(decoding.trace, units=session.view.units).in_words
-    scheme, unit = (decoding.trace.scheme, "word") if in_words else (WHOLE, "token")
+    written = replace(decoding.trace, units=session.view.units)
+    scheme, unit = (decoding.trace.scheme, "word") if written.in_words else (WHOLE, "token")
     effect = decoding.effect
     updates = {page.masked_translation: None, page.mask_effect_plot: None}
     if effect is not None:
@@ -203,8 +202,7 @@ def written_updates(page, session: Session, charted: bool = True) -> dict:
                        base, summed(effect.change, spans), f"each {unit} of {effect.base}: log-probability with "
                        f"{plural(effect.heads_off, 'head')} off minus with them on"))}
     if charted:
-        updates.update({page.probabilities: probability_frames(replace(decoding.trace, units=session.view.units)),
-                        page.source_tokens: source_marks(session)})
+        updates.update({page.probabilities: probability_frames(written), page.source_tokens: source_marks(session)})
     if session.shown == 0:
         return {**updates, page.comparison: [(GREEDY, None)], page.comparison_plot: None}
     parent, child = session.decodings[session.shown - 1], decoding

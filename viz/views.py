@@ -359,9 +359,9 @@ def translation_frames(trace: TraceArrays) -> dict:
 def probability_frames(trace: TraceArrays) -> str:
     """The probability chart (`translation_figure`, in the view's units) as gr.Plot JSON whose `layout.meta.bars`
     hold every step's colours: the token chosen, or the word being written, in red."""
-    labels, _, writing, _ = chosen_words(trace)
+    labels, values, writing, title = chosen_words(trace)
     bars = [{"colors": bar_colors(len(labels), bar)} for bar in writing]
-    return translation_figure(trace, 0).to_json({"bars": bars})
+    return probability_bars(labels, values, title, writing[0]).to_json({"bars": bars})
 
 
 def view_frames(trace: TraceArrays, kind: str, layer: int, head: int | str, model_view: bool,
