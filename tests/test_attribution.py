@@ -45,6 +45,27 @@ def test_integrated_gradients_is_complete_and_converges_as_steps_grow(name):
 
 
 @pytest.mark.parametrize("name", list(models()))
+def test_integrated_gradients_are_captums_whether_shared_out_over_the_cores_or_told_batch_by_batch(name):
+    from captum.attr import IntegratedGradients
+
+    model = models()[name]
+    prediction = Prediction(model, SRC, TGT[:3], token=TGT[3])
+    inputs = tuple(e.requires_grad_() for e in prediction.embeddings())
+    baselines = prediction.embeddings("pad")
+    with torch.enable_grad():
+        expected, delta = IntegratedGradients(prediction).attribute(
+            inputs, baselines=baselines, n_steps=12, method="gausslegendre", return_convergence_delta=True)
+    told = []
+    for progress in (None, lambda done, total: told.append((done, total))):
+        result = attribute(model, SRC, TGT, step=3, method=INTEGRATED_GRADIENTS, steps=12, baseline="pad",
+                           progress=progress)
+        torch.testing.assert_close(torch.from_numpy(result.source), expected[0].sum(-1)[0], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(torch.from_numpy(result.target), expected[1].sum(-1)[0], atol=1e-5, rtol=1e-4)
+        assert result.delta == pytest.approx(float(delta[0]), abs=1e-4)
+    assert told[-1] == (12, 12) and len(told) > 1 and sorted(told) == told
+
+
+@pytest.mark.parametrize("name", list(models()))
 def test_saliency_and_input_x_gradient_are_the_gradients_by_hand(name):
     model = models()[name]
     prediction = Prediction(model, SRC, TGT[:2], token=TGT[2])

@@ -2,11 +2,13 @@
 sentence or decoding is dropped, never drawn over the newer state (ui/session.py `Revisions`)."""
 
 import json
+import math
 
 import gradio as gr
 import numpy as np
 
 from model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WEIGHTS
+from model.nets.cores import parts
 from tests.conftest import VIEW
 from ui import listeners, operations
 from ui.session import Revisions, Session
@@ -207,6 +209,16 @@ def test_a_large_models_what_if_actions_come_step_by_step_with_progress_and_stop
     assert stopped["status"].startswith("Stopped") and stopped["session"].pending is None
 
 
+def told_in_rounds(told: list, label: str | None = None) -> None:
+    """`told` ((points done, 32), what it says, or the fractions alone) heard of integrated gradients' 32 points in
+    8 batches of 4, a round of them (a batch per core) at a time, as `label` says."""
+    fractions = [fraction for fraction, _ in told] if label else told
+    points = [done for done, _ in fractions]
+    assert len(points) == math.ceil(8 / parts()) and points == sorted(set(points)) and points[-1] == 32
+    assert fractions == [(done, 32) for done in points]
+    assert not label or [desc for _, desc in told] == [f"{label}: {done} of 32" for done in points]
+
+
 def test_a_large_models_integrated_gradients_of_a_step_come_batch_by_batch_with_progress(events, monkeypatch):
     """Attribute this step with integrated gradients on a model of LARGE_MODEL parameters or more answers at once
     that it is computing; its queued twin (which the page starts on reading that) computes them in batches of the
@@ -233,7 +245,7 @@ def test_a_large_models_integrated_gradients_of_a_step_come_batch_by_batch_with_
     told = Tracker()
     [out] = wired["run"](session, 2, "integrated_gradients", "", told)
     drawn = events.named(out)
-    assert told == [((points, 32), f"Integrated gradients: {points} of 32") for points in range(4, 33, 4)]
+    told_in_rounds(told, "Integrated gradients")
     bars = [json.loads(figure)["data"][0] for figure in (json.loads(drawn["attribution_answers"])["answers"][
         "attribution"], at_once[0][0])]
     assert bars[0]["x"] == bars[1]["x"] and np.allclose(bars[0]["y"], bars[1]["y"], atol=1e-5)
@@ -309,7 +321,7 @@ def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradien
     seen = []
     [whole] = [events.named(out) for out in integrated(first["session"], 2,
                                                        lambda fraction, desc: seen.append((fraction, desc)))]
-    assert seen == [((points, 32), f"Comparing: {points} of 32") for points in range(4, 33, 4)]
+    told_in_rounds(seen, "Comparing")
     assert methods(whole) == methods(first)[:-1] + ["integrated gradients"] + methods(first)[-1:]  # before random
     assert "follow" not in whole["status"]
     again = events.named(compared(whole["session"], 2))
@@ -324,7 +336,8 @@ def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradien
     seen.clear()
     first, whole = (events.named(out) for out in integrated(session, 2, lambda fraction, desc: seen.append(fraction)))
     assert methods(first) == methods(again)[:-2] + methods(again)[-1:] and methods(whole) == methods(again)
-    assert seen == [(1, 4), (3, 4), (4, 4)] + [(points, 32) for points in range(4, 33, 4)]  # its stages, its points
+    assert seen[:2] == [(3, 4), (4, 4)]  # its stages: attention, ALTI+ and one gradient together, then the curves
+    told_in_rounds(seen[2:])  # then its points
 
     monkeypatch.setattr(operations, "LARGE_MODEL", 10 ** 12)  # a small model's first answer kept, then, in batches
     session = events.named(compared(translated(events), 2))["session"]

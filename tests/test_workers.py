@@ -12,7 +12,7 @@ import pytest
 
 from model.serving.checkpoint import load_all
 from model.serving.translator import InputError
-from model.serving.workers import TracePool, available_cores, can_fork
+from model.serving.workers import TracePool, can_fork
 from tests.test_trace_batch import ROUNDING
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="trace workers are forked")
@@ -97,16 +97,6 @@ def test_at_exit_the_workers_are_stopped_and_none_is_forked_to_replace_them(toy_
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "False"]  # the same workers, both ended
-
-
-@pytest.mark.parametrize("cpu_max,cap", [("max 100000", None), ("150000 100000", 2), ("50000 100000", 1),
-                                         ("100000 100000", 1), ("garbled", None), (None, None)])
-def test_available_cores_respects_a_container_cpu_quota(tmp_path, cpu_max, cap):
-    cpu_max_file = tmp_path / "cpu.max"
-    if cpu_max is not None:
-        cpu_max_file.write_text(cpu_max + "\n")
-    affinity = len(os.sched_getaffinity(0))
-    assert available_cores(cpu_max_file) == (affinity if cap is None else min(affinity, cap))
 
 
 def test_concurrent_requests_decoded_together_get_their_own_traces(toy_checkpoints):

@@ -17,7 +17,8 @@ from model.hub.convert_hf import convert
 from model.hub.hub_checks import ConversionError, checked_hub_id
 from model.serving.catalog import DEFAULT_BUDGET, Card, Catalog
 from model.serving.translator import InputError, TracedTranslation, Translator
-from model.serving.workers import TracePool, available_cores, can_fork
+from model.nets.cores import available_cores
+from model.serving.workers import TracePool, can_fork
 from model.text.vocab import CHARS
 
 TOP_K = 5  # candidates kept per step

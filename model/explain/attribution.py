@@ -5,7 +5,8 @@ log-probability of the token chosen at step t, by three methods that inseq offer
 - input × gradient: Σ_d e_i,d ∂f/∂e_i,d (Shrikumar et al., 2017), signed;
 - integrated gradients (Sundararajan et al., 2017): Σ_d (e_i,d − b_i,d) ∫ ∂f/∂e_i,d(b + α(e − b)) dα, signed, whose
   sum over every token is f(e) − f(b) (completeness); the baseline b is zero embeddings or every token's
-  embedding replaced by <pad>'s, the integral a Gauss-Legendre sum of `steps` points, all in one batch.
+  embedding replaced by <pad>'s, the integral a Gauss-Legendre sum of `steps` points, as Captum's
+  IntegratedGradients computes it (a test checks they agree), its points in batches shared out over the cores.
 
 f is log p(token | source, target prefix) over the tokens the model may emit (<pad> and <sos> left out, as
 decoding does), or, contrastive (Yin & Neubig, 2022), log p(token) − log p(alternative): why this token and not
@@ -19,6 +20,7 @@ changed, so attributions run beside other users' requests. The model is in eval 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,12 +29,14 @@ import torch
 from torch import Tensor, nn
 
 from model.keys import GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY
+from model.nets.cores import parts, shared
 from model.nets.decoding import next_token_logits
 from model.nets.seq2seq import HeadGates, Seq2Seq
 from model.text.vocab import PAD_ID, SOS_ID
 
 METHODS = GRADIENTS
-PASSES = 8  # batches that saliency and input × gradient at every step are split into where progress is shown
+PASSES = 8  # batches that saliency and input × gradient at every step, or integrated gradients' points, are split
+# into where progress is shown
 BASELINES = ("zero", "pad")
 
 
@@ -68,7 +72,6 @@ class Prediction:
         self.src = torch.tensor([src_ids])
         self.tgt = torch.tensor([[SOS_ID] + prefix])
         self.tables = token_tables(model)
-        self.counted: Callable[[int], None] | None = None  # told each batch's rows as it is run
 
     def embeddings(self, baseline: str | None = None) -> tuple[Tensor, Tensor]:
         """The real embeddings, or a baseline's: "zero", or "pad" (every token's row replaced by <pad>'s)."""
@@ -82,8 +85,6 @@ class Prediction:
 
     def __call__(self, source: Tensor, target: Tensor) -> Tensor:
         batch = source.size(0)
-        if self.counted is not None:
-            self.counted(batch)
         src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
         memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
         last = torch.full((batch,), tgt.size(1) - 1)  # step t's prediction: the output layer there alone
@@ -194,8 +195,8 @@ def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
               gates: HeadGates | None = None, progress: Callable[[int, int], None] | None = None) -> Attributions:
     """Attributions of the prediction at `step` of the translation `tgt_ids` (the generated tokens; the decoder
     reads <sos> and `tgt_ids[:step]`) of `token` (default: `tgt_ids[step]`, the token chosen there), against
-    `contrast` if given. Integrated gradients: `steps` points from `baseline` ("zero" or "pad"), in one batch, or
-    with `progress` in `PASSES` batches, `progress(points, steps)` told as each is run (it may raise to stop)."""
+    `contrast` if given. Integrated gradients: `steps` points from `baseline` ("zero" or "pad"), with `progress`
+    in `PASSES` batches, `progress(points, steps)` told as they are done (it may raise to stop)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     if baseline not in BASELINES:
@@ -203,34 +204,51 @@ def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
     if not 0 <= step < len(tgt_ids) + (token is not None):
         raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
     token = tgt_ids[step] if token is None else token
-    from captum.attr import InputXGradient, IntegratedGradients, Saliency  # imports matplotlib: on first use only
+    from captum.attr import InputXGradient, Saliency  # imports matplotlib: on first use only
 
     prediction = Prediction(model, src_ids, tgt_ids[:step], token, contrast, gates)
-    points = steps if progress is None else max(2, steps // PASSES)  # per batch of the integral
-    if progress is not None:
-        done = 0
-
-        def counted(rows: int) -> None:
-            nonlocal done
-            if rows > 1:  # a batch of the integral's points (the embeddings and the baseline come alone)
-                done += rows
-                progress(min(done, steps), steps)
-        prediction.counted = counted
     inputs = tuple(e.requires_grad_() for e in prediction.embeddings())
-    with torch.enable_grad():
-        score = float(prediction(*inputs).detach())
-        baseline_score = delta = None
-        if method == SALIENCY:
-            gradients = Saliency(prediction).attribute(inputs, abs=False)
-            per_token = [g.norm(dim=-1)[0] for g in gradients]
-        elif method == INPUT_X_GRADIENT:
-            per_token = [a.sum(-1)[0] for a in InputXGradient(prediction).attribute(inputs)]
-        else:
-            baselines = prediction.embeddings(baseline)
-            attributions, error = IntegratedGradients(prediction).attribute(
-                inputs, baselines=baselines, n_steps=steps, method="gausslegendre", internal_batch_size=points,
-                return_convergence_delta=True)
-            per_token = [a.sum(-1)[0] for a in attributions]
-            baseline_score, delta = float(prediction(*baselines).detach()), float(error[0])
+    baseline_score = delta = None
+    if method == INTEGRATED_GRADIENTS:
+        baselines = prediction.embeddings(baseline)
+        with torch.inference_mode():  # f at both ends of the path, in one batch
+            score, baseline_score = prediction(*(torch.cat(ends) for ends in zip(inputs, baselines))).tolist()
+        per_token = [a.sum(-1)[0] for a in integrated_gradients(prediction, inputs, baselines, steps, progress)]
+        delta = float(sum(t.sum() for t in per_token)) - (score - baseline_score)
+    else:
+        with torch.enable_grad():
+            score = float(prediction(*inputs).detach())
+            if method == SALIENCY:
+                per_token = [g.norm(dim=-1)[0] for g in Saliency(prediction).attribute(inputs, abs=False)]
+            else:
+                per_token = [a.sum(-1)[0] for a in InputXGradient(prediction).attribute(inputs)]
     source, target = (t.detach().numpy() for t in per_token)
     return Attributions(method, step, token, contrast, source, target, score, baseline_score, delta)
+
+
+def integrated_gradients(f: Callable[..., Tensor], inputs: tuple[Tensor, ...], baselines: tuple[Tensor, ...],
+                         steps: int, progress: Callable[[int, int], None] | None = None) -> tuple[Tensor, ...]:
+    """(x − b) Σ_k w_k ∂f/∂x(b + α_k (x − b)) for each input x (1, n, d) and its baseline b, over `steps`
+    Gauss-Legendre points α_k on [0, 1] with weights w_k: Captum's IntegratedGradients(method="gausslegendre"),
+    its points split over the cores (model/nets/cores.py), or with `progress` in `PASSES` batches, a round of
+    them at a time, `progress(points done, steps)` told after each round."""
+    nodes, weights = np.polynomial.legendre.leggauss(steps)
+    alphas, weights = (torch.tensor(0.5 * values, dtype=inputs[0].dtype)[:, None, None]
+                       for values in (nodes + 1, weights))
+
+    def weighted_gradients(points: Tensor) -> tuple[Tensor, ...]:  # Σ w ∂f/∂x over these points: (1, n, d) each
+        scaled = tuple((b + alphas[points] * (x - b)).detach().requires_grad_() for x, b in zip(inputs, baselines))
+        with torch.enable_grad():
+            gradients = torch.autograd.grad(f(*scaled).sum(), scaled)
+        return tuple((weights[points] * g).sum(0, keepdim=True) for g in gradients)
+
+    batches = torch.arange(steps).chunk(parts() if progress is None else min(steps, PASSES))
+    summed, done = [torch.zeros_like(x) for x in inputs], 0
+    for first in range(0, len(batches), parts()):  # a round: a batch for each core
+        round_ = batches[first:first + parts()]
+        for sums in shared([functools.partial(weighted_gradients, points) for points in round_]):
+            summed = [total + part for total, part in zip(summed, sums)]
+        done += sum(len(points) for points in round_)
+        if progress is not None:
+            progress(done, steps)
+    return tuple(total * (x - b).detach() for total, x, b in zip(summed, inputs, baselines))

@@ -27,6 +27,7 @@ Over a whole split: model/analysis/faithfulness.py.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, S
                                        gradient_scores_at)
 from model.explain.contributions import alti_plus, rollout
 from model.keys import ROLLOUT
+from model.nets.cores import parts, shared
 from model.nets.decoding import next_token_logits
 from model.nets.seq2seq import Seq2Seq
 from model.nets.transformer import Transformer
@@ -91,15 +93,18 @@ def removable_count(k: int | float, removable: int) -> int:
 
 @torch.inference_mode()
 def log_probabilities(model: Seq2Seq, sources: torch.Tensor, prefix: list[int], token: int) -> np.ndarray:
-    """log p(token | each source row, <sos> + prefix), in one batch: each distinct row once (methods often rank
-    alike), the output layer at the last position only. A Transformer's decoder takes the prefix, the same in every
-    row, as one row: its first self-attention is computed once, and the rows part at the cross-attention."""
+    """log p(token | each source row, <sos> + prefix): each distinct row once (methods often rank alike), in a
+    batch per core, the output layer at the last position only. A Transformer's decoder takes the prefix, the same
+    in every row, as one row: its first self-attention is computed once, and the rows part at the cross-attention."""
     distinct, row = torch.unique(sources, dim=0, return_inverse=True)
-    width = 1 if isinstance(model, Transformer) else distinct.size(0)
-    tgt = torch.tensor([[SOS_ID] + prefix]).expand(width, -1)
-    memory, src_mask, _ = model.encode(distinct, fused=True)
-    logits, _ = model.decode(tgt, memory, src_mask, fused=True, positions=torch.full((width,), len(prefix)))
-    return next_token_logits(logits).log_softmax(-1)[row, token].numpy()
+
+    def batch(rows: torch.Tensor) -> torch.Tensor:
+        width = 1 if isinstance(model, Transformer) else rows.size(0)
+        tgt = torch.tensor([[SOS_ID] + prefix]).expand(width, -1)
+        memory, src_mask, _ = model.encode(rows, fused=True)
+        logits, _ = model.decode(tgt, memory, src_mask, fused=True, positions=torch.full((width,), len(prefix)))
+        return next_token_logits(logits).log_softmax(-1)[:, token]
+    return torch.cat(shared([functools.partial(batch, rows) for rows in distinct.chunk(parts())]))[row].numpy()
 
 
 def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_head: tuple[int, int] | None,
@@ -107,30 +112,35 @@ def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_h
                   told: Told = lambda done, total: None) -> dict[str, list[np.ndarray]]:
     """Every method's score of every source token, for every step of the translation `tgt_ids` (`only`: the
     gradients of that step alone, the other steps' left empty; `gradients`: the gradient methods to run).
-    `told(done, total)` hears of each stage as it is done: attention, rollout and ALTI+ together, then each gradient
-    method (it may raise to stop)."""
+    `told(done, total)` hears of each stage as it is done: attention, rollout and ALTI+ together (and saliency and
+    input × gradient, from one gradient computed beside them, where `only` asks for both), then each gradient method
+    (it may raise to stop)."""
     stages = 1 + len(gradients)
-    src, tgt_in = torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]])
-    with torch.inference_mode():
-        _, attention = model(src, tgt_in, need_weights=True)
-    cross = attention.cross[:, 0].numpy()  # (L, H, T, S)
-    scores = {ATTENTION: list(cross[-1].mean(0))}
-    if best_head is not None:
-        layer, head = best_head
-        scores[BEST_HEAD] = list(cross[layer, head])
-    if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
-        scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
-        scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
-    done = 1
-    told(done, stages)
+
+    def attended() -> dict[str, list[np.ndarray]]:  # what the attention weights give, and ALTI+
+        src, tgt_in = torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]])
+        with torch.inference_mode():
+            _, attention = model(src, tgt_in, need_weights=True)
+        cross = attention.cross[:, 0].numpy()  # (L, H, T, S)
+        scores = {ATTENTION: list(cross[-1].mean(0))}
+        if best_head is not None:
+            layer, head = best_head
+            scores[BEST_HEAD] = list(cross[layer, head])
+        if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
+            scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
+            scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
+        return scores
+
     pending = list(gradients)
-    if only is not None and SALIENCY in pending and INPUT_X_GRADIENT in pending:  # one gradient gives both
-        both = gradient_scores_at(model, src_ids, tgt_ids, only)
+    if only is not None and SALIENCY in pending and INPUT_X_GRADIENT in pending:  # one gradient gives both, beside
+        scores, both = shared([attended, functools.partial(gradient_scores_at, model, src_ids, tgt_ids, only)])
         for method in (SALIENCY, INPUT_X_GRADIENT):
             scores[method] = [both[method] if t == only else None for t in range(len(tgt_ids))]
             pending.remove(method)
-        done += 2
-        told(done, stages)
+    else:
+        scores = attended()
+    done = 1 + len(gradients) - len(pending)
+    told(done, stages)
     for method in pending:
         scores[method] = gradient_scores(model, src_ids, tgt_ids, method, steps, only)
         done += 1

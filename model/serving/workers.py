@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
-import math
 import multiprocessing
 import os
 import threading
@@ -24,7 +23,6 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 from model.serving.translator import TracedTranslation, Translator
 
@@ -85,22 +83,6 @@ def _serve(connection: Connection, parent: int) -> None:
                 for ticket, trace in batch.step():
                     request_id, tokens = in_batch.pop((name, ticket))
                     connection.send((request_id, held[name].traced(tokens, trace), None))
-
-
-def available_cores(cgroup_cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
-    """Cores this process may run on: its CPU affinity, capped by a container's CPU quota.
-
-    `os.cpu_count()` counts the host's cores; a container (a Hugging Face Space, say) may get a share of
-    them through its cgroup quota, and one trace worker per host core would only queue for that share.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = cgroup_cpu_max.read_text().split()
-        if quota != "max":
-            cores = min(cores, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError):  # no cgroup v2 CPU controller here, or a format this does not know
-        pass
-    return max(cores, 1)
 
 
 def can_fork() -> bool:

@@ -81,6 +81,13 @@
     if (text.startsWith("Computing with ")) document.querySelector("#later-queued")?.click();
     // And a large model's integrated gradients of one step (ui/tabs/sources.py ATTRIBUTING).
     if (text.startsWith("Computing attributions with")) document.querySelector("#attribute-queued")?.click();
+    // Which explanation to trust: integrated gradients, once the first answer is drawn (the next frame painted,
+    // ui/tabs/sources.py FOLLOW), so they are not computed while the page draws; a large model's whole comparison
+    // at once (COMPARING).
+    const integrated = () => document.querySelector("#faithfulness-queued")?.click();
+    if (text.endsWith("Integrated gradients, the slowest method, follow.")) {
+      requestAnimationFrame(() => setTimeout(integrated, 0));
+    } else if (text.startsWith("Comparing the explanations with")) integrated();
     if (!text || (statusInView && !always)) { bar.hidden = true; return; }
     bar.textContent = text;
     bar.hidden = false;

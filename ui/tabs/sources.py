@@ -24,9 +24,14 @@ from viz.whatif import attribution_figure, contribution_figure, faithfulness_fig
 ATTRIBUTING = ("Computing attributions with {model}: integrated gradients of step {step}, in batches of its points. "
                "Their progress shows here; Stop, or a new sentence, stops them.")
 # What the page says at once where a large model's explanations are compared later, with progress (the queued
-# event chained to the tab's button: `explanations_integrated`).
+# event that the page starts on reading this: `explanations_integrated`).
 COMPARING = ("Comparing the explanations with {model}: every method but integrated gradients, then with them. Their "
              "progress shows here; Stop, or a new sentence, stops it.")
+# The end of a first answer without integrated gradients: the page, once it has drawn that answer, starts the queued
+# event that adds them (ui/static/page.js), so they are not computed while it draws; a large model's come in the
+# event that gave the first answer (`ON_THE_WAY`).
+FOLLOW = " Integrated gradients, the slowest method, follow."
+ON_THE_WAY = " Integrated gradients, the slowest method, are on their way."
 ATTRIBUTION_LABELS = {SALIENCY: "saliency (gradient norm)", INPUT_X_GRADIENT: "input × gradient",
                       INTEGRATED_GRADIENTS: "integrated gradients (32 points)"}
 
@@ -70,6 +75,9 @@ def build(page: Page, services: Services) -> None:
             page.faithfulness = gr.Button("Which explanation to trust for this word", elem_id="faithfulness",
                                           scale=3)
             page.stop_faithfulness = gr.Button("Stop", elem_id="stop-faithfulness", scale=1, min_width=80)
+            # Never seen: the page presses it once it has drawn a first answer (FOLLOW), or on reading COMPARING.
+            page.faithfulness_queued = gr.Button("Add integrated gradients", elem_id="faithfulness-queued",
+                                                 elem_classes=["hidden-trigger"], min_width=0)
         page.faithfulness_answers = answers_view(
             "faithfulness-answers", Answer("faithfulness-curves", "figure"),
             Answer("faithfulness-table", "table", "Rank correlation (Spearman) of the methods' source rankings"))
@@ -129,9 +137,11 @@ def attribute_step(services: Services, session: Session, step: object, method: o
     return (figure_json(figure),), said
 
 
-def faithfulness_answer(session: Session, step: int, measured: StepFaithfulness) -> tuple[tuple, str]:
+def faithfulness_answer(session: Session, step: int, measured: StepFaithfulness, coming: str = FOLLOW
+                        ) -> tuple[tuple, str]:
     """Which explanation to trust for the word at `step` (1-based), as the tab shows it: the deletion curves of
-    each method `measured`, the rank correlations between them, and what the status line says."""
+    each method `measured`, the rank correlations between them, and what the status line says (ending with
+    `coming` where integrated gradients are not measured yet)."""
     chosen = session.trace.target_tokens[step - 1]
     note = " (measured with every head on)" if session.current.mask else ""
     figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, list(map(k_label, KS)),
@@ -141,7 +151,7 @@ def faithfulness_answer(session: Session, step: int, measured: StepFaithfulness)
     table = [[METHOD_LABELS[a]] + [1.0 if a == b else round(rho.get((a, b), rho.get((b, a), float("nan"))), 2)
                                    for b in methods] for a in methods]
     best = max(methods, key=lambda m: measured.comprehensiveness[m].mean() - measured.sufficiency[m].mean())
-    later = "" if INTEGRATED_GRADIENTS in methods else " Integrated gradients, the slowest method, follow."
+    later = "" if INTEGRATED_GRADIENTS in methods else coming
     return (figure_json(figure), {"headers": ["method", *(METHOD_LABELS[m] for m in methods)], "rows": table}), (
         f'Step {step}, "{chosen}": most faithful here by comprehensiveness minus sufficiency: '
         f'{METHOD_LABELS[best]}{note}.{later}')
@@ -191,7 +201,7 @@ def explanations_integrated(services: Services, session: Session, step: object, 
 
     def stages() -> Iterator[tuple[tuple, str]]:
         first = quick_faithfulness(model, src_ids, tgt_ids, step - 1, services.best_head(session.model), told=told)
-        yield faithfulness_answer(session, step, first)
+        yield faithfulness_answer(session, step, first, ON_THE_WAY)
         yield faithfulness_answer(session, step, integrated_faithfulness(model, src_ids, tgt_ids, step - 1, first,
                                                                          progress=told))
     return stages(), ""
@@ -206,14 +216,14 @@ def wire(page: Page, services: Services) -> None:
     tab_answer(page, services, attribute_step, attribution, ["attribution"], "attribute_queued",
                page.attribute_queued.click, answers=page.attribution_answers, progress="Integrated gradients",
                api_visibility="private", **services.trace_queue)
-    # Seven methods' rankings, each measured, at once (outside the queue); then, chained, integrated gradients (a
-    # queued event with progress), stopped by Stop or by any new state.
+    # Seven methods' rankings, each measured, at once (outside the queue); then integrated gradients (a queued event
+    # with progress, which the page starts once it has drawn the first answer), stopped by Stop or by any new state.
     curves = ["faithfulness-curves", "faithfulness-table"]
-    compared = tab_answer(page, services, explanations_compared, [page.step], curves, "faithfulness_view",
-                          page.faithfulness.click, answers=page.faithfulness_answers, queue=False)
-    tab_answer(page, services, explanations_integrated, [page.step], curves, "faithfulness_integrated", compared.then,
-               answers=page.faithfulness_answers, progress="Comparing the explanations", api_visibility="private",
-               **services.trace_queue)
+    tab_answer(page, services, explanations_compared, [page.step], curves, "faithfulness_view", page.faithfulness.click,
+               answers=page.faithfulness_answers, queue=False)
+    tab_answer(page, services, explanations_integrated, [page.step], curves, "faithfulness_integrated",
+               page.faithfulness_queued.click, answers=page.faithfulness_answers, progress="Comparing the explanations",
+               api_visibility="private", trigger_mode="always_last", **services.trace_queue)
     on(page, services, [page.stop_faithfulness.click], stop_comparing, [], ["stop_faithfulness"],
        outputs=[page.session, page.revision, page.core], queued=False)
 
