@@ -245,10 +245,10 @@ def integrated_gradients(f: Callable[..., Tensor], inputs: tuple[Tensor, ...], b
     batches = torch.arange(steps).chunk(parts() if progress is None else min(steps, PASSES))
     summed, done = [torch.zeros_like(x) for x in inputs], 0
     for first in range(0, len(batches), parts()):  # a round: a batch for each core
-        round_ = batches[first:first + parts()]
-        for sums in shared([functools.partial(weighted_gradients, points) for points in round_]):
+        at_once = batches[first:first + parts()]
+        for sums in shared([functools.partial(weighted_gradients, points) for points in at_once]):
             summed = [total + part for total, part in zip(summed, sums)]
-        done += sum(len(points) for points in round_)
+        done += sum(len(points) for points in at_once)
         if progress is not None:
             progress(done, steps)
     return tuple(total * (x - b).detach() for total, x, b in zip(summed, inputs, baselines))
