@@ -13,7 +13,7 @@ import plotly
 import plotly.graph_objects as go
 import pytest
 
-from viz.attention import escape, positions, step_labels
+from viz.attention import GRID_PX, escape, positions, step_labels
 from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure, candidates_figure,
                        model_comparison_figure, overview_figure, translation_figure)
 from viz.whatif import comparison_figure, contribution_figure, log_prob_change_figure, source_share_figure
@@ -305,8 +305,9 @@ def test_drawn_titles_names_mode_bar_and_labels_do_not_overlap(browser_page, val
     for name, figure in figures.items():
         data = json.loads(figure.to_json())
         first = data["data"][0]  # a heatmap of one map is drawn wide enough for its keys (ui/static/figures.js)
-        keys = len(first["x"]) if first["type"] == "heatmap" and "xaxis2" not in data["layout"] else 0
-        drawn = browser_page.evaluate(BOXES, [data, max(width, KEY_PX * keys + HEATMAP_SIDES)])
+        grid = first["type"] == "heatmap" and "xaxis2" in data["layout"]  # drawn at least GRID_PX wide
+        keys = len(first["x"]) if first["type"] == "heatmap" and not grid else 0
+        drawn = browser_page.evaluate(BOXES, [data, max(width, KEY_PX * keys + HEATMAP_SIDES, GRID_PX * grid)])
         texts = [("title", box) for box in drawn["title"]] + [("name", box) for box in drawn["names"]] + \
                 [("colour bar", box) for box in drawn["colorbars"]]
         assert drawn["title"], name

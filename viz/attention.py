@@ -54,8 +54,11 @@ TICK_SPACING = 13  # the least distance between two shown tick labels of TICK_FO
 # How many labels fit along a figure's width, which Python does not know: the most that a phone (390 px screen)
 # has room for. A heatmap's plot there is ~120 px wide (its row labels and colour bar take the rest), where upright
 # labels read ~8 px apart; a bar chart's is ~270 px. (A heatmap of one map names every key: the page widens it to
-# fit them, ui/static/figures.js; a grid of small maps names as many as fit.)
+# fit them, ui/static/figures.js; a grid of small maps names as many as fit its panels, GRID_PX below.)
 KEY_LABELS, BAR_LABELS = 15, 20
+# A grid of maps is drawn at least GRID_PX wide (ui/static/figures.js; its box scrolls sideways on a phone), of which
+# its row labels and colour bar take about GRID_SIDES: its panels share the rest.
+GRID_PX, GRID_SIDES = 720, 190
 # A heatmap's rows: ROW_PX each up to MAX_PLOT_PX (with the step bar above, it fits 900 px high), then taller, so that
 # every row is named (TICK_SPACING each).
 ROW_PX, MIN_PLOT_PX, MAX_PLOT_PX = 22, 190, 280
@@ -313,7 +316,8 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
     paper = rows * panel + (rows - 1) * gap_px
     gap_x = 0.012
     width = (1 - gap_x * (cols - 1)) / cols
-    query_every, key_every = label_every(queries, panel / TICK_SPACING), label_every(keys, max(2, KEY_LABELS * width))
+    query_every = label_every(queries, panel / TICK_SPACING)
+    key_every = label_every(keys, max(2.0, (GRID_PX - GRID_SIDES) * width / TICK_SPACING))
     data, layout, annotations, shapes = [], {}, [], []
     for r in range(rows):
         for c in range(cols):

@@ -67,7 +67,7 @@
   // A heatmap's width per key (an upright label of 10 px) and beside its keys (the row labels and the colour bar).
   const KEY_PX = 12;
   const HEATMAP_SIDES = 190;
-  const GRID_PX = 720;
+  const GRID_PX = 720; // viz/attention.py GRID_PX: its panels label as many keys as fit them
 
   // Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
   // for the page's life: Plotly.react redraws from scratch whenever it is handed a different config.
