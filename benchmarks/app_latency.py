@@ -29,6 +29,7 @@ import torch  # noqa: E402
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
 
 from model.keys import ALL_HEADS, ALTI, CROSS, ENCODER, MEAN, WEIGHTS  # noqa: E402
+from model.nets.cores import parts  # noqa: E402
 from model.nets.decoding import greedy_trace  # noqa: E402
 from model.text.words import PIECES  # noqa: E402
 from ui import build_demo, listeners, load_services, operations  # noqa: E402
@@ -91,7 +92,8 @@ def main() -> None:
     translator = page.services.translators[args.checkpoint]
     config = translator.model.config
     print(f"checkpoint {args.checkpoint}: {config.n_encoder_layers}+{config.n_decoder_layers} layers, "
-          f"{config.n_heads} heads; torch threads {torch.get_num_threads()}; {cpu_model()}; "
+          f"{config.n_heads} heads; torch threads {torch.get_num_threads()}, a measure's batches shared over {parts()} "
+          f"cores (model/nets/cores.py); {cpu_model()}; "
           f"median of {args.runs} runs")
     print("| source tokens | steps | translate: trace, every step's charts, view (ms) | view change: one head (ms) "
           "| all heads (ms) | model view (ms) | JSON bytes: translate / one head / all heads / model view |")
@@ -129,7 +131,7 @@ def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     step = session.trace.steps // 2 + 1
     services = page.services
     translation = median_ms(lambda: page.translate(checkpoint, sentence, session), runs)
-    print(f"\nattributions of step {step} of {session.trace.steps} (server side), one thread")
+    print(f"\nattributions of step {step} of {session.trace.steps} (server side)")
     print("| request | ms | x a translation |")
     print("|---|---|---|")
     print(f"| a translation (trace, charts, view) | {translation:.1f} | 1.00 |")
@@ -183,7 +185,7 @@ def patching(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
                      runs)
     tab = median_ms(lambda: patch_at_step(page.services, session, counterfactual, step, ""), runs)
     print(f"\npatching every head ({heads}) at step {step} of {session.trace.steps}, counterfactual "
-          f"{counterfactual!r} (server side), one thread")
+          f"{counterfactual!r} (server side)")
     print("| request | ms | x a translation |")
     print("|---|---|---|")
     print(f"| a translation (trace, charts, view) | {translation:.1f} | 1.00 |")
