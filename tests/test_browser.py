@@ -32,7 +32,9 @@ def shown(page) -> dict:
         if (!plot || !plot.data) return null;
         return {z: plot.data.map(trace => trace.z), y: plot.data.map(trace => trace.y), title: plot.layout.title.text,
                 shapes: (plot.layout.shapes || []).map(s => [s.x0, s.x1, s.y0, s.y1]),
-                ticktext: plot.layout.yaxis.ticktext, step: Number(box.value)};
+                ticktext: plot.layout.yaxis.ticktext, step: Number(box.value),
+                keys: Object.keys(plot.layout).filter(name => name.startsWith('xaxis')).sort()
+                    .map(name => plot.layout[name].ticktext)};
     }""")
 
 
@@ -65,6 +67,7 @@ def python_figure(services, text, kind, layer, head, step) -> dict:
     figure = json.loads(attention_figure(trace, kind, layer, head, step).to_json())
     return {"z": [t["z"] for t in figure["data"]], "y": [t["y"] for t in figure["data"]],
             "title": figure["layout"]["title"]["text"], "ticktext": figure["layout"]["yaxis"]["ticktext"],
+            "keys": [axis["ticktext"] for name, axis in sorted(figure["layout"].items()) if name.startswith("xaxis")],
             "shapes": [[s["x0"], s["x1"], s["y0"], s["y1"]] for s in figure["layout"].get("shapes", [])]}
 
 
@@ -109,7 +112,8 @@ def test_a_first_visit_shows_a_translated_example(page, services):
     assert f"step {step} of {steps}" in wait_for_step(page, step)["title"]
 
 
-@pytest.mark.parametrize("kind,head", [(CROSS, MEAN), (DECODER, 2), (ENCODER, 0), (CROSS, ALL_HEADS)])
+@pytest.mark.parametrize("kind,head", [(CROSS, MEAN), (DECODER, 2), (ENCODER, 0), (CROSS, ALL_HEADS),
+                                       (DECODER, ALL_HEADS)])
 def test_every_step_drawn_in_the_browser_is_the_figure_python_builds(page, services, kind, head):
     translate(page, services, LONG)
     choose(page, "kind", KIND_LABELS[kind])
@@ -122,6 +126,7 @@ def test_every_step_drawn_in_the_browser_is_the_figure_python_builds(page, servi
         drawn = wait_for_step(page, step)
         expected = python_figure(services, LONG, kind, 1, head, step - 1)
         assert drawn["title"] == expected["title"] and drawn["ticktext"] == expected["ticktext"]
+        assert drawn["keys"] == expected["keys"]  # a grid's panels label the keys shown as Python does
         assert drawn["y"] == expected["y"] and drawn["shapes"] == expected["shapes"]
         assert drawn["z"] == expected["z"]  # the same numbers, bit for bit through JSON
         trace = to_arrays(services.translators[MODEL].trace(LONG))

@@ -13,7 +13,7 @@ import plotly
 import plotly.graph_objects as go
 import pytest
 
-from viz.attention import GRID_PX, escape, positions, step_labels
+from viz.attention import GRID_PX, escape, label_every, positions, step_labels, thinned
 from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure, candidates_figure,
                        model_comparison_figure, overview_figure, translation_figure)
 from viz.whatif import comparison_figure, contribution_figure, log_prob_change_figure, source_share_figure
@@ -177,7 +177,11 @@ def test_every_step_of_a_view_has_its_size_labels_and_scale(value_norms):
             at_step = layout_of(attention_figure(trace, kind, 0, head, step))
             assert at_step["height"] == last["height"] and at_step["margin"] == last["margin"]
             assert at_step["yaxis"]["ticktext"] == last["yaxis"]["ticktext"][:step + 1]
-            if kind == DECODER:
+            if kind == DECODER and head == ALL_HEADS:  # a grid labels as many of the keys shown as fit a panel
+                labels, fit = last["meta"]["keyLabels"][:step + 1], last["meta"]["keyFit"]
+                assert at_step["xaxis"]["ticktext"] == thinned(labels, label_every(step + 1, fit))
+                assert step != 3 or all(at_step["xaxis"]["ticktext"])  # step 3's four keys, each named
+            elif kind == DECODER:
                 assert at_step["xaxis"]["ticktext"] == last["xaxis"]["ticktext"][:step + 1]
             assert colour_scale(attention_figure(trace, kind, 0, head, step)) == colour_scale(
                 attention_figure(trace, kind, 0, head, trace.steps - 1))

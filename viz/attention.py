@@ -165,8 +165,9 @@ class PlainFigure:
 
     def to_json(self, meta: dict | None = None) -> str:
         """The figure as plotly.py encodes it (NaN as null; <, > and / escaped, so no text can close a <script>),
-        `meta` (if any: what ui/static/figures.js needs to show every step) put in its layout."""
-        content = self.to_dict() if meta is None else {"data": self.data, "layout": {**self.layout, "meta": meta}}
+        `meta` (if any: what ui/static/figures.js needs to show every step) added to its layout's."""
+        content = self.to_dict() if meta is None else {
+            "data": self.data, "layout": {**self.layout, "meta": {**self.layout.get("meta", {}), **meta}}}
         try:
             return pio.to_json(content, validate=False, engine="orjson")
         except TypeError:  # text holding a lone surrogate, which orjson refuses
@@ -317,7 +318,10 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
     gap_x = 0.012
     width = (1 - gap_x * (cols - 1)) / cols
     query_every = label_every(queries, panel / TICK_SPACING)
-    key_every = label_every(keys, max(2.0, (GRID_PX - GRID_SIDES) * width / TICK_SPACING))
+    # As many key labels as a panel has room for, of the keys shown now: a stepped figure of decoder self-attention
+    # labels its first keys more densely at an early step (ui/static/figures.js thins `keyLabels` alike).
+    key_fit = max(2, int((GRID_PX - GRID_SIDES) * width / TICK_SPACING))
+    key_every = label_every(len(key_tokens), key_fit)
     data, layout, annotations, shapes = [], {}, [], []
     for r in range(rows):
         for c in range(cols):
@@ -351,6 +355,7 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
         coloraxis=dict(colorscale=colorscale, cmin=cmin, cmax=zmax, colorbar=_colorbar(value_label, zmax)),
         height=top + paper + bottom, margin=dict(l=10, r=10, t=top, b=10),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
+        meta=dict(keyLabels=escape(key_tokens), keyFit=key_fit),
     )
     return plain_figure(data, layout)
 

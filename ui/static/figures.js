@@ -33,11 +33,16 @@
           trace.x = keep(trace.x);
         }
       }
+      // A grid's panels label as many of the keys shown as fit them (viz/attention.py `head_grid`): its first keys,
+      // at an early step of decoder self-attention, more densely than the last step's labels.
+      const { keyLabels, keyFit } = figure.layout.meta;
+      const every = keyLabels ? Math.max(1, Math.ceil((t + 1) / keyFit)) : 1;
+      const keyText = keyLabels && keyLabels.slice(0, t + 1).map((label, i) => (i % every === 0 ? label : ""));
       for (const [name, axis] of Object.entries(figure.layout)) {
         if (name.startsWith("yaxis") || (grows === "square" && name.startsWith("xaxis"))) {
           axis.categoryarray = keep(axis.categoryarray);
           axis.tickvals = keep(axis.tickvals);
-          axis.ticktext = keep(axis.ticktext);
+          axis.ticktext = keyText && name.startsWith("xaxis") ? keyText : keep(axis.ticktext);
         }
       }
       for (const shape of figure.layout.shapes || []) {
