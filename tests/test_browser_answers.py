@@ -138,8 +138,8 @@ def test_which_explanation_to_trust_is_drawn_in_its_tab_and_stop_says_so(page, s
     headers = page.locator("#faithfulness-table th").all_text_contents()
     assert headers[0] == "method" and "input × gradient" in headers and "ALTI+" in headers
     assert page.locator("#faithfulness-table tbody tr").count() == len(headers) - 1
-    page.click("#stop-faithfulness")
-    assert status_starts(page, "Stopped") == "Stopped: the explanations are not compared."
+    page.click("#stop-faithfulness")  # the comparison is whole: Stop says so
+    assert status_starts(page, "Nothing to stop").endswith("is whole, integrated gradients included.")
 
 
 def test_the_counterfactual_tab_suggests_a_swap_draws_both_grids_and_a_head_click_opens_it(page, services):

@@ -291,7 +291,8 @@ def test_a_link_that_opens_a_large_model_shows_its_steps_as_the_page_loads_and_s
 def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradients_until_the_user_moves_on(
         events, monkeypatch):
     """Which explanation to trust answers at once with every method but integrated gradients, kept with the decoding
-    (asked again at that step: what was kept); a chained queued event adds integrated gradients, batch by batch
+    (asked again at that step: what was kept); a queued event (the page's, once it has drawn that answer) adds
+    integrated gradients, batch by batch
     with Gradio's progress on a large model, and is given up at the next batch once the user has moved on (another
     sentence here; Stop claims a revision the same way). With no first answer of the decoding to complete, or one
     already complete, it does nothing; a large model's first answer is the queued event's too."""
@@ -347,3 +348,18 @@ def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradien
             events.run(operations.translate, session, "toy-en-de", "A man plays.")
     monkeypatch.setattr(operations, "LARGE_MODEL", 1)
     assert [events.named(out) for out in integrated(session, 2, moved_on)] == [DROPPED]
+
+
+def test_stop_says_what_the_tab_keeps_of_the_comparison(events):
+    """Stop on *Which explanation to trust*: nothing compared yet, the first answer alone (integrated gradients
+    stopped), or the whole comparison already on screen (nothing left to stop)."""
+    from ui.tabs.sources import explanations_compared, explanations_integrated, stop_comparing
+
+    session = translated(events)
+    assert events.run(stop_comparing, session)["status"] == "Stopped: the explanations are not compared."
+    first = explanations_compared(events.services, session, 2)[2]
+    assert events.run(stop_comparing, first)["status"].startswith(
+        "Stopped: the comparison for step 2 shows every method but integrated gradients")
+    whole = explanations_integrated(events.services, first, 2)[2]
+    assert events.run(stop_comparing, whole)["status"] == (
+        "Nothing to stop: the comparison for step 2 is whole, integrated gradients included.")

@@ -419,3 +419,17 @@ def test_a_new_sentence_says_that_show_went_back_to_the_weights(events):
     assert out["session"].view.measure == WEIGHTS and out["measure"] == WEIGHTS
     assert "Show is back to the attention weights: choose rollout again" in out["status"]
     assert "Show is back" not in events.translate("A child plays.", session=out["session"])["status"]
+
+
+def test_a_sentence_in_another_language_than_the_model_reads_is_named_as_such():
+    """English typed for the shipped de-en (the model menu switched, the sentence kept): so many unknown words that
+    the status asks whether the sentence is in German; a German sentence with a rare name gets no such question."""
+    from model.serving.checkpoint import load_checkpoint
+
+    model = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "de-en")
+    english = model.trace("A woman in a blue shirt with an umbrella watches the children.")
+    said = operations.translate_status(english, [ENCODER, DECODER, CROSS], None, "de")
+    assert "Unknown words (read as <unk>): woman, with, umbrella, watches." in said
+    assert said.endswith("this model reads German. Is the sentence in German?")
+    german = model.trace("Eine Frau mit einem Regenschirm sieht Xaverius zu.")
+    assert "Is the sentence in" not in operations.translate_status(german, [ENCODER, DECODER, CROSS], None, "de")

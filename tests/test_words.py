@@ -72,7 +72,8 @@ def piece_trace(units: str = "words", scheme: str = "bpe"):
 
 
 def test_a_view_in_words_merges_the_pieces_and_the_step_says_which_word_is_being_built():
-    from viz.views import CROSS, DECODER, ENCODER, attention_figure, query_labels, step_heading, step_title
+    from viz.views import (CROSS, DECODER, ENCODER, attention_figure, query_labels, step_description, step_heading,
+                           step_title)
 
     trace = piece_trace()
     weights, _, keys, highlight = trace.at_step(CROSS, 2)  # step 3 outputs "les@@": "zeitungsles" so far
@@ -96,6 +97,12 @@ def test_a_view_in_words_merges_the_pieces_and_the_step_says_which_word_is_being
     figure = attention_figure(trace, ENCODER, 0, 1, 0)
     assert figure.data[0]["x"][2] == "3: reader = read@@ er"  # the hover names the pieces
     assert figure.layout["xaxis"]["ticktext"][2] == "reader"
+    # The step's line: the prefix in words, the candidates (pieces, each quoted) as the model chose among them.
+    line = step_description(trace, 5).splitlines()
+    assert line[1] == "prefix so far: die zeitungsleserin liest"
+    assert line[2].startswith(f'candidates: "{trace.top_tokens[5][0]}" ')
+    assert step_description(replace(trace, units=PIECES), 5).splitlines()[1] == (
+        "prefix so far: die zeitungs@@ les@@ erin liest")
 
 
 def test_whole_words_in_words_are_the_view_in_pieces():

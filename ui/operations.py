@@ -87,13 +87,21 @@ def operation(function):
     return run
 
 
-def translate_status(traced: TracedTranslation, kinds: list[str], trained: list[int] | None = None) -> str:
-    """What the status line says about a translation: unknown source words, unspellable target words, limits, and a
+LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"}  # the shipped models' languages
+
+
+def translate_status(traced: TracedTranslation, kinds: list[str], trained: list[int] | None = None,
+                     reads: str | None = None) -> str:
+    """What the status line says about a translation: unknown source words (where a quarter of the words or more
+    are, that the model reads `reads`, its source language's code), unspellable target words, limits, and a
     source longer or shorter than any the model learned from (`trained`: the shortest and longest, in tokens)."""
     labels, spans = words(traced.source_tokens, traced.scheme)
     unknown = dict.fromkeys(label for label, span in zip(labels, spans)  # each word once, whole
                             if any(traced.unknown[i] for i in span))
     message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
+    if reads and len(unknown) >= max(3, (len(labels) - 1) / 4):  # a quarter of the words or more (<eos> left out)
+        language = LANGUAGE_NAMES.get(reads, reads)
+        message += f" So many unknown words: this model reads {language}. Is the sentence in {language}?"
     unspelled = traced.target_tokens.count("<unk>")
     if unspelled:
         message += (f" The model chose <unk> {plural(unspelled, 'time')}: a word its vocabulary cannot spell, shown "
@@ -151,7 +159,8 @@ def translate(services: Services, session: Session | None, model: object, text: 
     new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
     trained = services.card(model).metrics.get("training", {}).get("source_tokens")
-    return new, translate_status(traced, trace.available(), trained) + said
+    reads = None if services.card(model).languages else services.card(model).source_language
+    return new, translate_status(traced, trace.available(), trained, reads) + said
 
 
 def head_words(head: int | str) -> str:

@@ -229,10 +229,13 @@ def _building(trace: TraceArrays, step: int) -> str:
 
 
 def step_description(trace: TraceArrays, step: int) -> str:
-    """The step in words: what the decoder read and chose, the prefix so far and the top candidates."""
-    prefix = " ".join(trace.target_tokens[:step]) or "(empty)"
-    candidates = ", ".join(f"{t} {p:.2f}" for t, p in zip(trace.top_tokens[step], trace.top_probabilities[step]))
-    return f"{step_title(trace, step)}\nprefix so far: {prefix}\ncandidates: {candidates}"
+    """The step in words: what the decoder read and chose, the prefix so far (in the view's units) and the top
+    candidates, each quoted (a candidate may be a comma)."""
+    written = trace.target_tokens[:step]
+    if trace.in_words:
+        written = [str(word) for word in trace.words(written, word_spans(written, trace.scheme))]
+    candidates = ", ".join(f'"{t}" {p:.2f}' for t, p in zip(trace.top_tokens[step], trace.top_probabilities[step]))
+    return f"{step_title(trace, step)}\nprefix so far: {' '.join(written) or '(empty)'}\ncandidates: {candidates}"
 
 
 def query_rows(trace: TraceArrays, kind: str) -> int:

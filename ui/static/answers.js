@@ -58,6 +58,7 @@ function drawAnswer(box, value) {
     tables[box.id] = { table: none ? null : value, column: null, descending: false };
     drawTable(box);
   } else box.querySelector(".answer-text").textContent = none ? "" : value;
+  if (!none) box.dispatchEvent(new CustomEvent("attention-inspector-answer", { bubbles: true })); // drawn (page.js)
 }
 
 function update() {

@@ -9,7 +9,7 @@
   });
 
   // A click on a candidate's bar branches there, or, while the tab "Where each word came from" is open, asks why
-  // the model chose its word and not that one (contrastive attribution, its chart then scrolled into view); a
+  // the model chose its word and not that one (contrastive attribution, its chart brought into view once drawn); a
   // click on a head of the importance heatmap or of the patching grid opens it: the click fills the text field
   // beside the plot and presses its button, as a user would.
   const contrasting = () => document.querySelector("#sources-tab")?.checkVisibility() === true;
@@ -19,6 +19,12 @@
     importance: () => ["#open-head", "#open-head-button"],
     "patching-grid": () => ["#open-head", "#open-head-button"],
   };
+  let scrollTo = null; // the answer a click asked for, brought into view once drawn (ui/static/answers.js)
+  document.addEventListener("attention-inspector-answer", (event) => {
+    if (!scrollTo || !event.target.matches(scrollTo)) return;
+    scrollTo = null;
+    event.target.scrollIntoView({block: "nearest"});
+  });
   const bind = () => {
     for (const [id, target] of Object.entries(targets)) {
       const plot = document.querySelector(`#${id} .js-plotly-plot`);
@@ -33,7 +39,7 @@
         input.dispatchEvent(new Event("input", {bubbles: true}));
         setTimeout(() => {
           document.querySelector(button).click();
-          if (answer) document.querySelector(answer)?.scrollIntoView({block: "start"});
+          scrollTo = answer;
         }, 50);
       });
     }

@@ -230,5 +230,12 @@ def wire(page: Page, services: Services) -> None:
 
 @operation
 def stop_comparing(services: Services, session: Session) -> tuple[Session, str]:
-    """Stop comparing the explanations (the event claims a new revision, which stops it at its next stage)."""
-    return session, "Stopped: the explanations are not compared."
+    """Stop comparing the explanations (the event claims a new revision, which stops it at its next stage), saying
+    what the tab keeps of the comparison: all of it, all but integrated gradients, or none."""
+    kept = session.current.faithful
+    if not kept:
+        return session, "Stopped: the explanations are not compared."
+    if INTEGRATED_GRADIENTS in kept[1].scores:
+        return session, f"Nothing to stop: the comparison for step {kept[0]} is whole, integrated gradients included."
+    return session, (f"Stopped: the comparison for step {kept[0]} shows every method but integrated gradients; ask "
+                     "again for them.")
