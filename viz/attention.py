@@ -53,9 +53,9 @@ TICK_FONT = dict(size=10)
 TICK_SPACING = 13  # the least distance between two shown tick labels of TICK_FONT
 # How many labels fit along a figure's width, which Python does not know: the most that a phone (390 px screen)
 # has room for. A heatmap's plot there is ~120 px wide (its row labels and colour bar take the rest), where upright
-# labels read ~8 px apart; a bar chart's is ~270 px. (A heatmap of one map names every key: the page widens it to
-# fit them, ui/static/figures.js; a grid of small maps names as many as fit its panels, GRID_PX below.)
-KEY_LABELS, BAR_LABELS = 15, 20
+# labels read ~8 px apart. (A heatmap of one map, and a bar chart, name every key: the page widens them to fit,
+# ui/static/figures.js; a grid of small maps names as many as fit its panels, GRID_PX below.)
+KEY_LABELS = 15
 # A grid of maps is drawn at least GRID_PX wide (ui/static/figures.js; its box scrolls sideways on a phone), of which
 # its row labels and colour bar take about GRID_SIDES: its panels share the rest.
 GRID_PX, GRID_SIDES = 720, 190
@@ -368,7 +368,7 @@ def bar_step(tokens: list[str], probabilities: np.ndarray, title: str, highlight
     probabilities = np.asarray(probabilities, dtype=float)
     return {"x": positions(tokens), "y": probabilities.tolist(), "text": [f"{p:.2f}" for p in probabilities],
             "colors": bar_colors(len(tokens), highlight),
-            "ticktext": thinned(escape(tokens), label_every(len(tokens), BAR_LABELS)), "title": title_text([title]),
+            "ticktext": escape(tokens), "title": title_text([title]),
             "customdata": list(tokens)}  # the bare tokens, for a click (never displayed: no template shows them)
 
 
@@ -387,7 +387,7 @@ def probability_bars(tokens: list[str], probabilities: np.ndarray, title: str,
     return plain_figure([bars], dict(
         title=title_layout([title]), height=260 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room([title]), b=10),
         hovermode="x",  # anywhere in a bar's column hovers (and clicks) it, however short the bar
-        xaxis=token_axis(tokens, label_every(len(tokens), BAR_LABELS), automargin=True, tickfont=TICK_FONT),
+        xaxis=token_axis(tokens, automargin=True, tickfont=TICK_FONT),
         yaxis=dict(range=[0, 1.15], title=dict(text="probability")), plot_bgcolor="white",
         uniformtext=dict(minsize=8, mode="hide"),
     ))

@@ -10,9 +10,9 @@ import difflib
 import numpy as np
 
 from model.keys import KINDS, head_name
-from viz.attention import (BAR_LABELS, COLORSCALE, DIVERGING, HIGHLIGHT, MIN_PLOT_PX, MODEBAR_ROOM, ROW_PX, TICK_FONT,
-                           X_LABEL_ROOM, PlainFigure, attention_heatmap, escape_text, label_every, plain_figure,
-                           positions, title_layout, title_room, title_text, token_axis, visible)
+from viz.attention import (COLORSCALE, DIVERGING, HIGHLIGHT, MIN_PLOT_PX, MODEBAR_ROOM, ROW_PX, TICK_FONT, X_LABEL_ROOM,
+                           PlainFigure, attention_heatmap, escape_text, plain_figure, positions, title_layout,
+                           title_room, title_text, token_axis, visible)
 
 SAME, DIFFERS, FORCED = None, "differs", "chosen by you"
 # What the heads heatmap can show, from a checkpoint's heads.json (model/analysis/heads.py): label -> (key, colour bar).
@@ -58,7 +58,7 @@ def comparison_figure(rows: list[tuple[str, list[str], np.ndarray]], differing: 
                          yaxis=f"y{suffix}", marker=dict(color=[HIGHLIGHT if i in marked else "#1f77b4"
                                                                 for i in range(len(tokens))]),
                          hovertemplate="%{x}<br>probability %{y:.3f}<extra></extra>"))
-        layout[f"xaxis{suffix}"] = token_axis(tokens, label_every(len(tokens), BAR_LABELS), anchor=f"y{suffix}",
+        layout[f"xaxis{suffix}"] = token_axis(tokens, anchor=f"y{suffix}",
                                               tickfont=TICK_FONT)
         layout[f"yaxis{suffix}"] = dict(domain=[max(top - height, 0), top], range=[0, 1.2], anchor=f"x{suffix}",
                                         title=dict(text="p"))
@@ -84,7 +84,7 @@ def log_prob_change_figure(tokens: list[str], change: np.ndarray, title: str) ->
     return plain_figure([bars], dict(
         title=title_layout([title]), height=280 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room([title]), b=10),
         plot_bgcolor="white", uniformtext=dict(minsize=8, mode="hide"),
-        xaxis=token_axis(tokens, label_every(len(tokens), BAR_LABELS), automargin=True, tickfont=TICK_FONT),
+        xaxis=token_axis(tokens, automargin=True, tickfont=TICK_FONT),
         yaxis=dict(range=[-span, span], title=dict(text="Δ log-probability"), zeroline=True),
     ))
 
@@ -182,7 +182,7 @@ def source_share_figure(tokens: list[str], shares: np.ndarray) -> PlainFigure:
     return plain_figure([bars], dict(
         title=title_layout([title]), height=280 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room([title]), b=10),
         plot_bgcolor="white", uniformtext=dict(minsize=8, mode="hide"),
-        xaxis=token_axis(tokens, label_every(len(tokens), BAR_LABELS), automargin=True, tickfont=TICK_FONT),
+        xaxis=token_axis(tokens, automargin=True, tickfont=TICK_FONT),
         yaxis=dict(range=[0, 1.15], title=dict(text="source share")),
         shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=LOW_SOURCE_SHARE, y1=LOW_SOURCE_SHARE,
                      line=dict(color="#999", dash="dot", width=1))],
@@ -228,7 +228,7 @@ def attribution_figure(source_tokens: list[str], target_tokens: list[str], sourc
     return plain_figure([bars], dict(
         title=title_layout(title), height=300 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room(title), b=10),
         plot_bgcolor="white", uniformtext=dict(minsize=8, mode="hide"),
-        xaxis=token_axis(tokens, label_every(len(tokens), BAR_LABELS), automargin=True, tickfont=TICK_FONT),
+        xaxis=token_axis(tokens, automargin=True, tickfont=TICK_FONT),
         yaxis=dict(range=[-span if (values < 0).any() else 0, span], title=dict(text=value_label), zeroline=True),
         shapes=[dict(type="line", xref="x", yref="paper", x0=len(source_tokens) - 0.5, x1=len(source_tokens) - 0.5,
                      y0=0, y1=1, line=dict(color="#999", dash="dot", width=1))],

@@ -69,9 +69,11 @@
     return figure;
   }
 
-  // A heatmap's width per key (an upright label of 10 px) and beside its keys (the row labels and the colour bar).
+  // A heatmap's width per key (an upright label of 10 px) and beside its keys (the row labels and the colour bar); a
+  // bar chart's beside its bars (the y axis and its title).
   const KEY_PX = 12;
   const HEATMAP_SIDES = 190;
+  const BAR_SIDES = 80;
   const GRID_PX = 720; // viz/attention.py GRID_PX: its panels label as many keys as fit them
 
   // Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
@@ -102,11 +104,13 @@
     }
     const figure = JSON.parse(json); // a step works on a copy: the JSON as sent stays whole for the next step
     const meta = figure.layout.meta || {};
-    // A heatmap of one map names every key: it is drawn at least wide enough for them; a grid of maps (the model
-    // view, two models compared) as wide as a laptop draws it, its labels apart. (Its box scrolls sideways.)
+    // A heatmap of one map, and a bar chart, name every key: they are drawn at least wide enough for them; a grid of
+    // maps (the model view, two models compared) as wide as a laptop draws it, its labels apart. (Its box scrolls
+    // sideways.)
     const [first] = figure.data;
-    const heatmap = first && first.type === "heatmap";
-    const least = !heatmap ? 0 : figure.layout.xaxis2 ? GRID_PX : KEY_PX * first.x.length + HEATMAP_SIDES;
+    const keys = first && first.x ? first.x.length : 0;
+    const least = first?.type === "bar" ? KEY_PX * keys + BAR_SIDES
+      : first?.type !== "heatmap" ? 0 : figure.layout.xaxis2 ? GRID_PX : KEY_PX * keys + HEATMAP_SIDES;
     target.style.minWidth = least ? `${least}px` : "";
     const steps = meta.titles ? meta.titles.length : meta.bars ? meta.bars.length : 0;
     const t = steps ? Math.min(Math.max(Math.round(inspector.step) || 1, 1), steps) - 1 : 0;
