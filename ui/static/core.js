@@ -45,10 +45,12 @@ function update() {
     inspector.steps = shown.steps.length;
     stepLine();
   }
+  // The heatmap at once, the candidates once the browser has painted it (as on a step, below).
   for (const name of ["attention", "candidates"]) {
     if (name in value && value[name] !== shown[name]) {
       shown[name] = value[name];
-      drawFigure(name);
+      if (name === "attention") drawFigure(name);
+      else figures.redrawn("bars", () => drawFigure(name));
     }
   }
 }
