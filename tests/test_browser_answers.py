@@ -255,7 +255,8 @@ def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_
 
 def test_a_sentence_typed_but_not_translated_says_so_under_the_box(page, services):
     """While the box holds a sentence other than the one translated, a line under it says that the view and the
-    tabs still show the one before; translating it (or typing the translated one back) takes the line away."""
+    tabs still show the one before; translating it (or typing the translated one back) takes the line away, and a
+    sentence Translate refused is said to be refused, not waiting for Translate."""
     translate(page, services, SENTENCE)
     assert page.locator("#untranslated").is_hidden()
     page.fill("#source textarea", "A dog runs in the park.")
@@ -269,3 +270,8 @@ def test_a_sentence_typed_but_not_translated_says_so_under_the_box(page, service
     translate(page, services, "A dog runs in the park.")
     page.wait_for_timeout(200)
     assert page.locator("#untranslated").is_hidden()
+    page.fill("#source textarea", "dog " * 600)  # over the 2,000-character limit: refused, and the line says so
+    page.click("#translate")
+    page.wait_for_function("""() => document.querySelector('#untranslated')?.textContent
+        .startsWith('Not translated: the status line says why.')""", timeout=15000)
+    assert page.locator("#untranslated").is_visible()

@@ -80,6 +80,11 @@
   inspector.said = (text, { always = false } = {}) => {
     text = String(text || "");
     document.querySelector("#stop-measure")?.classList.toggle("computing", text.startsWith("Computing"));
+    // A sentence Translate refused (too long, say: ui/operations.py `translate`): the line under the box says so.
+    if (text.includes("The translation on screen is still that of")) {
+      refused = document.querySelector("#source textarea")?.value.trim() ?? null;
+      edited();
+    }
     // A large model's translation is computed by a queued event of its own, with progress (ui/operations.py
     // TRANSLATING): Translate only said so.
     if (text.startsWith("Computing the translation with")) document.querySelector("#translate-queued")?.click();
@@ -100,10 +105,10 @@
     clearTimeout(hideLater);
     hideLater = setTimeout(() => { bar.hidden = true; }, 10000);
   };
-  // A sentence typed but not translated yet: the view and the tabs still show the one before, and say so under
-  // the box (ui/static/core.js keeps the sentence translated).
-  const untranslated = Object.assign(document.createElement("div"), { id: "untranslated", hidden: true,
-    textContent: "Not translated yet: press Translate. The view and the tabs show the sentence translated before." });
+  // A sentence typed but not translated yet, or refused: the view and the tabs still show the one before, and say
+  // so under the box (ui/static/core.js keeps the sentence translated).
+  let refused = null;
+  const untranslated = Object.assign(document.createElement("div"), { id: "untranslated", hidden: true });
   const edited = () => {
     const field = document.querySelector("#source textarea");
     if (!field) return;
@@ -113,6 +118,9 @@
     }
     const typed = field.value.trim();
     untranslated.hidden = inspector.sentence === undefined || !typed || typed === inspector.sentence.trim();
+    untranslated.textContent = typed === refused
+      ? "Not translated: the status line says why. The view and the tabs show the sentence translated before."
+      : "Not translated yet: press Translate. The view and the tabs show the sentence translated before.";
   };
   document.addEventListener("input", (event) => { if (event.target.closest?.("#source")) edited(); });
   document.addEventListener("attention-inspector-sentence", () => requestAnimationFrame(edited));
