@@ -85,7 +85,8 @@ def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
         (figure, table), said, _ = explanations_integrated(events.services, session, 2)  # then every method
         assert said.startswith(f'Step 2, "{session.trace.target_tokens[1]}": most faithful here')
         curves = json.loads(figure)["data"]
-        assert len(curves) == 2 * methods and curves[0]["x"] == ["1", "2", "3", "20%", "50%"]
+        removable = len(session.trace.source_tokens) - 1  # 7 words and "." before <eos>: 20% is 2 tokens, 50% 4
+        assert removable == 7 and len(curves) == 2 * methods and curves[0]["x"] == ["1", "2", "3", "20% (2)", "50% (4)"]
         rows = table["rows"]
         assert table["headers"] == ["method", *(row[0] for row in rows)]
         names = {curve["name"] for curve in curves}  # every method in words, never its code name

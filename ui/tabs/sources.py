@@ -9,7 +9,7 @@ import gradio as gr
 
 from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
 from model.explain.faithfulness import (KS, METHOD_LABELS, StepFaithfulness, Told, integrated_faithfulness, k_label,
-                                        quick_faithfulness)
+                                        quick_faithfulness, removable_count)
 from model.nets.seq2seq import Seq2Seq
 from model.text.words import WORDS, summed, words
 from ui.listeners import Stopped, on, tab_answer
@@ -144,7 +144,11 @@ def faithfulness_answer(session: Session, step: int, measured: StepFaithfulness,
     `coming` where integrated gradients are not measured yet)."""
     chosen = session.trace.target_tokens[step - 1]
     note = " (measured with every head on)" if session.current.mask else ""
-    figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, list(map(k_label, KS)),
+    removable = len(next(iter(measured.scores.values()))) - 1  # the final <eos> stays
+    # A fraction of the sentence says how many tokens it is here ("20% (2)"): on a short sentence it can be fewer
+    # than 3, and the curve turns back.
+    ks = [k_label(k) + ("" if isinstance(k, int) else f" ({removable_count(k, removable)})") for k in KS]
+    figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, ks,
                                  f'which explanation to trust for step {step}, "{chosen}"', METHOD_LABELS)
     methods = list(measured.scores)
     rho = measured.rank_correlation()
