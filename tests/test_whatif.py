@@ -102,7 +102,7 @@ def test_branching_with_the_greedy_token_reproduces_the_original(events, service
         assert "already chooses" in out["status"] and "translation" not in out
 
 
-def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_origin(events, services):
+def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_origin(events, services, monkeypatch):
     session = translated(events)
     original = session.trace
     step = 3
@@ -136,6 +136,16 @@ def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_or
     forked = events.run(operations.branch, back["session"], original.top_tokens[1][1], view=at(2))
     assert len(forked["session"].decodings) == 2 and forked["session"].current.chosen == 1
     assert "replaces the 2 decodings that followed original" in forked["status"]
+    assert "far from any word" not in out["status"]  # a candidate: likely enough to say nothing of it
+    # A word the model can write but all but never would: the status says how unlikely it is.
+    translator = services.translators[MODEL]
+    prefix = original.target_tokens[:step - 1]
+    word, chosen = min(((token, float(translator.trace(SENTENCE, force=prefix + [token]).trace.probabilities[step - 1]))
+                        for token in translator.tgt_vocab.itos[4:]), key=lambda pair: pair[1])
+    unlikely = f'The model gives "{word}" p = {chosen:.1e} here: far from any word it would write.'
+    assert (unlikely in events.run(operations.branch, session, word, view=at(step))["status"]) == (chosen < 1e-3)
+    monkeypatch.setattr(operations, "UNLIKELY", 2 * chosen)  # the toy model spreads its probabilities: as if lower
+    assert unlikely in events.run(operations.branch, session, word, view=at(step))["status"]
 
 
 def test_a_branch_needs_a_word_the_model_can_emit(events):

@@ -348,6 +348,9 @@ def go_to(services: Services, session: Session, index: object) -> tuple[Session,
     return session.with_view(session.view), f"Showing {session.current.name}."
 
 
+UNLIKELY = 1e-3  # a branch's word below this probability is said to be far from any the model would write
+
+
 @operation
 def branch(services: Services, session: Session, word: object, told: Told | None = None) -> tuple[Session, str]:
     """Make the decoding on screen choose `word` at the step on screen and decode greedily from there (`told`: each
@@ -368,8 +371,11 @@ def branch(services: Services, session: Session, word: object, told: Told | None
     replaced = len(session.decodings) - session.shown - 1
     change = float(np.log(new.trace.probabilities).sum() - np.log(decoding.trace.probabilities).sum())
     session = session.followed_by(new).with_view(replace(session.view, step=t + 1, measure=WEIGHTS))
+    chosen = float(new.trace.probabilities[t])
+    unlikely = (f" The model gives \"{word}\" p = {chosen:.1e} here: far from any word it would write."
+                if chosen < UNLIKELY else "")
     return session, (f"Branch: step {t + 1} chooses \"{word}\" instead of \"{was}\", then greedy decoding goes on. "
-                     f"Its log-probability differs from {decoding.name}'s by {change:+.2f}."
+                     f"Its log-probability differs from {decoding.name}'s by {change:+.2f}.{unlikely}"
                      + (f" It replaces the {plural(replaced, 'decoding')} that followed {decoding.name}."
                         if replaced else ""))
 
