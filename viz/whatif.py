@@ -239,6 +239,10 @@ FAITHFULNESS_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "
 CONTROL = "random"  # model/explain/faithfulness.py's control ranking: drawn grey and dotted
 
 
+MARKERS = ("circle-open", "square-open", "diamond-open", "triangle-up-open", "x", "cross", "star-open",
+           "triangle-down-open")
+
+
 def faithfulness_figure(comprehensiveness: dict[str, np.ndarray], sufficiency: dict[str, np.ndarray],
                         ks: list[str], title: str, labels: dict[str, str] | None = None) -> PlainFigure:
     """Each method's deletion curves side by side: comprehensiveness (the word's log-probability lost when the top
@@ -249,15 +253,18 @@ def faithfulness_figure(comprehensiveness: dict[str, np.ndarray], sufficiency: d
         method = (labels or {}).get(key, key)
         line = dict(color="#7f7f7f", dash="dot") if key == CONTROL else \
             dict(color=FAITHFULNESS_COLOURS[index % len(FAITHFULNESS_COLOURS)])
+        # Methods that rank alike draw the same curve: a marker of its own shows each one under the other.
+        marker = dict(symbol=MARKERS[index % len(MARKERS)], size=9 - index % 3 * 2)
         for axis, values, shown in (("", comprehensiveness[key], True), ("2", sufficiency[key], False)):
             data.append(dict(type="scatter", mode="lines+markers", x=ks, y=np.round(values, 4).tolist(),
                              name=escape_text(method), legendgroup=method, showlegend=shown,
-                             line=line, xaxis=f"x{axis}", yaxis=f"y{axis}",
-                             hovertemplate=escape_text(method) + " k=%{x}: %{y:+.3f}<extra></extra>"))
+                             line=line, marker=marker, xaxis=f"x{axis}", yaxis=f"y{axis}",
+                             hovertemplate=escape_text(method) + ": %{y:+.3f}<extra></extra>"))
     lines = [title, "left: comprehensiveness (higher: more faithful); right: sufficiency (lower: more faithful)"]
     return plain_figure(data, dict(
         title=title_layout(lines), height=360 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room(lines), b=10),
         plot_bgcolor="white", legend=dict(orientation="h", y=-0.2),
+        hovermode="x unified",  # every method's value at a k in one box, those drawn under another's too
         xaxis=dict(domain=[0, 0.46], type="category", title=dict(text="top k source tokens removed")),
         xaxis2=dict(domain=[0.54, 1], type="category", title=dict(text="only the top k kept")),
         yaxis=dict(title=dict(text="log-probability lost"), zeroline=True, anchor="x"),
