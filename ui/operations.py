@@ -18,6 +18,7 @@ from model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, HEA
                         INTEGRATED_GRADIENTS, KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT,
                         SALIENCY, VALUE_NORM, WEIGHTS, head_name, parse_head_name)
 from model.serving.translator import InputError, TracedTranslation
+from model.text.hub_tokenizer import LANGUAGE_NAMES
 from model.text.words import words
 from ui.services import Services
 from ui.session import NOTHING_YET, Beam, Comparison, Decoding, MaskEffect, Pending, Session, View, to_arrays
@@ -85,9 +86,6 @@ def operation(function):
         except InputError as error:
             return session, str(error)
     return run
-
-
-LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French"}  # the shipped models' languages
 
 
 def translate_status(traced: TracedTranslation, kinds: list[str], trained: list[int] | None = None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from model.hub.hub_checks import ConversionError
 from model.serving.checkpoint import CheckpointError, read_json
-from model.text.hub_tokenizer import M2M100_LANGUAGES, T5_LANGUAGES, Languages
+from model.text.hub_tokenizer import LANGUAGE_NAMES, M2M100_LANGUAGES, Languages
 from model.text.vocab import SPECIALS
 
 
@@ -95,8 +95,8 @@ def t5_languages(config: dict, src_lang: str | None, tgt_lang: str | None) -> La
         if pair and isinstance(params, dict) and isinstance(params.get("prefix"), str):
             prompts[pair.groups()] = params["prefix"]
     if not prompts:
-        prompts = {("en", target): f"translate English to {T5_LANGUAGES[target]}: " for target in ("de", "fr", "ro")}
-    codes = {code: T5_LANGUAGES.get(code, code) for pair in prompts for code in pair}
+        prompts = {("en", target): f"translate English to {LANGUAGE_NAMES[target]}: " for target in ("de", "fr", "ro")}
+    codes = {code: LANGUAGE_NAMES.get(code, code) for pair in prompts for code in pair}
     default = ("en", "de") if ("en", "de") in prompts else min(prompts)
     pair = (src_lang or default[0], tgt_lang or default[1])
     if pair not in prompts:

@@ -90,8 +90,9 @@ M2M100_LANGUAGES = {
 }
 
 
-# The languages of T5's translation prompts ("translate English to German: ").
-T5_LANGUAGES = {"en": "English", "de": "German", "fr": "French", "ro": "Romanian"}
+# Languages by name: those of T5's translation prompts ("translate English to German: "), as the prompts spell
+# them, and of the shipped checkpoints (the page names a model's language).
+LANGUAGE_NAMES = {"cs": "Czech", "de": "German", "en": "English", "fr": "French", "ro": "Romanian"}
 
 
 @dataclass(frozen=True)
