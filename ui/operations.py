@@ -156,9 +156,10 @@ def translate(services: Services, session: Session | None, model: object, text: 
                     f"model.analysis.heads --checkpoint <its folder> --split val finds its best-aligning head.")
     new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
-    trained = services.card(model).metrics.get("training", {}).get("source_tokens")
-    reads = None if services.card(model).languages else services.card(model).source_language
-    return new, translate_status(traced, trace.available(), trained, reads) + said
+    card = services.card(model)
+    trained = card.metrics.get("training", {}).get("source_tokens")
+    return new, translate_status(traced, trace.available(), trained, None if card.languages else card.source_language
+                                 ) + said
 
 
 def head_words(head: int | str) -> str:
