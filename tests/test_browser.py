@@ -438,6 +438,38 @@ def test_the_view_controls_sit_right_above_the_heatmap(page, services):
     assert boxes["attention"]["top"] < 900 - 250  # at 1400x900 the heatmap starts on the first screen
 
 
+# Logs which plot Plotly draws in which animation frame (`window.drawnIn`), counting frames from now.
+LOG_DRAWS = """() => {
+    window.frame = 0;
+    const tick = () => { window.frame++; requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+    window.drawnIn = [];
+    window.plotlyReact = window.plotlyReact || Plotly.react;
+    Plotly.react = function (gd, ...rest) {
+        window.drawnIn.push([gd.closest('#attention, #probabilities')?.id, window.frame]);
+        return window.plotlyReact.call(this, gd, ...rest);
+    };
+}"""
+
+
+def test_a_plot_out_of_sight_is_drawn_once_the_heatmap_is_painted(page, services):
+    """On a laptop's screen the translation's probability chart is below the first screen: it is drawn after the
+    browser has painted the heatmap, which it would otherwise delay by its own drawing (about a third of a
+    translation's time on the page)."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    try:
+        page.wait_for_function("() => window.Plotly", timeout=60000)
+        page.evaluate(LOG_DRAWS)
+        translate(page, services, "A man in a blue shirt is standing on a ladder.")
+        page.wait_for_function("() => window.drawnIn.some(([id]) => id === 'probabilities')", timeout=15000)
+        drawn = dict(reversed(page.evaluate("() => window.drawnIn")))  # each plot's first drawing
+        assert page.evaluate("() => document.querySelector('#probabilities').getBoundingClientRect().top") > 900
+        assert drawn["probabilities"] > drawn["attention"]
+    finally:
+        page.evaluate("() => { Plotly.react = window.plotlyReact; }")
+        page.set_viewport_size({"width": 1400, "height": 2200})
+
+
 def test_a_plot_in_a_tab_opened_later_fills_its_box(page, services):
     """Drawn while its tab was hidden, the comparison chart is fitted to its box when the tab opens."""
     translate(page, services, "A man plays with a red ball in the park.")

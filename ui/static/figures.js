@@ -127,12 +127,17 @@
     }).observe(box);
   }
 
+  // `work` once the browser has painted what it is about to (the next frame), so that it does not delay it.
+  function afterPaint(work) {
+    requestAnimationFrame(() => setTimeout(work));
+  }
+
   // What a drawn figure does on a new step (`draw`'s answer): a heatmap is redrawn at once, a bar chart once the
   // browser has painted the heatmaps, any other figure stays as it is.
   function redrawn(steps, redraw) {
     if (steps === "heatmap") redraw();
-    else if (steps === "bars") requestAnimationFrame(() => setTimeout(redraw));
+    else if (steps === "bars") afterPaint(redraw);
   }
 
-  inspector.figures = { draw, fitting, redrawn };
+  inspector.figures = { afterPaint, draw, fitting, redrawn };
 })();

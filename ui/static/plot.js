@@ -9,7 +9,11 @@ function draw() {
   steps = figures.draw(element.querySelector(".plot"), props.value);
 }
 
-watch("value", draw);
+// A new value is drawn at once where the user sees the plot; out of sight (below the core view, as the
+// translation's probabilities are), once the browser has painted what is in sight.
+let inSight = false;
+new IntersectionObserver(([entry]) => { inSight = entry.isIntersecting; }).observe(element);
+watch("value", () => (inSight ? draw() : figures.afterPaint(draw)));
 document.addEventListener("attention-inspector-step", () => figures.redrawn(steps, draw));
 figures.fitting(element);
 draw();
