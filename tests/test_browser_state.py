@@ -64,6 +64,36 @@ def test_a_slow_measure_never_draws_the_last_model_over_the_next(page, services,
     assert steps_in(title(page)) == len(mine.target_tokens)
 
 
+def test_a_slow_measures_progress_shows_beside_stop_over_nothing(page, services, monkeypatch):
+    """Integrated gradients at every step (made slow here): Gradio's progress bar shows in the row of Stop, above
+    the heatmap; drawn over the core view, it covered the translation and the status line."""
+    translator = services.translators[MODEL]
+    computed = translator.attributions
+
+    def slow(*args, progress=None, **options):
+        def told(done, total):
+            time.sleep(0.3)
+            if progress is not None:
+                progress(done, total)
+        return computed(*args, progress=told, **options)
+    monkeypatch.setattr(translator, "attributions", slow)
+    translate(page, services, LONG)
+    choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
+    page.wait_for_function(
+        "() => /step \\d+ of/.test(document.querySelector('#progress .progress-level')?.textContent)", timeout=15000)
+    boxes = page.evaluate("""() => Object.fromEntries(['#progress [data-testid=status-tracker]', '#progress',
+        '#stop-measure', '#translation', '#status', '#attention'].map(
+            selector => [selector, document.querySelector(selector).getBoundingClientRect().toJSON()]))""")
+    bar, row = boxes["#progress [data-testid=status-tracker]"], boxes["#progress"]
+    assert row["top"] <= bar["top"] and bar["bottom"] <= row["bottom"] + 1
+    assert boxes["#translation"]["bottom"] < bar["top"] and boxes["#status"]["bottom"] < bar["top"]
+    assert bar["bottom"] <= boxes["#attention"]["top"]
+    assert abs(boxes["#stop-measure"]["top"] - row["top"]) < 20  # beside Stop
+    page.click("#stop-measure")
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Stopped')",
+                           timeout=15000)
+
+
 def test_of_quick_translations_the_last_one_stays(page, services, monkeypatch):
     """Four sentences translated in quick succession, the first made slow (its answer comes last): the box and the
     translation are the fourth's."""

@@ -490,11 +490,11 @@ def wire(page: Page, services: Services) -> None:
     page.translate_queued.click(translate_event(page, services), [page.session, page.model, page.source,
                                                                   *settings(page)],
                                 decoding_outputs(page), api_visibility="private", show_progress="minimal",
-                                show_progress_on=[page.core], **services.trace_queue)
+                                show_progress_on=[page.progress], **services.trace_queue)
     # The same for a large model's what-if action (a branch, heads off, the beam, a comparison): the action said at
     # once that it is computing, and left itself pending in the session.
     page.later_queued.click(later_event(page, services), [page.session, *settings(page)], session_outputs(page),
-                            api_visibility="private", show_progress="minimal", show_progress_on=[page.core],
+                            api_visibility="private", show_progress="minimal", show_progress_on=[page.progress],
                             **services.trace_queue)
     on(page, services, [page.model.input], translate_or_example, [page.model, page.source], ["switch_model"],
        outputs=session_outputs(page), queued=False)
@@ -521,7 +521,7 @@ def wire(page: Page, services: Services) -> None:
         if control is page.measure:
             changed.then(measure_event(page, services), [page.session, *settings(page)],
                          view_outputs(page, writes=False, words=False),
-                         api_visibility="private", show_progress="minimal", show_progress_on=[page.core],
+                         api_visibility="private", show_progress="minimal", show_progress_on=[page.progress],
                          **services.trace_queue)
     on(page, services, [page.stop_measure.click], operations.stop_measure, [], ["stop_measure"],
        outputs=view_outputs(page, words=False), queued=False)

@@ -75,11 +75,11 @@
     box.dispatchEvent(new Event("input", {bubbles: true}));
   }
   setTimeout(() => {
-    if (!(inspector.revision > 0)) document.querySelector("#stop-measure")?.classList.add("computing");
+    if (!(inspector.revision > 0)) document.querySelector("#computing")?.classList.add("computing");
   }, 1000);
   inspector.said = (text, { always = false } = {}) => {
     text = String(text || "");
-    document.querySelector("#stop-measure")?.classList.toggle("computing", text.startsWith("Computing"));
+    document.querySelector("#computing")?.classList.toggle("computing", text.startsWith("Computing"));
     // A sentence Translate refused (too long, say: ui/operations.py `translate`): the line under the box says so.
     if (text.includes("The translation on screen is still that of")) {
       refused = document.querySelector("#source textarea")?.value.trim() ?? null;

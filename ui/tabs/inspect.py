@@ -74,9 +74,12 @@ def build(page: Page, services: Services) -> None:
             # Words merge a word's pieces (model/text/words.py): summed as keys, averaged as queries.
             page.units = gr.Radio([("Pieces", PIECES), ("Words", WORDS)], value=PIECES, label="Units",
                                   elem_id="units", scale=1, min_width=150)
-        # Integrated gradients at every step take seconds: computed with progress, and this gives them up.
-        # Shown only while they are computed (ui/static/page.js, from the status line).
-        page.stop_measure = gr.Button("Stop computing", size="sm", elem_id="stop-measure", min_width=60)
+        # Integrated gradients at every step, and a large model's work, take seconds: their progress shows here,
+        # above the heatmap and beside the button that gives them up, in a row shown only while they are computed
+        # (ui/static/page.js, from the status line).
+        with gr.Row(equal_height=True, elem_id="computing"):
+            page.progress = gr.HTML("", elem_id="progress", scale=4, min_width=160, padding=False)
+            page.stop_measure = gr.Button("Stop computing", size="sm", elem_id="stop-measure", scale=0, min_width=160)
     with gr.Row(equal_height=True):
         page.breadcrumb = gr.Radio([], label="Decodings of this sentence, each made from the one before it (choose "
                                    "one to show it)", elem_id="breadcrumb", visible=False, scale=3)
