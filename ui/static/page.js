@@ -46,8 +46,8 @@
   };
   // The status line where the user looks: while the one at the top is out of sight (the user is down in a tab),
   // each new status shows in the window's top right corner too, as text, until clicked or for 10 s; `always`:
-  // whether or not (the server's "busy", ui/static/busy.js). "Stop computing" shows under the heatmap while
-  // integrated gradients are computed. (`said` is called on every change of the status line.)
+  // whether or not (the server's "busy", ui/static/busy.js). "Stop computing" and the progress show above the
+  // heatmap while something slow is computed. (`said` is called on every change of the status line.)
   const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
   const bar = Object.assign(document.createElement("div"), { id: "status-bar", hidden: true });
   bar.setAttribute("role", "status");
@@ -65,6 +65,20 @@
       if (statusInView) bar.hidden = true;
     }).observe(box);
   };
+  // A contrast word (why this word and not that one) is a candidate of one step of one decoding: on another step
+  // or decoding, the box empties (kept, it asked about a word the step may not even consider).
+  let contrastOf = null;
+  const contrastFor = () => {
+    const at = `${inspector.decoding}:${inspector.step}`;
+    const field = document.querySelector("#attribution-contrast textarea, #attribution-contrast input");
+    if (field?.value && contrastOf !== null && contrastOf !== at) {
+      field.value = "";
+      field.dispatchEvent(new Event("input", {bubbles: true}));
+    }
+    contrastOf = at;
+  };
+  document.addEventListener("attention-inspector-step", contrastFor);
+  document.addEventListener("attention-inspector-decoding", contrastFor);
   // The page's first answer (a link's translation, or the first example's) takes seconds with a large model: a
   // link's sentence shows in the box at once, and Stop shows once a second has passed with no answer
   // (ui/static/core.js keeps the revision drawn).
