@@ -284,7 +284,7 @@ def test_click_a_candidate_to_branch_and_switch_a_head_off(page, services):
     page.wait_for_function("() => document.querySelector('#mask-effect .js-plotly-plot')")
     assert " ".join(masked.target_tokens) in " ".join(page.locator("#masked-translation").inner_text().split())
     page.get_by_label("original").check()
-    status_starts(page, "Showing original")
+    status_starts(page, "Showing the greedy translation")
     assert page.locator("#translation textarea").input_value() == translator.trace(text).text
 
 

@@ -118,7 +118,7 @@ def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_or
     marks = out["comparison"]
     assert (f"{word} ", FORCED) in marks and out["comparison_plot"] is not None
     assert f'chooses "{word}" instead of "{original.target_tokens[step - 1]}"' in out["status"]
-    assert "differs from original's by" in out["status"]  # a difference of log-probabilities, said as one
+    assert "differs from that of the greedy translation by" in out["status"]  # a difference of log-probabilities, said as one
     # The slider anew where its length changed; its value alone is not sent back where it is the step the page
     # sent (the branched one): the view stays there.
     slider = out.get("step", step)
@@ -135,7 +135,7 @@ def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_or
     assert len(back["session"].decodings) == 3
     forked = events.run(operations.branch, back["session"], original.top_tokens[1][1], view=at(2))
     assert len(forked["session"].decodings) == 2 and forked["session"].current.chosen == 1
-    assert "replaces the 2 decodings that followed original" in forked["status"]
+    assert "replaces the 2 decodings that followed the greedy translation" in forked["status"]
     assert "far from any word" not in out["status"]  # a candidate: likely enough to say nothing of it
     # A word the model can write but all but never would: the status says how unlikely it is.
     translator = services.translators[MODEL]

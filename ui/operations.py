@@ -21,7 +21,7 @@ from model.serving.translator import InputError, TracedTranslation
 from model.text.hub_tokenizer import LANGUAGE_NAMES
 from model.text.words import words
 from ui.services import Services
-from ui.session import NOTHING_YET, Beam, Comparison, Decoding, MaskEffect, Pending, Session, View, to_arrays
+from ui.session import NOTHING_YET, ORIGINAL, Beam, Comparison, Decoding, MaskEffect, Pending, Session, View, to_arrays
 from viz.views import TraceArrays
 from viz.whatif import beam_step_rows, n_best_rows
 
@@ -154,7 +154,7 @@ def translate(services: Services, session: Session | None, model: object, text: 
         if not services.card(model).head_report.get("heads"):
             said = (f" {model} has no head report yet, so it opens on its last layer's mean; python -m "
                     f"model.analysis.heads --checkpoint <its folder> --split val finds its best-aligning head.")
-    new = Session(model, str(text), (Decoding("original", trace, traced.text),), view=view.normalize(trace),
+    new = Session(model, str(text), (Decoding(ORIGINAL, trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
     card = services.card(model)
     trained = card.metrics.get("training", {}).get("source_tokens")
@@ -344,7 +344,7 @@ def go_to(services: Services, session: Session, index: object) -> tuple[Session,
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(session.decodings):
         return session, f"There is no decoding {shown(index)} of this sentence."
     session = replace(session, shown=index)
-    return session.with_view(session.view), f"Showing {session.current.name}."
+    return session.with_view(session.view), f"Showing {session.current.called}."
 
 
 UNLIKELY = 1e-3  # a branch's word below this probability is said to be far from any the model would write
@@ -374,8 +374,8 @@ def branch(services: Services, session: Session, word: object, told: Told | None
     unlikely = (f" The model gives \"{word}\" p = {chosen:.1e} here: far from any word it would write."
                 if chosen < UNLIKELY else "")
     return session, (f"Branch: step {t + 1} chooses \"{word}\" instead of \"{was}\", then greedy decoding goes on. "
-                     f"Its log-probability differs from {decoding.name}'s by {change:+.2f}.{unlikely}"
-                     + (f" It replaces the {plural(replaced, 'decoding')} that followed {decoding.name}."
+                     f"Its log-probability differs from that of {decoding.called} by {change:+.2f}.{unlikely}"
+                     + (f" It replaces the {plural(replaced, 'decoding')} that followed {decoding.called}."
                         if replaced else ""))
 
 
@@ -391,7 +391,7 @@ def set_mask(services: Services, session: Session, mask: object, told: Told | No
     mask = tuple(sorted(set(mask)))
     if mask == base.mask:  # every head the base ran with is on again: back to it
         session = replace(session, decodings=session.decodings[:base_index + 1], shown=base_index)
-        return session.with_view(session.view), f"All heads of {base.name} on again."
+        return session.with_view(session.view), f"All heads of {base.called} on again."
     traced = services.trace(session.model, session.source, list(base.force), list(mask), **session.direction,
                             told=told)
     scored = services.translators[session.model].score(session.source, base.trace.target_tokens, list(mask),
@@ -405,7 +405,7 @@ def set_mask(services: Services, session: Session, mask: object, told: Told | No
     session = session.with_view(replace(session.view, measure=WEIGHTS))
     same = new.trace.target_tokens == base.trace.target_tokens
     return session, (f"{plural(len(mask), 'head')} off: the translation " + ("does not change" if same else "changes")
-                     + f"; the log-probability of {base.name}'s tokens changes by {change.sum():+.2f} in all (the "
+                     + f"; the log-probability of the tokens of {base.called} changes by {change.sum():+.2f} in all (the "
                      "Switch heads off tab shows each token's change).")
 
 

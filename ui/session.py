@@ -21,6 +21,7 @@ from model.text.words import PIECES, UNITS
 from viz.views import TraceArrays
 
 NOTHING_YET = "Translate a sentence first: there is nothing to show or change yet."
+ORIGINAL = "original"  # the greedy translation's name among a sentence's decodings (the breadcrumb's first)
 
 
 def to_arrays(traced: TracedTranslation, mask: list[str] | None = None) -> TraceArrays:
@@ -111,6 +112,11 @@ class Decoding:
     # Which explanation to trust's first answer for this decoding (the step, 1-based, and its measures), which the
     # answer with integrated gradients completes (ui/tabs/sources.py).
     faithful: tuple | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def called(self) -> str:
+        """How a message names it: "the greedy translation", or "the decoding “beam #2”"."""
+        return "the greedy translation" if self.name == ORIGINAL else f"the decoding “{self.name}”"
 
 
 @dataclass(frozen=True)

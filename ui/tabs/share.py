@@ -75,7 +75,7 @@ def export_trace(services: Services, session: Session, file_format: object) -> t
                                         if measure in GRADIENTS} or None, patching=decoding.patched)
     path = Path(tempfile.mkdtemp(prefix="trace-")) / f"{file_stem(session)}.{file_format}"
     path.write_bytes(encode(record, file_format))
-    return (str(path),), (f"Trace of {decoding.name} as {file_format.upper()}: {path.stat().st_size / 1000:,.0f} kB"
+    return (str(path),), (f"Trace of {decoding.called} as {file_format.upper()}: {path.stat().st_size / 1000:,.0f} kB"
                           + ("" if not kept else ", with its measures")
                           + ("" if decoding.patched is None else ", with its patching against "
                              f"\"{decoding.patched['counterfactual']}\" at step {decoding.patched['step']}") + ".")

@@ -97,7 +97,7 @@ def measure_sources(services: Services, session: Session) -> tuple[tuple, str]:
     return (figure_json(source_share_figure(trace.target_tokens, shares)),
             figure_json(contribution_figure(measured.decoder, trace.target_tokens, trace.source_tokens,
                                             trace.decoder_tokens))), (
-        f"Contributions of {decoding.name}: {shares.mean():.0%} of each word's prediction came from the source on "
+        f"Contributions of {decoding.called}: {shares.mean():.0%} of each word's prediction came from the source on "
         f"average ({shares.min():.0%} to {shares.max():.0%}).")
 
 
