@@ -118,7 +118,8 @@ def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_or
     marks = out["comparison"]
     assert (f"{word} ", FORCED) in marks and out["comparison_plot"] is not None
     assert f'chooses "{word}" instead of "{original.target_tokens[step - 1]}"' in out["status"]
-    assert "differs from that of the greedy translation by" in out["status"]  # a difference of log-probabilities, said as one
+    # a difference of log-probabilities, said as one
+    assert "differs from that of the greedy translation by" in out["status"]
     # The slider anew where its length changed; its value alone is not sent back where it is the step the page
     # sent (the branched one): the view stays there.
     slider = out.get("step", step)

@@ -405,8 +405,8 @@ def set_mask(services: Services, session: Session, mask: object, told: Told | No
     session = session.with_view(replace(session.view, measure=WEIGHTS))
     same = new.trace.target_tokens == base.trace.target_tokens
     return session, (f"{plural(len(mask), 'head')} off: the translation " + ("does not change" if same else "changes")
-                     + f"; the log-probability of the tokens of {base.called} changes by {change.sum():+.2f} in all (the "
-                     "Switch heads off tab shows each token's change).")
+                     + f"; the log-probability of the tokens of {base.called} changes by {change.sum():+.2f} in all "
+                     "(the Switch heads off tab shows each token's change).")
 
 
 @operation
