@@ -7,6 +7,7 @@ import time
 import pytest
 
 from model.keys import INTEGRATED_GRADIENTS, MEASURE_LABELS, WEIGHTS
+from tests.pages import open_tab
 from tests.test_browser import LONG, MODEL, choose, translate
 
 pytestmark = pytest.mark.slow  # drives a real browser
@@ -125,3 +126,32 @@ def test_the_page_keeps_nothing_of_its_events_in_the_browsers_storage(page, serv
     stored = page.evaluate("() => JSON.stringify(Object.assign({}, localStorage)).length")
     assert stored < 2000 and "ball" not in page.evaluate("() => JSON.stringify(Object.assign({}, localStorage))")
     assert page.locator("footer").get_by_text("Runs").count() == 0
+
+
+# Counts the values Svelte copies as it snapshots components' state (`window.copies`), from now on.
+COUNT_COPIES = """() => {
+    window.copies = 0;
+    window.structuredCloneOwn = window.structuredCloneOwn || window.structuredClone;
+    window.structuredClone = function (...values) { window.copies++; return window.structuredCloneOwn(...values); };
+}"""
+TAB_NAMES = ["Branch and compare", "Switch heads off", "Beam search", "Head statistics", "Compare models",
+             "Counterfactual", "Share and export", "Where each word came from", "Models from the Hub"]
+
+
+def test_a_translation_costs_the_page_no_more_once_every_tab_has_been_opened(page, services):
+    """Gradio's frontend copies the state of every component an event has shown progress on, and of all inside it,
+    at each event's every status. The page's load showed it on the tabs: once every tab had been opened (its
+    components drawn), each translation copied all of them, and the page got slower with use."""
+    translate(page, services, "A man plays.")
+    page.evaluate(COUNT_COPIES)
+    translate(page, services, "A dog runs in the park.")
+    fresh = page.evaluate("() => window.copies")
+    for name in TAB_NAMES:
+        open_tab(page, name)
+        page.wait_for_timeout(200)
+    page.evaluate(COUNT_COPIES)
+    translate(page, services, "A woman sings a song.")
+    used = page.evaluate("() => window.copies")
+    page.evaluate("() => { window.structuredClone = window.structuredCloneOwn; }")
+    open_tab(page, "Branch and compare")
+    assert used < 1.2 * fresh + 50, (fresh, used)

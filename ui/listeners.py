@@ -509,7 +509,8 @@ def wire(page: Page, services: Services) -> None:
     def visit(state, request: gr.Request, progress=gr.Progress()) -> dict:  # Gradio hands both in
         return first_visit(page, services, state, request, progress)
     page.demo.load(visit, page.session, [*session_outputs(page), page.tabs, page.counterfactual],
-                   api_name="first_visit", api_visibility=PAGE_EVENT, **services.trace_queue)
+                   api_name="first_visit", api_visibility=PAGE_EVENT, show_progress="minimal",
+                   show_progress_on=[page.progress], **services.trace_queue)
 
     # A view change reads the user's stored trace (a few ms): the view's settings are the change. Integrated
     # gradients chosen are drawn with the weights at once, then computed step by step with progress, and can be

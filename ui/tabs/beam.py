@@ -45,4 +45,4 @@ def wire(page: Page, services: Services) -> None:
     def clicked(state, kind, layer, head, measure, step, model_view, units, revision, selected: gr.SelectData):
         return run(state, selected, kind, layer, head, measure, step, model_view, units, revision)
     page.n_best.select(clicked, [page.session, *settings(page)], decoding_outputs(page), api_visibility="private",
-                       **services.trace_queue)
+                       show_progress="minimal", show_progress_on=[page.progress], **services.trace_queue)
