@@ -19,6 +19,17 @@ SRC = [5, 6, 7, 8, 9, 10, 11, EOS_ID]
 TGT = [12, 13, 14, EOS_ID]
 
 
+def test_the_deletion_curves_count_tokens_removed_in_order_each_count_once():
+    """A fraction of the sentence comes to as many tokens as a whole number on a short sentence: one point, named
+    both ways, never drawn again after a larger one (the curve went back)."""
+    from model.explain.faithfulness import KS
+    from ui.tabs.sources import k_axis
+
+    assert k_axis(3) == (["1 (20%)", "2 (50%)", "3"], [0, 1, 2])
+    assert k_axis(10) == (["1", "2 (20%)", "3", "5 (50%)"], [0, 1, 2, 4]) and KS[3] == 0.2
+    assert k_axis(1) == (["1 (20%, 50%)"], [0])
+
+
 def test_comprehensiveness_and_sufficiency_by_hand():
     torch.manual_seed(0)
     model = Transformer(tiny_config()).eval()
@@ -86,7 +97,7 @@ def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
         assert said.startswith(f'Step 2, "{session.trace.target_tokens[1]}": most faithful here')
         curves = json.loads(figure)["data"]
         removable = len(session.trace.source_tokens) - 1  # 7 words and "." before <eos>: 20% is 2 tokens, 50% 4
-        assert removable == 7 and len(curves) == 2 * methods and curves[0]["x"] == ["1", "2", "3", "20% (2)", "50% (4)"]
+        assert removable == 7 and len(curves) == 2 * methods and curves[0]["x"] == ["1", "2 (20%)", "3", "4 (50%)"]
         rows = table["rows"]
         assert table["headers"] == ["method", *(row[0] for row in rows)]
         names = {curve["name"] for curve in curves}  # every method in words, never its code name

@@ -137,6 +137,17 @@ def attribute_step(services: Services, session: Session, step: object, method: o
     return (figure_json(figure),), said
 
 
+def k_axis(removable: int) -> tuple[list[str], list[int]]:
+    """The deletion curves' points in tokens removed, fewest first, with the fractions of the sentence that come to
+    as many tokens here ("2 (20%)"), and the index in `KS` of each point: on a short sentence a fraction is as few
+    tokens as a whole number, measured alike, and drawn after it the curve went back."""
+    counts = [removable_count(k, removable) for k in KS]
+    shown = sorted(set(counts))
+    named = [[k_label(k) for k, count in zip(KS, counts) if count == n and not isinstance(k, int)] for n in shown]
+    return ([f"{n} ({', '.join(names)})" if names else str(n) for n, names in zip(shown, named)],
+            [counts.index(n) for n in shown])
+
+
 def faithfulness_answer(session: Session, step: int, measured: StepFaithfulness, coming: str = FOLLOW
                         ) -> tuple[tuple, str]:
     """Which explanation to trust for the word at `step` (1-based), as the tab shows it: the deletion curves of
@@ -145,10 +156,9 @@ def faithfulness_answer(session: Session, step: int, measured: StepFaithfulness,
     chosen = session.trace.target_tokens[step - 1]
     note = " (measured with every head on)" if session.current.mask else ""
     removable = len(next(iter(measured.scores.values()))) - 1  # the final <eos> stays
-    # A fraction of the sentence says how many tokens it is here ("20% (2)"): on a short sentence it can be fewer
-    # than 3, and the curve turns back.
-    ks = [k_label(k) + ("" if isinstance(k, int) else f" ({removable_count(k, removable)})") for k in KS]
-    figure = faithfulness_figure(measured.comprehensiveness, measured.sufficiency, ks,
+    ks, points = k_axis(removable)
+    figure = faithfulness_figure({m: values[points] for m, values in measured.comprehensiveness.items()},
+                                 {m: values[points] for m, values in measured.sufficiency.items()}, ks,
                                  f'which explanation to trust for step {step}, "{chosen}"', METHOD_LABELS)
     methods = list(measured.scores)
     rho = measured.rank_correlation()
