@@ -315,7 +315,7 @@ def test_with_the_sources_tab_open_a_candidate_click_asks_why_not_that_one(page,
     bars = page.evaluate("() => Array.from(document.querySelector('#attribution .js-plotly-plot').data[0].y)")
     [expected] = translator.attributions(text, traced.target_tokens, "integrated_gradients", 1, other)
     assert bars == pytest.approx([*expected.source, *expected.target], abs=1e-3)
-    # The word asked about is a candidate of step 2: the box keeps it at step 2 only.
+    # The word picked is a candidate of step 2: the box keeps it at step 2 only; a word typed stays.
     assert page.locator("#attribution-contrast textarea").input_value() == other
     page.click("#next")
     wait_for_step(page, 3)
@@ -325,6 +325,12 @@ def test_with_the_sources_tab_open_a_candidate_click_asks_why_not_that_one(page,
     page.wait_for_function("() => document.querySelector('#status textarea').value.includes('why step 3 wrote')",
                            timeout=30000)
     assert ' and not "' not in page.locator("#status textarea").input_value()
+    page.fill("#attribution-contrast textarea", "rot")
+    page.click("#next")
+    wait_for_step(page, 4)
+    page.wait_for_timeout(300)
+    assert page.locator("#attribution-contrast textarea").input_value() == "rot"
+    page.fill("#attribution-contrast textarea", "")
 
 
 def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page, services):

@@ -20,6 +20,8 @@
     "patching-grid": () => ["#open-head", "#open-head-button"],
   };
   let scrollTo = null; // the answer a click asked for, brought into view once drawn (ui/static/answers.js)
+  let contrastPicked = null; // the contrast word a click put in its box, and the step and decoding it was picked at
+  const shownAt = () => `${window.attentionInspector?.decoding}:${window.attentionInspector?.step}`;
   document.addEventListener("attention-inspector-answer", (event) => {
     if (!scrollTo || !event.target.matches(scrollTo)) return;
     scrollTo = null;
@@ -37,6 +39,7 @@
         if (typeof value !== "string" || !input) return;
         input.value = value;
         input.dispatchEvent(new Event("input", {bubbles: true}));
+        if (field === "#attribution-contrast") contrastPicked = { value, at: shownAt() };
         setTimeout(() => {
           document.querySelector(button).click();
           scrollTo = answer;
@@ -65,20 +68,20 @@
       if (statusInView) bar.hidden = true;
     }).observe(box);
   };
-  // A contrast word (why this word and not that one) is a candidate of one step of one decoding: on another step
-  // or decoding, the box empties (kept, it asked about a word the step may not even consider).
-  let contrastOf = null;
-  const contrastFor = () => {
-    const at = `${inspector.decoding}:${inspector.step}`;
+  // A contrast word picked from the candidates chart (why this word and not that one) is a candidate of that step
+  // of that decoding: on another step or decoding, the box empties (kept, it would ask about a word the step may not
+  // even consider). A word the user typed is theirs, and stays.
+  const contrastCleared = () => {
     const field = document.querySelector("#attribution-contrast textarea, #attribution-contrast input");
-    if (field?.value && contrastOf !== null && contrastOf !== at) {
+    if (!contrastPicked || contrastPicked.at === shownAt()) return;
+    if (field?.value === contrastPicked.value) {
       field.value = "";
       field.dispatchEvent(new Event("input", {bubbles: true}));
     }
-    contrastOf = at;
+    contrastPicked = null;
   };
-  document.addEventListener("attention-inspector-step", contrastFor);
-  document.addEventListener("attention-inspector-decoding", contrastFor);
+  document.addEventListener("attention-inspector-step", contrastCleared);
+  document.addEventListener("attention-inspector-decoding", contrastCleared);
   // The page's first answer (a link's translation, or the first example's) takes seconds with a large model: a
   // link's sentence shows in the box at once, and Stop shows once a second has passed with no answer
   // (ui/static/core.js keeps the revision drawn).
