@@ -321,10 +321,14 @@ def test_with_the_sources_tab_open_a_candidate_click_asks_why_not_that_one(page,
     wait_for_step(page, 3)
     page.wait_for_function("() => document.querySelector('#attribution-contrast textarea').value === ''",
                            timeout=5000)
+    # The chart of step 2 stays, faded under a note, while the view shows step 3.
+    note = page.locator("#attribution-answers .answers-note")
+    assert note.is_visible() and note.text_content().startswith("About step 2; the view shows step 3")
     page.click("#attribute")
     page.wait_for_function("() => document.querySelector('#status textarea').value.includes('why step 3 wrote')",
                            timeout=30000)
     assert ' and not "' not in page.locator("#status textarea").input_value()
+    page.wait_for_function("() => document.querySelector('#attribution-answers .answers-note').hidden", timeout=5000)
     page.fill("#attribution-contrast textarea", "rot")
     page.click("#next")
     wait_for_step(page, 4)

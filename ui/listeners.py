@@ -351,6 +351,8 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
     def answered(state, values: tuple, tracker: Callable | None) -> Iterator[dict]:
         session, revisions = unpacked(state)
         revision = read_revision(session, revisions)
+        asked_at = (clamp(values[inputs.index(page.step)], 1, session.trace.steps, 1)  # answers about one step
+                    if page.step in inputs and session is not None else None)
         try:
             # (Gradio's tracker is falsy: it has a length.)
             asked = {} if tracker is None else {"told": claimed_progress(
@@ -363,7 +365,7 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
                 if not isinstance(results, tuple):  # nothing translated yet, or a refused input
                     updates[page.status] = message
                 elif answers is not None:
-                    updates.update({answers: answers_value(revision, dict(zip(outputs, results))),
+                    updates.update({answers: answers_value(revision, dict(zip(outputs, results)), asked_at),
                                     page.status: message})
                 else:
                     updates.update({**dict(zip(outputs, results)), page.status: message})

@@ -8,6 +8,7 @@ into what the page shows.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ def to_arrays(traced: TracedTranslation, mask: list[str] | None = None) -> Trace
 
 def clamp(value: object, low: int, high: int, default: int) -> int:
     """`value` as an int within [low, high], or `default` when it is no number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return default
     return min(max(int(value), low), high)
 

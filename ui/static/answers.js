@@ -2,10 +2,21 @@
 // answer and the answers an event gave by name (a figure's JSON, a table {headers, rows}, a text); the answers it
 // leaves out stay as they are. They are about the decoding on screen: once the core view draws another decoding
 // (ui/static/core.js: "attention-inspector-decoding"), every answer of an older revision is emptied, and an answer
-// of an older revision than that decoding is never drawn.
+// of an older revision than that decoding is never drawn. Answers about one step (`step`) are faded, with a note
+// saying so, while the page shows another step.
 const inspector = window.attentionInspector;
 const figures = inspector.figures;
 let revision = -1;
+let askedAt = null; // the step the answers are about, if they are about one
+const note = Object.assign(document.createElement("div"), { className: "answers-note", hidden: true });
+element.prepend(note);
+
+function markStep() {
+  const other = askedAt !== null && !!element.querySelector(".answer:not(.empty)") && askedAt !== inspector.step;
+  element.classList.toggle("other-step", other);
+  note.hidden = !other;
+  if (other) note.textContent = `About step ${askedAt}; the view shows step ${inspector.step}: ask again for it.`;
+}
 const figuresShown = {}; // each figure's JSON, and what it does on a step (figures.draw's answer)
 const tables = {}; // each table's value and how it is sorted
 
@@ -66,17 +77,21 @@ function update() {
   const value = JSON.parse(props.value);
   if (value.revision < Math.max(revision, inspector.decoding ?? -1)) return; // about a state the page has left
   revision = value.revision;
+  askedAt = value.step ?? null;
   for (const [name, answer] of Object.entries(value.answers)) {
     const box = element.querySelector(`#${name}`);
     if (box) drawAnswer(box, answer);
   }
+  markStep();
 }
 
 document.addEventListener("attention-inspector-decoding", () => {
   if (revision >= inspector.decoding) return;
   for (const box of element.querySelectorAll(".answer:not(.empty)")) drawAnswer(box, null); // those drawn
+  markStep();
 });
 document.addEventListener("attention-inspector-step", () => {
+  markStep();
   for (const [name, { json, steps }] of Object.entries(figuresShown)) {
     figures.redrawn(steps, () => drawAnswer(element.querySelector(`#${name}`), json));
   }
