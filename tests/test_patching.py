@@ -241,6 +241,10 @@ def test_the_counterfactual_tab_shows_both_translations_and_each_heads_effect(ev
     assert refused is session and "Type a counterfactual source first" in said
     refused, said = patch_at_step(services, session, "A woman plays.", 2, "two words")
     assert refused is session and "The contrast must be one token" in said
+    refused, said = patch_at_step(services, session, f" {session.source} ", 2, "")  # nothing to patch in
+    assert refused is session and said.startswith("The counterfactual is the sentence itself")
+    refused, said = patch_at_step(services, session, "A woman plays.", 2, session.trace.target_tokens[1])
+    assert refused is session and "it cannot be its own contrast" in said
     assert marked(["ein", "mann", "spielt"], ["ein", "frau", "spielt"]) == "ein [mann] spielt"
     assert marked(["<script>", "x"], ["x"]) == "[<script>] x"  # shown as text by the page, never as HTML
 

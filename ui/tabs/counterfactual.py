@@ -63,6 +63,12 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     decoding, trace = session.current, session.current.trace
     step = clamp(step, 1, trace.steps, 1)
     contrast = contrast.strip() if isinstance(contrast, str) and contrast.strip() else None
+    if counterfactual.strip() == session.source.strip():
+        return session, ("The counterfactual is the sentence itself: patching it in changes nothing. Change a word of "
+                         "it (or press Suggest a swap).")
+    if contrast is not None and contrast == trace.target_tokens[step - 1]:
+        return session, (f'"{visible(contrast)}" is the word step {step} wrote: it cannot be its own contrast. Name '
+                         'another word in "…and not", or leave it empty.')
     translator = services.translators[session.model]
     other = services.trace(session.model, counterfactual, **session.direction)
     result = translator.patching(session.source, counterfactual, trace.target_tokens, step - 1, contrast=contrast,
