@@ -59,7 +59,7 @@ def what_if(page, out: Path) -> None:
     status_starts(page, "Branch")
     open_tab(page, "Branch and compare")
     save(page, out, "branch.png", "#what-if")
-    page.get_by_label("original").check()
+    page.get_by_label("greedy translation").check()
     status_starts(page, "Showing the greedy translation")
     open_tab(page, "Switch heads off")
     for head in ("L2 H1", "L2 H3", "L2 H5"):

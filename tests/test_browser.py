@@ -275,7 +275,7 @@ def test_click_a_candidate_to_branch_and_switch_a_head_off(page, services):
     expected = translator.trace(text, force=translator.trace(text).target_tokens[:2] + [word])
     assert page.locator("#translation textarea").input_value() == expected.text
     assert wait_for_step(page, 3)["title"].endswith(f"→ \"{word}\" (p = {expected.trace.probabilities[2]:.2f})")
-    assert page.get_by_label("original").count() == 1  # the breadcrumb goes back
+    assert page.get_by_label("greedy translation").count() == 1  # the breadcrumb goes back
     open_tab(page, "Switch heads off")
     page.locator("#mask-cross label").first.click()
     status_starts(page, "1 head off")
@@ -283,7 +283,7 @@ def test_click_a_candidate_to_branch_and_switch_a_head_off(page, services):
     assert page.locator("#translation textarea").input_value() == masked.text
     page.wait_for_function("() => document.querySelector('#mask-effect .js-plotly-plot')")
     assert " ".join(masked.target_tokens) in " ".join(page.locator("#masked-translation").inner_text().split())
-    page.get_by_label("original").check()
+    page.get_by_label("greedy translation").check()
     status_starts(page, "Showing the greedy translation")
     assert page.locator("#translation textarea").input_value() == translator.trace(text).text
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, WEIGHTS
+from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, MEAN, WEIGHTS
 from model.nets.decoding import beam_search, beam_trace
 from model.serving.checkpoint import load_checkpoint
 from model.serving.translator import InputError
@@ -18,7 +18,7 @@ from tests.test_http_api import call
 from tests.test_interventions import MODELS, SRC_IDS
 from ui import operations
 from ui.listeners import translate_or_example, use_example
-from ui.session import Revisions, to_arrays
+from ui.session import ORIGINAL, Revisions, to_arrays
 from ui.tabs.heads import from_grids
 from viz.views import TraceArrays
 from viz.whatif import DIFFERS, FORCED, token_differences
@@ -102,6 +102,18 @@ def test_branching_with_the_greedy_token_reproduces_the_original(events, service
         assert "already chooses" in out["status"] and "translation" not in out
 
 
+def test_a_branch_shown_with_a_measure_says_the_view_is_back_to_the_weights(events):
+    """A measure is computed per decoding, when asked for: a branch opens on the weights, and says so."""
+    session = translated(events)
+    word = session.trace.top_tokens[2][1]
+    kind, layer, head, _, step, model_view = at(3)
+    out = events.run(operations.branch, session, word, view=(kind, layer, head, ALTI, step, model_view))
+    assert out["session"].view.measure == WEIGHTS
+    assert out["status"].endswith("Show is back to the attention weights: choose contributions (ALTI+) again to "
+                                  "compute it for this decoding.")
+    assert "Show is back" not in events.run(operations.branch, session, word, view=at(3))["status"]
+
+
 def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_origin(events, services, monkeypatch):
     session = translated(events)
     original = session.trace
@@ -113,7 +125,7 @@ def test_a_branch_chooses_the_word_then_decodes_greedily_and_shows_beside_its_or
     assert branch.trace.target_tokens[:step] == list(branch.force) and branch.trace.forced == step  # the prefix
     expected = services.translators[MODEL].trace(SENTENCE, force=list(branch.force))
     assert branch.trace.target_tokens == expected.target_tokens and out["translation"] == expected.text
-    assert [d.name for d in session.decodings] == ["original", f"{word} at step {step}"] and session.shown == 1
+    assert [d.name for d in session.decodings] == [ORIGINAL, f'"{word}" at step {step}'] and session.shown == 1
     assert out["breadcrumb"]["visible"]
     marks = out["comparison"]
     assert (f"{word} ", FORCED) in marks and out["comparison_plot"] is not None
@@ -175,7 +187,7 @@ def test_switching_heads_off_translates_again_and_scores_the_original_without_th
     translator = services.translators[MODEL]
     expected = translator.trace(SENTENCE, mask=mask)
     assert masked.trace.target_tokens == expected.target_tokens and masked.trace.switched_off == frozenset(mask)
-    assert [d.name for d in session.decodings] == ["original", "3 heads off"]
+    assert [d.name for d in session.decodings] == [ORIGINAL, "3 heads off"]
     assert out["mask_grids[2]"] == ["cross.1.1", "cross.1.2"]
     # Each original token's log-probability without the heads minus with them, as /score gives it.
     change = json.loads(out["mask_effect_plot"])["data"][0]["y"]
@@ -183,7 +195,7 @@ def test_switching_heads_off_translates_again_and_scores_the_original_without_th
     np.testing.assert_allclose(change, scored - np.log(original.probabilities), atol=1e-5)
     # One more head: it replaces the masked decoding (not a child of it); all heads on again: back to the original.
     more = events.run(from_grids, session, [], [], ["cross.1.1"], view=at(2))["session"]
-    assert [d.name for d in more.decodings] == ["original", "1 head off"]
+    assert [d.name for d in more.decodings] == [ORIGINAL, "1 head off"]
     reset = events.run(operations.mask_preset, more, "none", view=at(2))
     assert reset["session"].decodings == (session.decodings[0],)
     assert reset["mask_effect_plot"] is None
@@ -307,7 +319,7 @@ def test_the_beam_view_lists_hypotheses_and_opens_one_as_a_trace(events, service
     assert decoding.trace.target_tokens == hypotheses[-1] and decoding.name == f"beam #{len(hypotheses)}"
     # Another hypothesis replaces it: each is compared with the decoding the beam ran from.
     again = events.run(operations.open_hypothesis, opened["session"], 1)["session"]
-    assert [d.name for d in again.decodings] == ["original", "beam #2"]
+    assert [d.name for d in again.decodings] == [ORIGINAL, "beam #2"]
     assert "Run the beam search first" in events.run(operations.open_hypothesis, session, 0)["status"]
 
 

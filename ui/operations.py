@@ -139,11 +139,8 @@ def translate(services: Services, session: Session | None, model: object, text: 
         kept = f" The translation on screen is still that of {shown(session.source)}." if session else ""
         return session, str(error) + kept
     trace = to_arrays(traced)
-    said = ""
-    measure = (view or session.view).measure if session is not None or view is not None else WEIGHTS
-    if measure != WEIGHTS:  # a measure is computed per decoding, when asked for
-        said = (f" Show is back to the attention weights: choose {MEASURE_LABELS.get(measure, measure)} again to "
-                "compute it for this translation.")
+    said = back_to_weights((view or session.view).measure if session is not None or view is not None else WEIGHTS,
+                           "this translation")
     if session is not None and session.model == model:
         view = replace(view or session.view, measure=WEIGHTS, step=FIRST_STEP)
     elif view is not None:  # another model: the view it is shown in, where this model has it
@@ -338,6 +335,15 @@ def drawn(session: Session) -> tuple[TraceArrays, int, int | str]:
             0 if trace.heads(view.kind) == 1 else view.head)
 
 
+def back_to_weights(measure: str, made: str = "this decoding") -> str:
+    """What the status adds where a new decoding opens on the attention weights while the view showed `measure`
+    (a measure is computed per decoding, when asked for)."""
+    if measure == WEIGHTS:
+        return ""
+    return (f" Show is back to the attention weights: choose {MEASURE_LABELS.get(measure, measure)} again to compute "
+            f"it for {made}.")
+
+
 @operation
 def go_to(services: Services, session: Session, index: object) -> tuple[Session, str]:
     """Show another decoding of the session (the ones after it stay until a new one is made)."""
@@ -365,10 +371,11 @@ def branch(services: Services, session: Session, word: object, told: Told | None
     force = tuple(decoding.trace.target_tokens[:t]) + (word,)
     traced = services.trace(session.model, session.source, list(force), list(decoding.mask), **session.direction,
                             told=told)
-    new = Decoding(f"{word} at step {t + 1}", to_arrays(traced, list(decoding.mask)), traced.text, force,
+    new = Decoding(f'"{word}" at step {t + 1}', to_arrays(traced, list(decoding.mask)), traced.text, force,
                    decoding.mask, chosen=t)
     replaced = len(session.decodings) - session.shown - 1
     change = float(np.log(new.trace.probabilities).sum() - np.log(decoding.trace.probabilities).sum())
+    measure = session.view.measure
     session = session.followed_by(new).with_view(replace(session.view, step=t + 1, measure=WEIGHTS))
     chosen = float(new.trace.probabilities[t])
     unlikely = (f" The model gives \"{word}\" p = {chosen:.1e} here: far from any word it would write."
@@ -376,7 +383,7 @@ def branch(services: Services, session: Session, word: object, told: Told | None
     return session, (f"Branch: step {t + 1} chooses \"{word}\" instead of \"{was}\", then greedy decoding goes on. "
                      f"Its log-probability differs from that of {decoding.called} by {change:+.2f}.{unlikely}"
                      + (f" It replaces the {plural(replaced, 'decoding')} that followed {decoding.called}."
-                        if replaced else ""))
+                        if replaced else "") + back_to_weights(measure))
 
 
 @operation
@@ -401,12 +408,13 @@ def set_mask(services: Services, session: Session, mask: object, told: Told | No
     effect = MaskEffect(base.name, base.trace.target_tokens, traced.target_tokens, change, off)
     new = Decoding(f"{plural(len(mask), 'head')} off", to_arrays(traced, list(mask)), traced.text, base.force, mask,
                    effect=effect)
+    measure = session.view.measure
     session = session.followed_by(new, after=base_index)
     session = session.with_view(replace(session.view, measure=WEIGHTS))
     same = new.trace.target_tokens == base.trace.target_tokens
     return session, (f"{plural(len(mask), 'head')} off: the translation " + ("does not change" if same else "changes")
                      + f"; the log-probability of the tokens of {base.called} changes by {change.sum():+.2f} in all "
-                     "(the Switch heads off tab shows each token's change).")
+                     "(the Switch heads off tab shows each token's change)." + back_to_weights(measure))
 
 
 @operation
@@ -484,9 +492,11 @@ def open_hypothesis(services: Services, session: Session, index: object, told: T
                     session.shown)
     new = Decoding(f"beam #{index + 1}", to_arrays(traced, list(beam.mask)), traced.text, tuple(tokens), beam.mask,
                    hypothesis=index)
+    measure = session.view.measure
     session = session.followed_by(new, after=ran_from)
     session = session.with_view(replace(session.view, step=1, measure=WEIGHTS))
-    return session, f"Showing beam hypothesis #{index + 1} step by step, its attention read with its own tokens."
+    return session, (f"Showing beam hypothesis #{index + 1} step by step, its attention read with its own tokens."
+                     + back_to_weights(measure))
 
 
 def capitalized(text: str) -> str:

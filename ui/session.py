@@ -22,7 +22,7 @@ from model.text.words import PIECES, UNITS
 from viz.views import TraceArrays
 
 NOTHING_YET = "Translate a sentence first: there is nothing to show or change yet."
-ORIGINAL = "original"  # the greedy translation's name among a sentence's decodings (the breadcrumb's first)
+ORIGINAL = "greedy translation"  # the first of a sentence's decodings, as the breadcrumb names it
 
 
 def to_arrays(traced: TracedTranslation, mask: list[str] | None = None) -> TraceArrays:
@@ -116,8 +116,8 @@ class Decoding:
 
     @property
     def called(self) -> str:
-        """How a message names it: "the greedy translation", or "the decoding “beam #2”"."""
-        return "the greedy translation" if self.name == ORIGINAL else f"the decoding “{self.name}”"
+        """How a message names it: "the greedy translation", or "the decoding beam #2"."""
+        return f"the {ORIGINAL}" if self.name == ORIGINAL else f"the decoding {self.name}"
 
 
 @dataclass(frozen=True)
