@@ -174,4 +174,7 @@ def test_the_status_names_each_unknown_word_once_and_whole():
     assert sum(traced.unknown) > 4 and any(token.endswith("@@") for token, unknown in
                                            zip(traced.source_tokens, traced.unknown) if unknown)
     said = translate_status(traced, list(KINDS))
-    assert "Unknown words (read as <unk>): <, >, waves</b, 😀." in said
+    assert 'Unknown words (read as <unk>): "<", ">", "waves</b", "😀".' in said
+    # An emoji's variation selector, split off on its own, is spelled out, not an empty name.
+    said = translate_status(translator.trace("I like sunshine ☀️ !"), list(KINDS))
+    assert '"⟨U+FE0F⟩"' in said and '""' not in said

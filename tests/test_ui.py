@@ -429,7 +429,7 @@ def test_a_sentence_in_another_language_than_the_model_reads_is_named_as_such():
     model = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "de-en")
     english = model.trace("A woman in a blue shirt with an umbrella watches the children.")
     said = operations.translate_status(english, [ENCODER, DECODER, CROSS], None, "de")
-    assert "Unknown words (read as <unk>): woman, with, umbrella, watches." in said
+    assert 'Unknown words (read as <unk>): "woman", "with", "umbrella", "watches".' in said
     assert said.endswith("this model reads German. Is the sentence in German?")
     german = model.trace("Eine Frau mit einem Regenschirm sieht Xaverius zu.")
     assert "Is the sentence in" not in operations.translate_status(german, [ENCODER, DECODER, CROSS], None, "de")

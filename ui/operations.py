@@ -22,6 +22,7 @@ from model.text.hub_tokenizer import LANGUAGE_NAMES
 from model.text.words import words
 from ui.services import Services
 from ui.session import NOTHING_YET, ORIGINAL, Beam, Comparison, Decoding, MaskEffect, Pending, Session, View, to_arrays
+from viz.attention import visible
 from viz.views import TraceArrays
 from viz.whatif import beam_step_rows, n_best_rows
 
@@ -96,7 +97,8 @@ def translate_status(traced: TracedTranslation, kinds: list[str], trained: list[
     labels, spans = words(traced.source_tokens, traced.scheme)
     unknown = dict.fromkeys(label for label, span in zip(labels, spans)  # each word once, whole
                             if any(traced.unknown[i] for i in span))
-    message = "Translated." + (f" Unknown words (read as <unk>): {', '.join(unknown)}." if unknown else "")
+    quoted = ", ".join(f'"{visible(word)}"' for word in unknown)  # a word may be a comma, or end in a full stop
+    message = "Translated." + (f" Unknown words (read as <unk>): {quoted}." if unknown else "")
     if reads and len(unknown) >= max(3, (len(labels) - 1) / 4):  # a quarter of the words or more (<eos> left out)
         language = LANGUAGE_NAMES.get(reads, reads)
         message += f" So many unknown words: this model reads {language}. Is the sentence in {language}?"

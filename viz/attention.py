@@ -92,9 +92,11 @@ def escape_text(text: str) -> str:
 
 def visible(text: str, keep: str = "") -> str:
     """Invisible characters spelled as code points (⟨U+200B⟩), so a label shows everything the model read (`keep`:
-    those to leave as they are, such as a text's line breaks)."""
-    return "".join(f"⟨U+{ord(c):04X}⟩" if unicodedata.category(c) in INVISIBLE_CATEGORIES and c not in keep else c
-                   for c in text)
+    those to leave as they are, such as a text's line breaks); so is a text of marks alone, with nothing to sit on
+    (an emoji's variation selector split off as a token of its own)."""
+    alone = bool(text) and all(unicodedata.category(c).startswith("M") for c in text)
+    return "".join(f"⟨U+{ord(c):04X}⟩" if (alone or unicodedata.category(c) in INVISIBLE_CATEGORIES) and c not in keep
+                   else c for c in text)
 
 
 def label(token: str, limit: int = MAX_LABEL_CHARS) -> str:
