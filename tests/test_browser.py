@@ -592,3 +592,21 @@ def test_on_a_phone_every_tab_head_switch_and_model_view_label_is_readable(page,
     page.click("#model-view input")
     page.wait_for_function("() => document.querySelector('#overview .js-plotly-plot')", timeout=20000)
     assert page.evaluate("() => document.querySelector('#overview .plot').offsetWidth") >= 720  # scrolls sideways
+    page.click("#model-view input")
+    # The comparison's text wraps between words: no line of it starts inside a word (Gradio's own style breaks
+    # anywhere, "a can / didate").
+    open_tab(page, "Branch and compare")
+    starts = page.evaluate("""() => { const node = document.querySelector('#comparison .textfield');
+        const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT), splits = [];
+        for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+            let top = null;
+            for (let i = 0; i < text.length; i++) {
+                const range = document.createRange(); range.setStart(text, i); range.setEnd(text, i + 1);
+                const box = range.getBoundingClientRect();
+                if (!box.height) continue;
+                if (top !== null && box.top > top + 2) splits.push(text.data.slice(i - 1, i + 1));
+                top = box.top;
+            }
+        }
+        return splits; }""")
+    assert starts and all(pair[0] == " " or pair[1] == " " for pair in starts), starts
