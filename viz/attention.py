@@ -63,6 +63,7 @@ GRID_PX, GRID_SIDES = 720, 190
 # every row is named (TICK_SPACING each).
 ROW_PX, MIN_PLOT_PX, MAX_PLOT_PX = 22, 190, 280
 X_LABEL_ROOM = 100  # below a heatmap: its key labels (turned upright when crowded) and axis title
+LABEL_CHAR_PX = 6  # about the width of a character of TICK_FONT: an upright label's height
 
 
 def _compact_template() -> dict:
@@ -335,8 +336,10 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
                                  raw=None if raw is None else raw[r, c], coloraxis="coloraxis", xaxis=f"x{suffix}",
                                  yaxis=f"y{suffix}"))
             x0, y1 = c * (width + gap_x), 1 - r * (panel + gap_px) / paper
+            # Upright: a level label wider than its key would run into the next panel's first ("<eos>people").
             layout[f"xaxis{suffix}"] = token_axis(key_tokens, key_every, domain=[x0, x0 + width], anchor=f"y{suffix}",
-                                                   showticklabels=r == rows - 1, tickfont=TICK_FONT)
+                                                   showticklabels=r == rows - 1, tickfont=TICK_FONT,
+                                                   **({"tickangle": 90} if cols > 1 else {}))
             layout[f"yaxis{suffix}"] = token_axis(query_tokens, query_every, domain=[max(0.0, y1 - panel / paper), y1],
                                                    anchor=f"x{suffix}", autorange="reversed", showticklabels=c == 0,
                                                    tickfont=TICK_FONT,
@@ -351,11 +354,13 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
                 shapes.append(_row_outline(highlight_row, len(key_tokens), f"x{suffix}", f"y{suffix}", 1.5))
     top = title_room(lines) + NAME_ROOM  # the first row's panel names sit between the title and the panels
     bottom = X_LABEL_ROOM - 25  # the bottom row's key labels (no axis title)
+    if cols > 1:  # upright (below): as tall as the longest label shown
+        bottom = max(bottom, LABEL_CHAR_PX * max((len(label(t)) for t in key_tokens), default=0) + 12)
     colorscale, cmin = _colour_range(zmax, signed)
     layout.update(
         title=title_layout(lines),
         coloraxis=dict(colorscale=colorscale, cmin=cmin, cmax=zmax, colorbar=_colorbar(value_label, zmax)),
-        height=top + paper + bottom, margin=dict(l=10, r=10, t=top, b=10),
+        height=top + paper + bottom, margin=dict(l=10, r=10, t=top, b=bottom),
         plot_bgcolor="white", showlegend=False, annotations=annotations, shapes=shapes,
         meta=dict(keyLabels=escape(key_tokens), keyFit=key_fit),
     )
