@@ -132,7 +132,8 @@ def attribute_step(services: Services, session: Session, step: object, method: o
         said = (f"{ATTRIBUTION_LABELS[method]}: {asked}; the bars sum to {total:+.3f}, the change from the baseline "
                 f"{result.score - result.baseline_score:+.3f} (completeness error {result.delta:+.1e}).")
     value_label = "gradient norm" if method == SALIENCY else "attribution"
-    title = [f"{ATTRIBUTION_LABELS[method]}: {asked}", "source tokens, then the target prefix (tgt)"]
+    # The question on a line of its own: on a phone, one line with the method's name ran past the chart's box.
+    title = [f"{ATTRIBUTION_LABELS[method]}:", asked, "source tokens, then the target prefix (tgt)"]
     figure = attribution_figure(source_tokens, prefix, source, target, title, value_label)
     return (figure_json(figure),), said
 
