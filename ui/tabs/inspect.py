@@ -84,7 +84,7 @@ def build(page: Page, services: Services) -> None:
         page.breadcrumb = gr.Radio([], label="Decodings of this sentence, each made from the one before it (choose "
                                    "one to show it)", elem_id="breadcrumb", visible=False, scale=3)
         page.head_name = gr.Textbox(label="Open a head by name", placeholder="kind.layer.head, e.g. cross.2.5",
-                                    elem_id="open-head", scale=2, min_width=120)
+                                    elem_id="open-head", scale=2, min_width=240)  # its placeholder whole
         page.open_head = gr.Button("Open", elem_id="open-head-button", scale=1, min_width=60)
     with gr.Accordion("Model view: every layer x head of this attention at this step", open=False) as accordion:
         page.model_view_panel = accordion
