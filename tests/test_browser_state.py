@@ -32,10 +32,9 @@ def steps_in(page_title: str) -> int:
     return int(re.search(r"step \d+ of (\d+):", page_title).group(1))
 
 
-def test_a_slow_measure_never_draws_the_last_model_over_the_next(page, services, monkeypatch):
-    """Show integrated gradients (made slow here: 0.3 s a step), switch the model at once: the page shows the new
-    model only, whole, and stays so once the measure would have finished; back to the first model and its weights,
-    everything is the first model's."""
+def slow_attributions(services, monkeypatch):
+    """The test model's attributions made slow, 0.3 s a step (as a large model's integrated gradients are); returns
+    its translator."""
     translator = services.translators[MODEL]
     computed = translator.attributions
 
@@ -46,6 +45,14 @@ def test_a_slow_measure_never_draws_the_last_model_over_the_next(page, services,
                 progress(done, total)
         return computed(*args, progress=told, **options)
     monkeypatch.setattr(translator, "attributions", slow)
+    return translator
+
+
+def test_a_slow_measure_never_draws_the_last_model_over_the_next(page, services, monkeypatch):
+    """Show integrated gradients (made slow here: 0.3 s a step), switch the model at once: the page shows the new
+    model only, whole, and stays so once the measure would have finished; back to the first model and its weights,
+    everything is the first model's."""
+    translator = slow_attributions(services, monkeypatch)
     translate(page, services, LONG)
     choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
     page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Computing')",
@@ -68,16 +75,7 @@ def test_a_slow_measure_never_draws_the_last_model_over_the_next(page, services,
 def test_a_slow_measures_progress_shows_beside_stop_over_nothing(page, services, monkeypatch):
     """Integrated gradients at every step (made slow here): Gradio's progress bar shows in the row of Stop, above
     the heatmap; drawn over the core view, it covered the translation and the status line."""
-    translator = services.translators[MODEL]
-    computed = translator.attributions
-
-    def slow(*args, progress=None, **options):
-        def told(done, total):
-            time.sleep(0.3)
-            if progress is not None:
-                progress(done, total)
-        return computed(*args, progress=told, **options)
-    monkeypatch.setattr(translator, "attributions", slow)
+    slow_attributions(services, monkeypatch)
     translate(page, services, LONG)
     choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
     page.wait_for_function(
