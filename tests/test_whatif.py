@@ -10,6 +10,8 @@ import torch
 
 from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, MEAN, WEIGHTS
 from model.nets.decoding import beam_search, beam_trace
+from model.nets.seq2seq import head_gates
+from model.nets.step_decoder import StepDecoder
 from model.serving.checkpoint import load_checkpoint
 from model.serving.translator import InputError
 from model.training.data import DataError
@@ -58,6 +60,20 @@ def test_the_beams_best_hypothesis_is_what_batched_beam_search_returns(name, bea
         live = [h for h in hypotheses if not h.finished]
         assert live and all(len(h.token_ids) == step for h in live)
         assert [h.log_probability for h in live] == sorted((h.log_probability for h in live), reverse=True)
+
+
+@pytest.mark.parametrize("name", ["post-LN sinusoidal", "pre-LN learned"])
+@pytest.mark.parametrize("mask", [[], ["decoder.1.1", "cross.2.2", "encoder.1.3"]])
+def test_the_beam_stepped_by_the_step_decoder_is_the_module_trees(name, mask):
+    """The app's beam steps through the model's `StepDecoder`: every step's beam is the one the module tree keeps."""
+    model = MODELS[name]()
+    gates = head_gates(model, mask)
+    tree = beam_trace(model, SRC_IDS, 4, max_len=12, gates=gates)
+    flat = beam_trace(model, SRC_IDS, 4, max_len=12, gates=gates, decoder=StepDecoder(model))
+    assert len(flat.steps) == len(tree.steps) > 3
+    for ours, theirs in zip([*flat.steps, flat.n_best], [*tree.steps, tree.n_best]):
+        assert [h.token_ids for h in ours] == [h.token_ids for h in theirs]
+        assert [h.log_probability for h in ours] == pytest.approx([h.log_probability for h in theirs], abs=1e-5)
 
 
 def test_the_beam_on_the_shipped_model_is_what_evaluation_translates(en_de):

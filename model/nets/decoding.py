@@ -117,35 +117,85 @@ def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | 
 @torch.no_grad()
 def beam_trace(model: Seq2Seq, src_ids: list[int], beam_size: int = 5, max_len: int | None = None,
                length_penalty: float = 1.0, gates: HeadGates | None = None, prefix: list[int] = (),
-               told: Callable[[int, int], None] | None = None) -> BeamTrace:
+               told: Callable[[int, int], None] | None = None, decoder: StepDecoder | None = None) -> BeamTrace:
     """Beam search of one sentence (the same search as `beam_search`), recording the beam at every step;
-    `told(steps, limit)` after each (it may raise to stop)."""
+    `told(steps, limit)` after each (it may raise to stop). With `decoder` (the model's `StepDecoder`), each step
+    is a flat run of tensor operations rather than a walk of the module tree."""
     src = torch.tensor([src_ids], dtype=torch.long)
     finished, steps = _beam(model, src, max(beam_size, 1), max_len, length_penalty, gates, prefix, record=True,
-                            told=told)
+                            told=told, decoder=decoder)
     return BeamTrace(n_best=sorted(finished[0], key=lambda hypothesis: -hypothesis.score), steps=steps,
                      beam_size=beam_size, length_penalty=length_penalty)
 
 
+class _TreeSteps:
+    """The beam's steps through the model's modules (any `Seq2Seq`): K rows per sentence of `src` (B, S)."""
+
+    def __init__(self, model: Seq2Seq, src: Tensor, k: int, gates: HeadGates | None):
+        memory, src_mask, _ = model.encode(src, gates=gates)
+        self.model, self.gates = model, gates
+        self.memory = memory.repeat_interleave(k, dim=0)  # (B*K, S, d_model)
+        self.src_mask = src_mask.repeat_interleave(k, dim=0)
+        self.cache = model.new_cache()
+
+    def logits(self, tokens: Tensor) -> Tensor:
+        """Every row's next-token logits (B*K, 1, V) after `tokens` (B*K, 1)."""
+        return self.model.decode(tokens, self.memory, self.src_mask, self.cache, gates=self.gates)[0]
+
+    def keep(self, rows: Tensor) -> None:
+        """Only the rows `rows` go on, in that order (each within its own sentence's K rows)."""
+        self.cache = [layer.select(rows, memory=False) for layer in self.cache]
+
+
+class _FlatSteps:
+    """The beam's steps through a Transformer's `StepDecoder`: what `_TreeSteps` computes, up to float rounding."""
+
+    def __init__(self, model: Transformer, decoder: StepDecoder, src: Tensor, k: int, gates: HeadGates | None,
+                 limit: int):
+        memory, src_mask, _ = model.encode(src, gates=gates)
+        self.decoder, self.position = decoder, 0
+        self.cross = [(keys.repeat_interleave(k, dim=0), values.repeat_interleave(k, dim=0))
+                      for keys, values in decoder.memory_keys_values(memory)]  # per layer (B*K, H, S, d_head)
+        padded = ~src_mask.repeat_interleave(k, dim=0)  # (B*K, 1, 1, S)
+        self.cross_bias = torch.zeros(padded.shape).masked_fill(padded, float("-inf")) if padded.any() else None
+        rows = src.size(0) * k
+        self.keys = [torch.zeros(rows, decoder.n_heads, limit, decoder.d_head) for _ in decoder.layers]
+        self.values = [torch.zeros_like(keys) for keys in self.keys]
+        self.self_gates, self.cross_gates = (
+            None if gates is None or getattr(gates, kind) is None
+            else getattr(gates, kind)[:, None].expand(-1, rows, -1) for kind in (DECODER, CROSS))
+
+    def logits(self, tokens: Tensor) -> Tensor:
+        width = self.position + 1  # every row is at the same position: no bias needed
+        logits, _, _ = self.decoder.step(
+            tokens[:, 0], torch.full((tokens.size(0),), self.position), [keys[:, :, :width] for keys in self.keys],
+            [values[:, :, :width] for values in self.values], None, self.cross, self.cross_bias,
+            self.self_gates, self.cross_gates)
+        self.position = width
+        return logits[:, None]
+
+    def keep(self, rows: Tensor) -> None:
+        self.keys = [keys.index_select(0, rows) for keys in self.keys]
+        self.values = [values.index_select(0, rows) for values in self.values]
+
+
 def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penalty: float,
           gates: HeadGates | None, prefix: list[int] = (), record: bool = False,
-          told: Callable[[int, int], None] | None = None) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
+          told: Callable[[int, int], None] | None = None, decoder: StepDecoder | None = None
+          ) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
     """The beam search behind `beam_search` and `beam_trace`: each sentence's finished hypotheses and, when
-    `record` (one sentence), the beam after every step; `told(steps, limit)` after each step."""
+    `record` (one sentence), the beam after every step; `told(steps, limit)` after each step. `decoder`: the
+    model's `StepDecoder`, to step through (else the module tree)."""
     batch = src.size(0)
-    memory, src_mask, _ = model.encode(src, gates=gates)
-    memory = memory.repeat_interleave(k, dim=0)  # (B*K, S, d_model)
-    src_mask = src_mask.repeat_interleave(k, dim=0)
-    cache = model.new_cache()
+    limit = output_limit(model, src.size(1), max_len)
+    steps = _TreeSteps(model, src, k, gates) if decoder is None else _FlatSteps(model, decoder, src, k, gates, limit)
     scores = torch.zeros(batch, k, device=src.device)
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive
     sequences = torch.full((batch * k, 1), SOS_ID, dtype=torch.long, device=src.device)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     history: list[list[Hypothesis]] = []
-    limit = output_limit(model, src.size(1), max_len)
     for step in range(limit):
-        logits, _ = model.decode(sequences[:, -1:], memory, src_mask, cache, gates=gates)
-        log_probs = next_token_logits(logits).log_softmax(-1)  # (B*K, V)
+        log_probs = next_token_logits(steps.logits(sequences[:, -1:])).log_softmax(-1)  # (B*K, V)
         if step < len(prefix):
             log_probs = given(log_probs, prefix[step])
         vocab = log_probs.size(-1)
@@ -176,7 +226,7 @@ def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penal
         scores = alive_scores
         sequences = torch.cat([sequences[rows], top_token.gather(1, alive_rank).view(-1, 1)], dim=1)
         # A hypothesis only ever moves within its own sentence's K rows, whose memory is the same.
-        cache = [layer.select(rows, memory=False) for layer in cache]
+        steps.keep(rows)
         if record:
             history.append(ended_here + [Hypothesis(ids[1:], score) for ids, score
                                          in zip(sequences.tolist(), scores[0].tolist()) if score > float("-inf")])

@@ -329,7 +329,7 @@ class Translator:
         gates = self.gates(checked_strings(mask, "mask"))
         prefix = self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
         beam = beam_trace(self.model, src_ids, beam_size, length_penalty=decoding.get("length_penalty", 1.0),
-                          gates=gates, prefix=prefix, told=told)
+                          gates=gates, prefix=prefix, told=told, decoder=self.step_decoder)
         if greedy_tokens is None:
             greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates, prefix=prefix)[0]
             ended = len(greedy) < output_limit(self.model, len(src_ids))
