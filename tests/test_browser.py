@@ -466,7 +466,7 @@ LOG_DRAWS = """() => {
     window.drawnIn = [];
     window.plotlyReact = window.plotlyReact || Plotly.react;
     Plotly.react = function (gd, ...rest) {
-        window.drawnIn.push([gd.closest('#attention, #probabilities')?.id, window.frame]);
+        window.drawnIn.push([gd.closest('#attention, #probabilities, #comparison-plot')?.id, window.frame]);
         return window.plotlyReact.call(this, gd, ...rest);
     };
 }"""
@@ -490,13 +490,23 @@ def test_a_plot_out_of_sight_is_drawn_once_the_heatmap_is_painted(page, services
         page.set_viewport_size({"width": 1400, "height": 2200})
 
 
-def test_a_plot_in_a_tab_opened_later_fills_its_box(page, services):
-    """Drawn while its tab was hidden, the comparison chart is fitted to its box when the tab opens."""
+def test_a_plot_in_a_closed_tab_is_drawn_when_the_tab_opens_and_fills_its_box(page, services):
+    """The comparison chart changes with every head switched off, in a tab the user is not looking at: it is drawn
+    when that tab opens (drawn at once, it cost a fifth of the action's time on the page), fitted to its box."""
     translate(page, services, "A man plays with a red ball in the park.")
     open_tab(page, "Switch heads off")
-    page.locator("#mask-cross label").first.click()
-    status_starts(page, "1 head off")
-    open_tab(page, "Branch and compare")  # its chart was drawn while this tab was hidden
+    page.wait_for_function("() => window.Plotly", timeout=60000)
+    page.evaluate(LOG_DRAWS)
+    try:
+        page.locator("#mask-cross label").first.click()
+        status_starts(page, "1 head off")
+        page.wait_for_function("() => document.querySelector('#mask-effect .js-plotly-plot')", timeout=15000)
+        page.wait_for_timeout(300)
+        assert "comparison-plot" not in [plot for plot, _ in page.evaluate("() => window.drawnIn")]
+        open_tab(page, "Branch and compare")
+        page.wait_for_function("() => window.drawnIn.some(([plot]) => plot === 'comparison-plot')", timeout=15000)
+    finally:
+        page.evaluate("() => { Plotly.react = window.plotlyReact; }")
     page.wait_for_function("""() => {
         const plot = document.querySelector('#comparison-plot .js-plotly-plot');
         const box = document.querySelector('#comparison-plot');

@@ -4,7 +4,8 @@ sentence's trace is what a lone `greedy_trace` records, whatever joins or leaves
 The step decoder multiplies by its weights in another layout than the modules (transposed, queries pre-scaled),
 and in a batch a matrix product of B rows is blocked differently from B products of one row, so the float32
 numbers differ in their last bits: up to 1.5e-6 in a probability and 1.2e-6 in an attention weight for 16
-sentences of the shipped en-de model (`ROUNDING` allows 2e-6); the choices and the candidates are the same.
+sentences of the shipped en-de model on an AMD EPYC, 2.1e-6 in a probability on an Intel Xeon (`ROUNDING` allows
+5e-6); the choices and the candidates are the same.
 """
 
 from pathlib import Path
@@ -21,7 +22,7 @@ from tests.conftest import T5_LIKE, tiny_config
 
 # Sources of mixed lengths (ids of the tiny vocabulary, ending with <eos>).
 SOURCES = [[5, 6, 7, EOS_ID], [8, 9, 10, 11, 12, 13, 14, 15, 16, EOS_ID], [17, EOS_ID], [18, 5, 9, 20, 6, EOS_ID]]
-ROUNDING = 2e-6
+ROUNDING = 5e-6
 FIELDS = ("probabilities", "top_probabilities", "encoder_attention", "decoder_attention", "cross_attention")
 
 

@@ -369,7 +369,7 @@ class TraceBatch:
     `add` queues a sentence, which joins the batch at the next `step`, whatever step the others are at; `step`
     advances every sentence by one token and returns the traces of those that just finished, which leave the
     batch. Each trace is the one `greedy_trace` records for its sentence alone, up to float rounding (the same
-    tokens and candidates, numbers within 2e-6: tests/test_trace_batch.py). One batch serves one thread; the model
+    tokens and candidates, numbers within 5e-6: tests/test_trace_batch.py). One batch serves one thread; the model
     and `decoder` are only read.
     """
 

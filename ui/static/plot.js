@@ -10,10 +10,27 @@ function draw() {
 }
 
 // A new value is drawn at once where the user sees the plot; out of sight (below the core view, as the
-// translation's probabilities are), once the browser has painted what is in sight.
+// translation's probabilities are), once the browser has painted what is in sight; in a closed tab or accordion,
+// once it opens (its box gets a size), at the page's step then.
 let inSight = false;
 new IntersectionObserver(([entry]) => { inSight = entry.isIntersecting; }).observe(element);
-watch("value", () => (inSight ? draw() : figures.afterPaint(draw)));
-document.addEventListener("attention-inspector-step", () => figures.redrawn(steps, draw));
+let unseen = false; // a value or a step came while the plot was not shown
+const box = element.parentElement; // (an empty plot itself is not displayed)
+const shown = () => box.offsetParent !== null;
+watch("value", () => {
+  if (!shown()) unseen = true;
+  else if (inSight) draw();
+  else figures.afterPaint(draw);
+});
+document.addEventListener("attention-inspector-step", () => {
+  if (!shown()) unseen = true;
+  else figures.redrawn(steps, draw);
+});
+new ResizeObserver(() => {
+  if (unseen && shown()) {
+    unseen = false;
+    draw();
+  }
+}).observe(box);
 figures.fitting(element);
 draw();
