@@ -466,7 +466,7 @@ LOG_DRAWS = """() => {
     window.drawnIn = [];
     window.plotlyReact = window.plotlyReact || Plotly.react;
     Plotly.react = function (gd, ...rest) {
-        window.drawnIn.push([gd.closest('#attention, #probabilities, #comparison-plot')?.id, window.frame]);
+        window.drawnIn.push([gd.closest('#attention, #probabilities, #comparison-plot, #mask-effect')?.id, window.frame]);
         return window.plotlyReact.call(this, gd, ...rest);
     };
 }"""
@@ -485,6 +485,35 @@ def test_a_plot_out_of_sight_is_drawn_once_the_heatmap_is_painted(page, services
         drawn = dict(reversed(page.evaluate("() => window.drawnIn")))  # each plot's first drawing
         assert page.evaluate("() => document.querySelector('#probabilities').getBoundingClientRect().top") > 900
         assert drawn["probabilities"] > drawn["attention"]
+    finally:
+        page.evaluate("() => { Plotly.react = window.plotlyReact; }")
+        page.set_viewport_size({"width": 1400, "height": 2200})
+
+
+def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heatmap(page, services):
+    """On a laptop's screen scrolled to the cross-attention heads, a head ticked: the chart of each token's change
+    sits right below the grids, in sight, and is drawn in the frame the heatmap is, not after what is out of sight
+    (once it has a value: an empty plot is not displayed, so its first value waits for the paint)."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    translate(page, services, "A man in a blue shirt is standing on a ladder.")
+    open_tab(page, "Switch heads off")
+    page.wait_for_function("() => window.Plotly", timeout=60000)
+    page.evaluate("() => document.querySelector('#mask-cross').scrollIntoView()")
+    page.evaluate(LOG_DRAWS)
+    try:
+        page.locator("#mask-cross label").nth(2).click()
+        status_starts(page, "1 head off")
+        for heads in ("2 heads off", "1 head off"):
+            page.wait_for_function("() => window.drawnIn.some(([id]) => id === 'mask-effect')", timeout=15000)
+            page.evaluate("() => { window.drawnIn = []; }")
+            page.locator("#mask-cross label").nth(3).click()
+            status_starts(page, heads)
+            page.wait_for_function("() => window.drawnIn.some(([id]) => id === 'mask-effect')", timeout=15000)
+            drawn = dict(reversed(page.evaluate("() => window.drawnIn")))  # each plot's first drawing
+            assert drawn["mask-effect"] == drawn["attention"]
+            assert page.evaluate("() => document.querySelector('#mask-effect').getBoundingClientRect().top") < 800
+        page.click("#mask-reset")
+        status_starts(page, "All heads")
     finally:
         page.evaluate("() => { Plotly.react = window.plotlyReact; }")
         page.set_viewport_size({"width": 1400, "height": 2200})

@@ -127,9 +127,29 @@
     }).observe(box);
   }
 
-  // `work` once the browser has painted what it is about to (the next frame), so that it does not delay it.
-  function afterPaint(work) {
-    requestAnimationFrame(() => setTimeout(work));
+  // `work` once the browser has painted what it is about to (the next frame), so that it does not delay it. With
+  // `near`, an element, the work waiting for the same frame is done nearest the user's view first (a chart just
+  // below the tab the user clicked in before the translation's probabilities at the top of the page).
+  let waiting = [];
+
+  function afterPaint(work, near) {
+    if (!near) {
+      requestAnimationFrame(() => setTimeout(work));
+      return;
+    }
+    if (!waiting.length) {
+      requestAnimationFrame(() => {
+        const middle = window.innerHeight / 2;
+        const distance = ({ near }) => {
+          const { top, bottom } = near.getBoundingClientRect();
+          return Math.min(Math.abs(top - middle), Math.abs(bottom - middle));
+        };
+        const ordered = waiting.map((job) => [distance(job), job.work]).sort((a, b) => a[0] - b[0]);
+        waiting = [];
+        for (const [, job] of ordered) setTimeout(job);
+      });
+    }
+    waiting.push({ work, near });
   }
 
   // What a drawn figure does on a new step (`draw`'s answer): a heatmap is redrawn at once, a bar chart once the

@@ -12,15 +12,17 @@ function draw() {
 // A new value is drawn at once where the user sees the plot; out of sight (below the core view, as the
 // translation's probabilities are), once the browser has painted what is in sight; in a closed tab or accordion,
 // once it opens (its box gets a size), at the page's step then.
+// (An empty plot is not displayed: its first value waits for the paint, as out of sight, where the layout that
+// value brings is known.)
 let inSight = false;
 new IntersectionObserver(([entry]) => { inSight = entry.isIntersecting; }).observe(element);
 let unseen = false; // a value or a step came while the plot was not shown
-const box = element.parentElement; // (an empty plot itself is not displayed)
+const box = element.parentElement;
 const shown = () => box.offsetParent !== null;
 watch("value", () => {
   if (!shown()) unseen = true;
   else if (inSight) draw();
-  else figures.afterPaint(draw);
+  else figures.afterPaint(draw, box);
 });
 document.addEventListener("attention-inspector-step", () => {
   if (!shown()) unseen = true;

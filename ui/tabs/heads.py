@@ -28,16 +28,17 @@ def build(page: Page, services: Services) -> None:
             page.mask_all_but = gr.Button("Of this attention, only the head in view on", size="sm",
                                           elem_id="mask-all-but")
             page.mask_reset = gr.Button("All heads on", size="sm", elem_id="mask-reset")
+        # What the heads off change, right below the grids the user ticks in.
+        page.masked_translation = gr.HighlightedText(label="Translated with those heads off (words that differ in "
+                                                     "red)", color_map={DIFFERS: "red"}, show_inline_category=False,
+                                                     elem_id="masked-translation", visible=False)
+        page.mask_effect_plot = plot("mask-effect")
         # The importance heatmap (a grid of every kind's heads, side by side) takes the tab's whole width.
         page.importance_measure = gr.Radio([(label, key) for key, label in IMPORTANCE_KEYS.items()],
                                            value=next(iter(IMPORTANCE_KEYS)),
                                            label="Which heads matter and what they do (model/analysis/heads.py, val "
                                            "split); click a head to open it", elem_id="importance-measure")
         page.importance_plot = plot("importance")
-        page.masked_translation = gr.HighlightedText(label="Translated with those heads off (words that differ in "
-                                                     "red)", color_map={DIFFERS: "red"}, show_inline_category=False,
-                                                     elem_id="masked-translation", visible=False)
-        page.mask_effect_plot = plot("mask-effect")
 
 
 def from_grids(services: Services, session: Session | None, encoder, decoder, cross, told=None):
