@@ -493,8 +493,9 @@ def test_a_plot_out_of_sight_is_drawn_once_the_heatmap_is_painted(page, services
 def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heatmap(page, services):
     """On a laptop's screen scrolled to the cross-attention heads, a head ticked: the chart of each token's change
     sits right below the grids, in sight, and is drawn in the frame the heatmap is, not after what is out of sight
-    (once it has a value: an empty plot is not displayed, so its first value waits for the paint)."""
-    page.set_viewport_size({"width": 1400, "height": 900})
+    (once it has a value: an empty plot is not displayed, so its first value waits for the paint, drawn before
+    the translation's probabilities scrolled out of sight far above: nearest the user's view first)."""
+    page.set_viewport_size({"width": 1400, "height": 500})
     translate(page, services, "A man in a blue shirt is standing on a ladder.")
     open_tab(page, "Switch heads off")
     page.wait_for_function("() => window.Plotly", timeout=60000)
@@ -503,6 +504,12 @@ def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heat
     try:
         page.locator("#mask-cross label").nth(2).click()
         status_starts(page, "1 head off")
+        page.wait_for_function("""() => ['mask-effect', 'probabilities'].every(
+            plot => window.drawnIn.some(([id]) => id === plot))""", timeout=15000)
+        order = [plot for plot, _ in page.evaluate("() => window.drawnIn")]
+        assert order.index("mask-effect") < order.index("probabilities")
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.evaluate("() => document.querySelector('#mask-cross').scrollIntoView()")
         for heads in ("2 heads off", "1 head off"):
             page.wait_for_function("() => window.drawnIn.some(([id]) => id === 'mask-effect')", timeout=15000)
             page.evaluate("() => { window.drawnIn = []; }")
