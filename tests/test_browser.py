@@ -494,7 +494,7 @@ def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heat
     """On a laptop's screen scrolled to the cross-attention heads, a head ticked: the chart of each token's change
     sits right below the grids, in sight, and is drawn in the frame the heatmap is, not after what is out of sight
     (once it has a value: an empty plot is not displayed, so its first value waits for the paint, drawn before
-    the translation's probabilities scrolled out of sight far above: nearest the user's view first)."""
+    the translation's probabilities scrolled out of sight far above: nearest where the user clicked first)."""
     page.set_viewport_size({"width": 1400, "height": 500})
     translate(page, services, "A man in a blue shirt is standing on a ladder.")
     open_tab(page, "Switch heads off")

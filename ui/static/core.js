@@ -50,7 +50,7 @@ function update() {
     if (name in value && value[name] !== shown[name]) {
       shown[name] = value[name];
       if (name === "attention") drawFigure(name);
-      else figures.afterPaint(() => drawFigure(name));
+      else figures.afterPaint(() => drawFigure(name), element.querySelector(`#${name}`));
     }
   }
 }

@@ -128,9 +128,12 @@
   }
 
   // `work` once the browser has painted what it is about to (the next frame), so that it does not delay it. With
-  // `near`, an element, the work waiting for the same frame is done nearest the user's view first (a chart just
-  // below the tab the user clicked in before the translation's probabilities at the top of the page).
+  // `near`, an element, the work waiting for the same frame is done nearest where the user last clicked first (the
+  // chart of what heads off change, below the grid the user ticked in, before the translation's probabilities at
+  // the top of the page); before any click, nearest the middle of the screen.
   let waiting = [];
+  let clickedAt = null; // the page's y of the last pointer press
+  document.addEventListener("pointerdown", (event) => { clickedAt = event.pageY; }, true);
 
   function afterPaint(work, near) {
     if (!near) {
@@ -139,10 +142,10 @@
     }
     if (!waiting.length) {
       requestAnimationFrame(() => {
-        const middle = window.innerHeight / 2;
+        const y = clickedAt === null ? window.innerHeight / 2 : clickedAt - window.scrollY; // on screen
         const distance = ({ near }) => {
           const { top, bottom } = near.getBoundingClientRect();
-          return Math.min(Math.abs(top - middle), Math.abs(bottom - middle));
+          return top <= y && y <= bottom ? 0 : Math.min(Math.abs(top - y), Math.abs(bottom - y));
         };
         const ordered = waiting.map((job) => [distance(job), job.work]).sort((a, b) => a[0] - b[0]);
         waiting = [];

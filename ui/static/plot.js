@@ -17,8 +17,10 @@ function draw() {
 let inSight = false;
 new IntersectionObserver(([entry]) => { inSight = entry.isIntersecting; }).observe(element);
 let unseen = false; // a value or a step came while the plot was not shown
+// Shown: its box has a width (a closed tab's is 0), as the last layout gave it (asking now would force a layout).
 const box = element.parentElement;
-const shown = () => box.offsetParent !== null;
+let shownWidth = 0;
+const shown = () => shownWidth > 0;
 watch("value", () => {
   if (!shown()) unseen = true;
   else if (inSight) draw();
@@ -28,7 +30,8 @@ document.addEventListener("attention-inspector-step", () => {
   if (!shown()) unseen = true;
   else figures.redrawn(steps, draw);
 });
-new ResizeObserver(() => {
+new ResizeObserver(([entry]) => {
+  shownWidth = entry.contentRect.width;
   if (unseen && shown()) {
     unseen = false;
     draw();
