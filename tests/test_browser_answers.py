@@ -5,7 +5,7 @@ import pytest
 
 from model.keys import KINDS, head_name
 from tests.pages import open_tab
-from tests.test_browser import MODEL, status_starts, translate
+from tests.test_browser import LOG_DRAWS, MODEL, status_starts, translate
 
 pytestmark = pytest.mark.slow  # drives a real browser
 SENTENCE = "A man plays with a red ball in the park."
@@ -275,3 +275,28 @@ def test_a_sentence_typed_but_not_translated_says_so_under_the_box(page, service
     page.wait_for_function("""() => document.querySelector('#untranslated')?.textContent
         .startsWith('Not translated: the status line says why.')""", timeout=15000)
     assert page.locator("#untranslated").is_visible()
+
+
+def test_a_first_answer_is_drawn_at_once_where_the_answers_are(page, services):
+    """On a short screen scrolled to *Where each word came from*: the answers, empty and so not displayed until
+    then, are drawn in the task their value comes in, as in sight (the answers' place is below the button), not
+    after the next paint as a plot out of sight is."""
+    page.set_viewport_size({"width": 1400, "height": 500})
+    translate(page, services, SENTENCE)
+    open_tab(page, "Where each word came from")
+    page.evaluate("() => document.querySelector('#contributions').scrollIntoView()")
+    page.wait_for_function("() => window.Plotly", timeout=60000)
+    page.evaluate(LOG_DRAWS.replace("'#attention, #probabilities, #comparison-plot, #mask-effect'",
+                                    "'#source-share, #contribution-map'"))
+    # The first frame that shows the status: a drawing in the task that brought it counts the frame before.
+    page.evaluate("""() => { window.statusFrame = null; const check = () => {
+        if (document.querySelector('#status textarea').value.startsWith('Contributions of')) {
+            window.statusFrame = window.frame; } else requestAnimationFrame(check); }; requestAnimationFrame(check); }""")
+    try:
+        page.click("#contributions")
+        status_starts(page, "Contributions of")
+        page.wait_for_function("() => window.drawnIn.some(([id]) => id === 'contribution-map')", timeout=15000)
+        drawn = dict(reversed(page.evaluate("() => window.drawnIn")))
+        assert drawn["contribution-map"] == drawn["source-share"] == page.evaluate("() => window.statusFrame") - 1
+    finally:
+        page.evaluate("() => { Plotly.react = window.plotlyReact; }")

@@ -18,6 +18,7 @@ function markStep() {
   if (other) note.textContent = `About step ${askedAt}; the view shows step ${inspector.step}: ask again for it.`;
 }
 const figuresShown = {}; // each figure's JSON, and what it does on a step (figures.draw's answer)
+const placed = {}; // where each figure is (figures.placed: in sight, out of sight, in a closed tab)
 const tables = {}; // each table's value and how it is sorted
 
 function drawTable(box) {
@@ -72,6 +73,14 @@ function drawAnswer(box, value) {
   if (!none) box.dispatchEvent(new CustomEvent("attention-inspector-answer", { bubbles: true })); // drawn (page.js)
 }
 
+// A figure is drawn where it is (figures.placed: at once in sight, after the paint out of sight, once its tab opens
+// where closed), from the JSON it has then; a table or a text at once.
+function answered(box, value) {
+  if (!box.classList.contains("figure")) return drawAnswer(box, value);
+  figuresShown[box.id] = { json: value, steps: figuresShown[box.id]?.steps ?? null };
+  placed[box.id].value(() => drawAnswer(box, figuresShown[box.id].json));
+}
+
 function update() {
   if (!props.value) return;
   const value = JSON.parse(props.value);
@@ -80,23 +89,29 @@ function update() {
   askedAt = value.step ?? null;
   for (const [name, answer] of Object.entries(value.answers)) {
     const box = element.querySelector(`#${name}`);
-    if (box) drawAnswer(box, answer);
+    if (box) answered(box, answer);
   }
   markStep();
 }
 
 document.addEventListener("attention-inspector-decoding", () => {
   if (revision >= inspector.decoding) return;
-  for (const box of element.querySelectorAll(".answer:not(.empty)")) drawAnswer(box, null); // those drawn
+  for (const box of element.querySelectorAll(".answer")) { // those drawn, and figures waiting to be
+    if (!box.classList.contains("empty") || figuresShown[box.id]?.json) drawAnswer(box, null);
+  }
   markStep();
 });
 document.addEventListener("attention-inspector-step", () => {
   markStep();
-  for (const [name, { json, steps }] of Object.entries(figuresShown)) {
-    figures.redrawn(steps, () => drawAnswer(element.querySelector(`#${name}`), json));
+  for (const [name, { steps }] of Object.entries(figuresShown)) {
+    const box = element.querySelector(`#${name}`);
+    placed[name].step(steps, () => drawAnswer(box, figuresShown[name].json));
   }
 });
-for (const box of element.querySelectorAll(".answer.figure")) figures.fitting(box);
+for (const box of element.querySelectorAll(".answer.figure")) {
+  figures.fitting(box);
+  placed[box.id] = figures.placed(box, element, element); // an answer shows in the answers (below the button)
+}
 for (const button of element.querySelectorAll(".answer.text .copy")) {
   button.addEventListener("click", () => navigator.clipboard?.writeText(button.previousSibling.textContent));
 }

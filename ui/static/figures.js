@@ -162,5 +162,41 @@
     else if (steps === "bars") afterPaint(redraw);
   }
 
-  inspector.figures = { afterPaint, draw, fitting, redrawn };
+  // Where a figure is, for when to draw it (`target`: the figure's box, hidden while empty; `shownBy`: an element
+  // around it that has a width whenever it can be seen, none in a closed tab or accordion). `value(work)` draws a
+  // new value at once in sight, after the paint out of sight (as the translation's probabilities below the first
+  // screen), and once it shows where it is hidden; `step(steps, work)` redraws it on a step as `redrawn` does, or
+  // once it shows. Whether it is in sight or shown is what the last layout said (asking now would force one). An
+  // empty target is not displayed: it counts as in sight where `empty` is (an element where its value will show),
+  // else as out of sight.
+  function placed(target, shownBy, empty = null) {
+    const inSight = new Map();
+    for (const watched of empty ? [target, empty] : [target]) {
+      new IntersectionObserver(([entry]) => inSight.set(watched, entry.isIntersecting)).observe(watched);
+    }
+    const seen = () => inSight.get(target.classList.contains("empty") ? empty : target);
+    let width = 0;
+    let unseen = null; // the drawing that waits for it to show
+    new ResizeObserver(([entry]) => {
+      width = entry.contentRect.width;
+      if (unseen && width) {
+        const work = unseen;
+        unseen = null;
+        work();
+      }
+    }).observe(shownBy);
+    return {
+      value(work) {
+        if (!width) unseen = work;
+        else if (seen()) work();
+        else afterPaint(work, shownBy);
+      },
+      step(steps, work) {
+        if (!width) unseen = steps ? work : unseen;
+        else redrawn(steps, work);
+      },
+    };
+  }
+
+  inspector.figures = { afterPaint, draw, fitting, placed, redrawn };
 })();
