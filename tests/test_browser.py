@@ -494,7 +494,8 @@ def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heat
     """On a laptop's screen scrolled to the cross-attention heads, a head ticked: the chart of each token's change
     sits right below the grids, in sight, and is drawn in the frame the heatmap is, not after what is out of sight
     (once it has a value: an empty plot is not displayed, so its first value waits for the paint, drawn before
-    the translation's probabilities scrolled out of sight far above: nearest where the user clicked first)."""
+    the translation's probabilities scrolled out of sight far above: nearest where the user clicked first, and
+    painted before the next is drawn)."""
     page.set_viewport_size({"width": 1400, "height": 500})
     translate(page, services, "A man in a blue shirt is standing on a ladder.")
     open_tab(page, "Switch heads off")
@@ -506,8 +507,8 @@ def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heat
         status_starts(page, "1 head off")
         page.wait_for_function("""() => ['mask-effect', 'probabilities'].every(
             plot => window.drawnIn.some(([id]) => id === plot))""", timeout=15000)
-        order = [plot for plot, _ in page.evaluate("() => window.drawnIn")]
-        assert order.index("mask-effect") < order.index("probabilities")
+        drawn = dict(reversed(page.evaluate("() => window.drawnIn")))  # each plot's first drawing's frame
+        assert drawn["mask-effect"] < drawn["probabilities"]  # painted before the next is drawn
         page.set_viewport_size({"width": 1400, "height": 900})
         page.evaluate("() => document.querySelector('#mask-cross').scrollIntoView()")
         for heads in ("2 heads off", "1 head off"):

@@ -130,7 +130,8 @@
   // `work` once the browser has painted what it is about to (the next frame), so that it does not delay it. With
   // `near`, an element, the work waiting for the same frame is done nearest where the user last clicked first (the
   // chart of what heads off change, below the grid the user ticked in, before the translation's probabilities at
-  // the top of the page); before any click, nearest the middle of the screen.
+  // the top of the page; before any click, nearest the middle of the screen), one piece a frame: each is painted
+  // before the next is drawn.
   let waiting = [];
   let clickedAt = null; // the page's y of the last pointer press
   document.addEventListener("pointerdown", (event) => { clickedAt = event.pageY; }, true);
@@ -149,7 +150,12 @@
         };
         const ordered = waiting.map((job) => [distance(job), job.work]).sort((a, b) => a[0] - b[0]);
         waiting = [];
-        for (const [, job] of ordered) setTimeout(job);
+        const next = () => {
+          const [, work] = ordered.shift();
+          work();
+          if (ordered.length) requestAnimationFrame(() => setTimeout(next));
+        };
+        setTimeout(next);
       });
     }
     waiting.push({ work, near });
