@@ -74,11 +74,12 @@ function drawAnswer(box, value) {
 }
 
 // A figure is drawn where it is (figures.placed: at once in sight, after the paint out of sight, once its tab opens
-// where closed), from the JSON it has then; a table or a text at once.
-function answered(box, value) {
+// where closed), from the JSON it has then; a table or a text at once. An empty figure below another one drawn at
+// once (`below`) will be out of sight: it is drawn after the paint.
+function answered(box, value, below) {
   if (!box.classList.contains("figure")) return drawAnswer(box, value);
   figuresShown[box.id] = { json: value, steps: figuresShown[box.id]?.steps ?? null };
-  placed[box.id].value(() => drawAnswer(box, figuresShown[box.id].json));
+  placed[box.id].value(() => drawAnswer(box, figuresShown[box.id].json), below && box.classList.contains("empty"));
 }
 
 function update() {
@@ -87,9 +88,11 @@ function update() {
   if (value.revision < Math.max(revision, inspector.decoding ?? -1)) return; // about a state the page has left
   revision = value.revision;
   askedAt = value.step ?? null;
-  for (const [name, answer] of Object.entries(value.answers)) {
-    const box = element.querySelector(`#${name}`);
-    if (box) answered(box, answer);
+  let below = false;
+  for (const box of element.querySelectorAll(".answer")) { // in the order they show
+    if (!(box.id in value.answers)) continue;
+    answered(box, value.answers[box.id], below);
+    below ||= box.classList.contains("figure") && !!value.answers[box.id];
   }
   markStep();
 }

@@ -172,7 +172,8 @@
   // around it that has a width whenever it can be seen, none in a closed tab or accordion). `value(work)` draws a
   // new value at once in sight, after the paint out of sight (as the translation's probabilities below the first
   // screen), and once it shows where it is hidden; `step(steps, work)` redraws it on a step as `redrawn` does, or
-  // once it shows. Whether it is in sight or shown is what the last layout said (asking now would force one). An
+  // once it shows (with `later`, after the paint even in sight). Whether it is in sight or shown is what the last
+  // layout said (asking now would force one). An
   // empty target is not displayed: it counts as in sight where `empty` is (an element where its value will show),
   // else as out of sight.
   function placed(target, shownBy, empty = null) {
@@ -192,9 +193,9 @@
       }
     }).observe(shownBy);
     return {
-      value(work) {
+      value(work, later = false) { // `later`: after the paint even in sight
         if (!width) unseen = work;
-        else if (seen()) work();
+        else if (seen() && !later) work();
         else afterPaint(work, shownBy);
       },
       step(steps, work) {
