@@ -239,13 +239,16 @@ def what_if(page, translator, sentences: list[str]) -> None:
         open_tab(page, "Where each word came from")
         times["where each word came from"].append(timed(page, lambda: page.click("#contributions"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Contributions of')
+            && !document.querySelector('#source-share').classList.contains('empty')
             && document.querySelector('#source-share .js-plotly-plot')"""))
         times["attribute this step (integrated gradients)"].append(timed(page, lambda: page.click("#attribute"),
                                                                          """() =>
             document.querySelector('#status textarea')?.value.startsWith('integrated gradients')
+            && !document.querySelector('#attribution').classList.contains('empty')
             && document.querySelector('#attribution .js-plotly-plot')"""))
         times["which explanation to trust for this word"].append(timed(page, lambda: page.click("#faithfulness"), """() =>
             document.querySelector('#status textarea')?.value.startsWith('Step ')
+            && !document.querySelector('#faithfulness-curves').classList.contains('empty')
             && document.querySelector('#faithfulness-curves .js-plotly-plot')"""))
         times["which explanation to trust, integrated gradients included"].append(waited(page, """() =>
             [...document.querySelectorAll('#faithfulness-table th')]

@@ -308,7 +308,8 @@ def test_with_the_sources_tab_open_a_candidate_click_asks_why_not_that_one(page,
     status = status_starts(page, "integrated gradients")
     assert f'why step 2 wrote "{traced.target_tokens[1]}" and not "{other}"' in status
     assert page.locator("#translation textarea").input_value() == traced.text  # no branch was made
-    page.wait_for_function("() => document.querySelector('#attribution .js-plotly-plot')")
+    page.wait_for_function("""() => !document.querySelector('#attribution').classList.contains('empty')
+        && document.querySelector('#attribution .js-plotly-plot')""")
     page.wait_for_function("""() => { // where the user looks: the window scrolled to show the chart whole
         const box = document.querySelector('#attribution').getBoundingClientRect();
         return box.top >= 0 && box.bottom <= innerHeight + 1; }""", timeout=5000)

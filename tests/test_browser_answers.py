@@ -132,7 +132,8 @@ def test_a_tabs_answers_are_drawn_in_the_tab_and_emptied_by_another_translation(
 
 def test_which_explanation_to_trust_is_drawn_in_its_tab_and_stop_says_so(page, services):
     asked_in_tab(page, services, "Where each word came from", "#faithfulness", "Step ")
-    page.wait_for_function("() => document.querySelector('#faithfulness-curves .js-plotly-plot')", timeout=30000)
+    page.wait_for_function("""() => !document.querySelector('#faithfulness-curves').classList.contains('empty')
+        && document.querySelector('#faithfulness-curves .js-plotly-plot')""", timeout=30000)
     page.wait_for_function("""() => [...document.querySelectorAll('#faithfulness-table th')]
         .some(th => th.textContent === 'integrated gradients')""", timeout=30000)  # the second answer, every method
     headers = page.locator("#faithfulness-table th").all_text_contents()
@@ -240,7 +241,8 @@ def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_
     open_tab(page, "Where each word came from")
     page.click("#attribute")  # integrated gradients, the menu's first method
     status_starts(page, "integrated gradients (32 points): why step")
-    page.wait_for_function("() => document.querySelector('#attribution .js-plotly-plot')", timeout=15000)
+    page.wait_for_function("""() => !document.querySelector('#attribution').classList.contains('empty')
+        && document.querySelector('#attribution .js-plotly-plot')""", timeout=15000)
     statuses = page.evaluate("() => window.statuses")
     assert [line for line in statuses if line.startswith("Computing with toy-en-de")] and \
         any("a branch" in line for line in statuses) and any("the beam search" in line for line in statuses) and \
@@ -301,3 +303,21 @@ def test_a_first_answer_is_drawn_at_once_where_the_answers_are_the_one_below_it_
         assert drawn["contribution-map"] > drawn["source-share"]
     finally:
         page.evaluate("() => { Plotly.react = window.plotlyReact; }")
+
+
+def test_an_emptied_answer_figure_is_hidden_and_the_next_one_drawn_over_it(page, services):
+    """Another translation empties the source shares: hidden, not taken apart, so the next answer is a redraw of
+    the same plot (a first drawing takes about twice as long), and it shows the new sentence's tokens."""
+    asked_in_tab(page, services, "Where each word came from", "#contributions", "Contributions of")
+    page.wait_for_function("() => document.querySelector('#source-share .js-plotly-plot')", timeout=15000)
+    page.evaluate("() => { window.firstPlot = document.querySelector('#source-share .js-plotly-plot'); }")
+    translate(page, services, "Two dogs run on the beach.")
+    page.wait_for_function("() => document.querySelector('#source-share').classList.contains('empty')", timeout=15000)
+    assert not in_sight(page, "#source-share")
+    page.click("#contributions")
+    status_starts(page, "Contributions of")
+    page.wait_for_function("() => !document.querySelector('#source-share').classList.contains('empty')",
+                           timeout=15000)
+    assert page.evaluate("() => document.querySelector('#source-share .js-plotly-plot') === window.firstPlot")
+    ticks = page.evaluate("() => window.firstPlot.layout.xaxis.ticktext || window.firstPlot.data[0].x")
+    assert any("hund" in str(tick).lower() for tick in ticks), ticks
