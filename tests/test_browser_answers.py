@@ -310,7 +310,8 @@ def test_an_emptied_answer_figure_is_hidden_and_the_next_one_drawn_over_it(page,
     the same plot (a first drawing takes about twice as long), and it shows the new sentence's tokens."""
     asked_in_tab(page, services, "Where each word came from", "#contributions", "Contributions of")
     page.wait_for_function("() => document.querySelector('#source-share .js-plotly-plot')", timeout=15000)
-    page.evaluate("() => { window.firstPlot = document.querySelector('#source-share .js-plotly-plot'); }")
+    page.evaluate("() => { window.firstPlot = document.querySelector('#source-share .js-plotly-plot');"
+                  "window.firstSvg = window.firstPlot.querySelector('.main-svg'); }")
     translate(page, services, "Two dogs run on the beach.")
     page.wait_for_function("() => document.querySelector('#source-share').classList.contains('empty')", timeout=15000)
     assert not in_sight(page, "#source-share")
@@ -318,6 +319,6 @@ def test_an_emptied_answer_figure_is_hidden_and_the_next_one_drawn_over_it(page,
     status_starts(page, "Contributions of")
     page.wait_for_function("() => !document.querySelector('#source-share').classList.contains('empty')",
                            timeout=15000)
-    assert page.evaluate("() => document.querySelector('#source-share .js-plotly-plot') === window.firstPlot")
+    assert page.evaluate("() => document.querySelector('#source-share .main-svg') === window.firstSvg")
     ticks = page.evaluate("() => window.firstPlot.layout.xaxis.ticktext || window.firstPlot.data[0].x")
     assert any("hund" in str(tick).lower() for tick in ticks), ticks
