@@ -152,8 +152,11 @@
         waiting = [];
         const next = () => {
           const [, work] = ordered.shift();
-          work();
-          if (ordered.length) requestAnimationFrame(() => setTimeout(next));
+          try {
+            work();
+          } finally { // a figure that fails to draw leaves the others to be drawn
+            if (ordered.length) requestAnimationFrame(() => setTimeout(next));
+          }
         };
         setTimeout(next);
       });
@@ -169,13 +172,12 @@
   }
 
   // Where a figure is, for when to draw it (`target`: the figure's box, hidden while empty; `shownBy`: an element
-  // around it that has a width whenever it can be seen, none in a closed tab or accordion). `value(work)` draws a
-  // new value at once in sight, after the paint out of sight (as the translation's probabilities below the first
-  // screen), and once it shows where it is hidden; `step(steps, work)` redraws it on a step as `redrawn` does, or
-  // once it shows (with `later`, after the paint even in sight). Whether it is in sight or shown is what the last
-  // layout said (asking now would force one). An
-  // empty target is not displayed: it counts as in sight where `empty` is (an element where its value will show),
-  // else as out of sight.
+  // around it that has a width whenever it can be seen, none in a closed tab or accordion). `value(work, later)`
+  // draws a new value at once in sight (with `later`, after the paint even so), after the paint out of sight (as
+  // the translation's probabilities below the first screen), and once it shows where it is hidden; `step(steps,
+  // work)` redraws it on a step as `redrawn` does, or once it shows. Whether it is in sight or shown is what the
+  // last layout said (asking now would force one). An empty target is not displayed: it counts as in sight where
+  // `empty` is (an element where its value will show), else as out of sight.
   function placed(target, shownBy, empty = null) {
     const inSight = new Map();
     for (const watched of empty ? [target, empty] : [target]) {
@@ -193,7 +195,7 @@
       }
     }).observe(shownBy);
     return {
-      value(work, later = false) { // `later`: after the paint even in sight
+      value(work, later = false) {
         if (!width) unseen = work;
         else if (seen() && !later) work();
         else afterPaint(work, shownBy);
