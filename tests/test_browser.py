@@ -460,17 +460,23 @@ def test_the_view_controls_sit_right_above_the_heatmap(page, services):
 
 
 # Logs which plot Plotly draws in which animation frame (`window.drawnIn`), counting frames from now.
-LOG_DRAWS = """() => {
+def log_draws(*plots: str) -> str:
+    """A page function that logs each `Plotly.react` into one of `plots` (their ids) as [id, frame], the frame
+    counted by animation frames from then on (`window.plotlyReact` puts Plotly back)."""
+    return """() => {
     window.frame = 0;
     const tick = () => { window.frame++; requestAnimationFrame(tick); };
     requestAnimationFrame(tick);
     window.drawnIn = [];
     window.plotlyReact = window.plotlyReact || Plotly.react;
     Plotly.react = function (gd, ...rest) {
-        window.drawnIn.push([gd.closest('#attention, #probabilities, #comparison-plot, #mask-effect')?.id, window.frame]);
+        window.drawnIn.push([gd.closest('%s')?.id, window.frame]);
         return window.plotlyReact.call(this, gd, ...rest);
     };
-}"""
+}""" % ", ".join(f"#{plot}" for plot in plots)
+
+
+LOG_DRAWS = log_draws("attention", "probabilities", "comparison-plot", "mask-effect")
 
 
 def test_a_plot_out_of_sight_is_drawn_once_the_heatmap_is_painted(page, services):

@@ -5,7 +5,7 @@ import pytest
 
 from model.keys import KINDS, head_name
 from tests.pages import open_tab
-from tests.test_browser import LOG_DRAWS, MODEL, status_starts, translate
+from tests.test_browser import MODEL, log_draws, status_starts, translate
 
 pytestmark = pytest.mark.slow  # drives a real browser
 SENTENCE = "A man plays with a red ball in the park."
@@ -288,12 +288,13 @@ def test_a_first_answer_is_drawn_at_once_where_the_answers_are_the_one_below_it_
     open_tab(page, "Where each word came from")
     page.evaluate("() => document.querySelector('#contributions').scrollIntoView()")
     page.wait_for_function("() => window.Plotly", timeout=60000)
-    page.evaluate(LOG_DRAWS.replace("'#attention, #probabilities, #comparison-plot, #mask-effect'",
-                                    "'#source-share, #contribution-map'"))
+    page.evaluate(log_draws("source-share", "contribution-map"))
     # The first frame that shows the status: a drawing in the task that brought it counts the frame before.
     page.evaluate("""() => { window.statusFrame = null; const check = () => {
         if (document.querySelector('#status textarea').value.startsWith('Contributions of')) {
-            window.statusFrame = window.frame; } else requestAnimationFrame(check); }; requestAnimationFrame(check); }""")
+            window.statusFrame = window.frame;
+        } else requestAnimationFrame(check); };
+        requestAnimationFrame(check); }""")
     try:
         page.click("#contributions")
         status_starts(page, "Contributions of")
