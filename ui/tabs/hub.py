@@ -1,4 +1,4 @@
-"""Models from the Hub: a Hugging Face translation model (opus-mt, NLLB-200, M2M100, mBART-50) converted into the
+"""Models from the Hub: a Hugging Face translation model (opus-mt, NLLB-200, M2M100, mBART-50, T5) converted into the
 inspector's Transformer (model/hub/convert_hf.py), kept on disk and added to the model menu. A link does the same with
 `?model=hf:Helsinki-NLP/opus-mt-en-de` (ui/links.py)."""
 
@@ -15,8 +15,10 @@ from ui.session import unpacked
 
 def build(page: Page, services: Services) -> None:
     with gr.Tab("Models from the Hub", elem_id="hub-tab"):
-        gr.Markdown("Inspect a translation model from the Hugging Face Hub: Marian (Helsinki-NLP opus-mt-*), NLLB-200, "
-                    "M2M100 or mBART-50. It is checked (its family, its size), downloaded, converted into this "
+        gr.Markdown("Inspect a translation model from the Hugging Face Hub: Marian (Helsinki-NLP/opus-mt-en-de), "
+                    "NLLB-200 (facebook/nllb-200-distilled-600M), M2M100 (facebook/m2m100_418M), mBART-50 "
+                    "(facebook/mbart-large-50-many-to-many-mmt) or T5 (google-t5/t5-small: English to German, French "
+                    "or Romanian). It is checked (its family, its size), downloaded, converted into this "
                     "inspector's Transformer so that every view and intervention works on it, kept on this server's "
                     "disk and opened. Only where the server can reach the Hub.")
         with gr.Row(equal_height=True):
