@@ -151,8 +151,9 @@ def translate(services: Services, session: Session | None, model: object, text: 
     else:
         view = first_view(services, model, trace)
         if not services.card(model).head_report.get("heads"):
-            said = (f" {model} has no head report yet, so it opens on its last layer's mean; python -m "
-                    f"model.analysis.heads --checkpoint <its folder> --split val finds its best-aligning head.")
+            said = (f" {model} has no head report yet, so it opens on the mean of its last layer's heads; the Head "
+                    "statistics tab measures its heads on this sentence (the server's head report, which finds its "
+                    "best-aligning head over a corpus, is made as docs/what-if.md says).")
     new = Session(model, str(text), (Decoding(ORIGINAL, trace, traced.text),), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
     card = services.card(model)

@@ -37,7 +37,7 @@ def build(page: Page, services: Services) -> None:
             page.alignments = gr.Button("Read word alignments", elem_id="alignments", scale=1)
         page.alignments_answers = answers_view("alignments-answer", Answer(
             "alignment-text", "text", "Pharaoh format: source index-target index, 0-based, per head and layer mean "
-            "(python -m model.analysis.align computes their AER against a gold file)"))
+            "(their error rate against a gold alignment: docs/what-if.md)"))
 
 
 @operation
