@@ -194,6 +194,8 @@ def test_a_first_visit_shows_a_translated_example_at_a_view_with_structure(event
     assert len(json.loads(out["step_text"])) == session.trace.steps
     # The last layer (the toy has no heads.json to name the head that aligns best), a few steps in.
     assert session.view.layer == 1 and session.view.step == min(operations.FIRST_STEP, session.trace.steps) > 1
+    # A newcomer is told why the view is not at the first word, and how to get there.
+    assert f"It opens at step {session.view.step}, where a row reads more than the start token" in out["status"]
 
 
 def test_the_first_view_is_the_head_that_aligns_best(services, monkeypatch):

@@ -468,6 +468,9 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
                               revision)
             session, message = operations.translate(services, None, services.default_model, examples[0], told=(
                 told if operations.large(services, services.default_model) else None))
+            if session is not None:  # a newcomer's first view: why it is not at the first word
+                message += (f" It opens at step {session.view.step}, where a row reads more than the start token: "
+                            "Next, Previous and the slider go through every token the model wrote.")
     except Stopped:
         return stale(page)
     if revisions.latest != revision:  # the user translated (or pressed Stop) before the page's first answer came
