@@ -47,11 +47,24 @@
       });
     }
   };
+
+  const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
+  // The step a step button asks for (ui/listeners.py MOVES): `move` of the slider's value `s`, or of the step the last
+  // press asked for while the slider is still on its way there. Two quick presses of → read the same slider value
+  // (Gradio applies a new value a tick later): counted from the slider alone, the second was lost. The slider has
+  // arrived once it shows that step (ui/static/step.js forgets the press then).
+  inspector.moved = (s, move) => {
+    const asked = inspector.asked;
+    const onTheWay = asked && Math.min(asked.from, asked.to) <= s && s <= Math.max(asked.from, asked.to);
+    const t = move(onTheWay ? asked.to : s);
+    inspector.asked = { from: onTheWay ? asked.from : s, to: t };
+    return t;
+  };
+
   // The status line where the user looks: while the one at the top is out of sight (the user is down in a tab),
   // each new status shows in the window's top right corner too, as text, until clicked or for 10 s; `always`:
   // whether or not (the server's "busy", ui/static/busy.js). "Stop computing" and the progress show above the
   // heatmap while something slow is computed. (`said` is called on every change of the status line.)
-  const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
   const bar = Object.assign(document.createElement("div"), { id: "status-bar", hidden: true });
   bar.setAttribute("role", "status");
   bar.addEventListener("click", () => { bar.hidden = true; });

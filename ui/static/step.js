@@ -8,6 +8,7 @@ async (step) => {
   const steps = inspector.steps || Infinity; // not known before the core view has drawn its first value
   const t = Math.min(Math.max(Math.round(Number(step)) || 1, 1), steps);
   inspector.step = t;
+  if (inspector.asked?.to === t) inspector.asked = null; // a step button's press has arrived (page.js `moved`)
   document.dispatchEvent(new CustomEvent("attention-inspector-step"));
   return t;
 }
