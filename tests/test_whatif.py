@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, MEAN, WEIGHTS
-from model.nets.decoding import beam_search, beam_trace
+from model.nets.decoding import beam_search, beam_trace, greedy_decode
 from model.nets.seq2seq import head_gates
 from model.nets.step_decoder import StepDecoder
 from model.serving.checkpoint import load_checkpoint
 from model.serving.translator import InputError
+from model.text.vocab import EOS_ID
 from model.training.data import DataError
 from tests.conftest import SHIPPED
 from tests.test_http_api import call
@@ -74,6 +75,31 @@ def test_the_beam_stepped_by_the_step_decoder_is_the_module_trees(name, mask):
     for ours, theirs in zip([*flat.steps, flat.n_best], [*tree.steps, tree.n_best]):
         assert [h.token_ids for h in ours] == [h.token_ids for h in theirs]
         assert [h.log_probability for h in ours] == pytest.approx([h.log_probability for h in theirs], abs=1e-5)
+
+
+@pytest.mark.parametrize("mask", [[], ["cross.1.2"]])
+def test_the_greedy_decoding_made_with_the_beam_is_greedy_decodes_and_leaves_the_beam_as_it_is(mask):
+    """The beam view's greedy path rides along the beam as one more row of its steps: the same ids as a greedy
+    decoding alone, whether it ends before the beam, with it or after it, through the module tree and the step
+    decoder."""
+    beyond = []
+    for name, eos_bias in [("post-LN sinusoidal", 0.0), ("post-LN sinusoidal", 0.5), ("GRU 4 heads", 0.0)]:
+        model = MODELS[name]()
+        with torch.no_grad():  # <eos> likelier: some hypotheses end before the limit
+            model.generator.bias[EOS_ID] += eos_bias
+        gates = head_gates(model, mask)
+        decoders = [None] if name == "GRU 4 heads" else [None, StepDecoder(model)]
+        for source, prefix in [(SRC_IDS, []), (SRC_IDS[:3], []), (SRC_IDS[::-1], [7])]:
+            greedy = greedy_decode(model, torch.tensor([source]), 12, gates, prefix)[0]
+            for decoder in decoders:
+                alone = beam_trace(model, source, 3, 12, gates=gates, prefix=prefix, decoder=decoder)
+                along = beam_trace(model, source, 3, 12, gates=gates, prefix=prefix, decoder=decoder, greedy=True)
+                assert along.greedy == greedy and alone.greedy is None
+                assert [[h.token_ids for h in hs] for hs in along.steps] == \
+                    [[h.token_ids for h in hs] for hs in alone.steps]
+                assert [h.score for h in along.n_best] == pytest.approx([h.score for h in alone.n_best], abs=1e-5)
+                beyond.append(len(greedy) > len(alone.steps))
+    assert any(beyond) and not all(beyond)  # a greedy decoding that went on after the beam had ended, and others
 
 
 def test_the_beam_on_the_shipped_model_is_what_evaluation_translates(en_de):

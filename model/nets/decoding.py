@@ -46,25 +46,39 @@ def greedy_decode(model: Seq2Seq, src: Tensor, max_len: int | None = None,
                   gates: HeadGates | None = None, prefix: list[int] = ()) -> list[list[int]]:
     """Greedy decoding of a padded batch `src` (B, S); returns each sentence's ids without <sos>/<eos>, starting
     with the given `prefix`."""
-    memory, src_mask, _ = model.encode(src, gates=gates)
-    cache = model.new_cache()
-    batch = src.size(0)
-    previous = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=src.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-    chosen = []
-    for _ in range(output_limit(model, src.size(1), max_len)):
-        logits, _ = model.decode(previous, memory, src_mask, cache, gates=gates)
-        scores = next_token_logits(logits)
-        if len(chosen) < len(prefix):
-            scores = given(scores, prefix[len(chosen)])
-        next_ids = scores.argmax(-1).masked_fill(finished, PAD_ID)  # (B,)
-        chosen.append(next_ids)
-        finished |= next_ids == EOS_ID
-        if finished.all():
+    steps, greedy = _TreeSteps(model, src, 1, gates), _Greedy(src.size(0), src.device)
+    for step in range(output_limit(model, src.size(1), max_len)):
+        scores = next_token_logits(steps.logits(greedy.last))
+        greedy.advance(given(scores, prefix[step]) if step < len(prefix) else scores)
+        if greedy.done:
             break
-        previous = next_ids[:, None]
-    rows = torch.stack(chosen, dim=1).tolist()
-    return [_strip(row) for row in rows]
+    return greedy.ids
+
+
+class _Greedy:
+    """Greedy decodings of a batch, step by step: each step's scores (B, V) in, its choices out (`last`)."""
+
+    def __init__(self, batch: int, device: torch.device):
+        self.last = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=device)  # each row's token to feed next
+        self.finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.chosen: list[Tensor] = []
+
+    def advance(self, scores: Tensor) -> None:
+        """Every row's best token after `scores` (<pad> once its sentence has ended)."""
+        next_ids = scores.argmax(-1).masked_fill(self.finished, PAD_ID)  # (B,)
+        self.chosen.append(next_ids)
+        self.finished |= next_ids == EOS_ID
+        self.last = next_ids[:, None]
+
+    @property
+    def done(self) -> bool:
+        return bool(self.finished.all())
+
+    @property
+    def ids(self) -> list[list[int]]:
+        """Each sentence's ids so far, without <eos>."""
+        return [_strip(row) for row in torch.stack(self.chosen, dim=1).tolist()] if self.chosen else \
+            [[] for _ in range(self.last.size(0))]
 
 
 def _strip(ids: list[int]) -> list[int]:
@@ -97,6 +111,7 @@ class BeamTrace:
     steps: list[list[Hypothesis]]  # steps[t]: the beam after step t (finished ones that ended there included)
     beam_size: int
     length_penalty: float
+    greedy: list[int] | None = None  # the greedy decoding's ids (without <eos>), where it was asked for
 
 
 @torch.no_grad()
@@ -117,19 +132,23 @@ def beam_search(model: Seq2Seq, src: Tensor, beam_size: int = 5, max_len: int | 
 @torch.no_grad()
 def beam_trace(model: Seq2Seq, src_ids: list[int], beam_size: int = 5, max_len: int | None = None,
                length_penalty: float = 1.0, gates: HeadGates | None = None, prefix: list[int] = (),
-               told: Callable[[int, int], None] | None = None, decoder: StepDecoder | None = None) -> BeamTrace:
+               told: Callable[[int, int], None] | None = None, decoder: StepDecoder | None = None,
+               greedy: bool = False) -> BeamTrace:
     """Beam search of one sentence (the same search as `beam_search`), recording the beam at every step;
     `told(steps, limit)` after each (it may raise to stop). With `decoder` (the model's `StepDecoder`), each step
-    is a flat run of tensor operations rather than a walk of the module tree."""
+    is a flat run of tensor operations rather than a walk of the module tree. With `greedy`, the greedy decoding
+    too (`greedy_decode`'s), made in the same steps."""
     src = torch.tensor([src_ids], dtype=torch.long)
+    follower = _Greedy(1, src.device) if greedy else None
     finished, steps = _beam(model, src, max(beam_size, 1), max_len, length_penalty, gates, prefix, record=True,
-                            told=told, decoder=decoder)
+                            told=told, decoder=decoder, greedy=follower)
     return BeamTrace(n_best=sorted(finished[0], key=lambda hypothesis: -hypothesis.score), steps=steps,
-                     beam_size=beam_size, length_penalty=length_penalty)
+                     beam_size=beam_size, length_penalty=length_penalty,
+                     greedy=follower.ids[0] if follower is not None else None)
 
 
 class _TreeSteps:
-    """The beam's steps through the model's modules (any `Seq2Seq`): K rows per sentence of `src` (B, S)."""
+    """Decoding steps through the model's modules (any `Seq2Seq`): K rows per sentence of `src` (B, S)."""
 
     def __init__(self, model: Seq2Seq, src: Tensor, k: int, gates: HeadGates | None):
         memory, src_mask, _ = model.encode(src, gates=gates)
@@ -181,23 +200,39 @@ class _FlatSteps:
 
 def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penalty: float,
           gates: HeadGates | None, prefix: list[int] = (), record: bool = False,
-          told: Callable[[int, int], None] | None = None, decoder: StepDecoder | None = None
-          ) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
+          told: Callable[[int, int], None] | None = None, decoder: StepDecoder | None = None,
+          greedy: _Greedy | None = None) -> tuple[list[list[Hypothesis]], list[list[Hypothesis]]]:
     """The beam search behind `beam_search` and `beam_trace`: each sentence's finished hypotheses and, when
     `record` (one sentence), the beam after every step; `told(steps, limit)` after each step. `decoder`: the
-    model's `StepDecoder`, to step through (else the module tree)."""
+    model's `StepDecoder`, to step through (else the module tree). `greedy`: each sentence's greedy decoding, made
+    meanwhile as one more row of the same steps (a row costs far less than a step), and on after the beam where it
+    is longer."""
     batch = src.size(0)
     limit = output_limit(model, src.size(1), max_len)
-    steps = _TreeSteps(model, src, k, gates) if decoder is None else _FlatSteps(model, decoder, src, k, gates, limit)
+    width = k + (greedy is not None)  # rows per sentence: the beam's, then the greedy decoding's
+    steps = _TreeSteps(model, src, width, gates) if decoder is None else \
+        _FlatSteps(model, decoder, src, width, gates, limit)
     scores = torch.zeros(batch, k, device=src.device)
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive
     sequences = torch.full((batch * k, 1), SOS_ID, dtype=torch.long, device=src.device)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     history: list[list[Hypothesis]] = []
-    for step in range(limit):
-        log_probs = next_token_logits(steps.logits(sequences[:, -1:])).log_softmax(-1)  # (B*K, V)
+
+    def beam_log_probs(step: int) -> Tensor:
+        """The beam rows' next-token log-probabilities (B*K, V); the greedy rows take their step meanwhile."""
+        tokens = sequences[:, -1:].view(batch, k)
+        if greedy is not None:
+            tokens = torch.cat([tokens, greedy.last], dim=1)
+        log_probs = next_token_logits(steps.logits(tokens.reshape(-1, 1))).log_softmax(-1)  # (B*width, V)
         if step < len(prefix):
             log_probs = given(log_probs, prefix[step])
+        log_probs = log_probs.view(batch, width, -1)
+        if greedy is not None and not greedy.done:
+            greedy.advance(log_probs[:, k])
+        return log_probs[:, :k].reshape(batch * k, -1)
+
+    for step in range(limit):
+        log_probs = beam_log_probs(step)
         vocab = log_probs.size(-1)
         candidates = (scores.view(-1, 1) + log_probs).view(batch, k * vocab)
         top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (B, 2K)
@@ -221,15 +256,22 @@ def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penal
             break
         alive_scores = top_scores.masked_fill(ends, float("-inf"))
         alive_scores, alive_rank = alive_scores.topk(k, dim=-1)  # (B, K)
-        rows = (torch.arange(batch, device=src.device)[:, None] * k
-                + top_beam.gather(1, alive_rank)).view(-1)  # (B*K,)
+        beams = top_beam.gather(1, alive_rank)  # (B, K)
         scores = alive_scores
-        sequences = torch.cat([sequences[rows], top_token.gather(1, alive_rank).view(-1, 1)], dim=1)
-        # A hypothesis only ever moves within its own sentence's K rows, whose memory is the same.
-        steps.keep(rows)
+        sequences = torch.cat([sequences[(torch.arange(batch, device=src.device)[:, None] * k + beams).view(-1)],
+                               top_token.gather(1, alive_rank).view(-1, 1)], dim=1)
+        # A hypothesis only ever moves within its own sentence's rows, whose memory is the same; a greedy row stays.
+        steps.keep((torch.arange(batch, device=src.device)[:, None] * width
+                    + torch.cat([beams, torch.full((batch, width - k), k, device=src.device)], dim=1)).view(-1))
         if record:
             history.append(ended_here + [Hypothesis(ids[1:], score) for ids, score
                                          in zip(sequences.tolist(), scores[0].tolist()) if score > float("-inf")])
+        if told is not None:
+            told(step + 1, limit)
+    for step in range(step + 1, limit):  # a greedy decoding longer than the beam: its row goes on (the rest idle)
+        if greedy is None or greedy.done:
+            break
+        beam_log_probs(step)
         if told is not None:
             told(step + 1, limit)
     return finished, history

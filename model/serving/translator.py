@@ -15,7 +15,7 @@ from model.explain.attribution import Attributions, attribute, attribute_steps
 from model.explain.contributions import Contributions, alti_plus, measure_maps
 from model.explain.patching import Patching, patch_heads
 from model.nets.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
-                                 greedy_decode, greedy_trace, output_limit, teacher_forced_log_probs)
+                                 greedy_trace, output_limit, teacher_forced_log_probs)
 from model.nets.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
 from model.nets.step_decoder import StepDecoder
 from model.nets.transformer import Transformer
@@ -329,11 +329,11 @@ class Translator:
         gates = self.gates(checked_strings(mask, "mask"))
         prefix = self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
         beam = beam_trace(self.model, src_ids, beam_size, length_penalty=decoding.get("length_penalty", 1.0),
-                          gates=gates, prefix=prefix, told=told, decoder=self.step_decoder)
+                          gates=gates, prefix=prefix, told=told, decoder=self.step_decoder,
+                          greedy=greedy_tokens is None)
         if greedy_tokens is None:
-            greedy = greedy_decode(self.model, torch.tensor([src_ids]), gates=gates, prefix=prefix)[0]
-            ended = len(greedy) < output_limit(self.model, len(src_ids))
-            greedy_tokens = [self.tgt_vocab.itos[i] for i in greedy] + ["<eos>"] * ended
+            ended = len(beam.greedy) < output_limit(self.model, len(src_ids))
+            greedy_tokens = [self.tgt_vocab.itos[i] for i in beam.greedy] + ["<eos>"] * ended
         return TracedBeam(source_tokens=tokens + ["<eos>"], greedy_tokens=greedy_tokens, beam=beam,
                           itos=self.tgt_vocab.itos)
 
