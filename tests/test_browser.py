@@ -506,10 +506,9 @@ def test_a_plot_out_of_sight_is_drawn_once_the_heatmap_is_painted(page, services
 
 def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heatmap(page, services):
     """On a laptop's screen scrolled to the cross-attention heads, a head ticked: the chart of each token's change
-    sits right below the grids, in sight, and is drawn in the frame the heatmap is, not after what is out of sight
-    (once it has a value: an empty plot is not displayed, so its first value waits for the paint, drawn before
-    the translation's probabilities scrolled out of sight far above: nearest where the user clicked first, and
-    painted before the next is drawn)."""
+    sits right below the grids, in sight, and is drawn in the frame the heatmap is, the first time too (empty, the
+    plot is not displayed, but the tab around it is in sight), and before the translation's probabilities scrolled
+    out of sight far above, which wait for the paint."""
     page.set_viewport_size({"width": 1400, "height": 500})
     translate(page, services, "A man in a blue shirt is standing on a ladder.")
     open_tab(page, "Switch heads off")
@@ -522,7 +521,7 @@ def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heat
         page.wait_for_function("""() => ['mask-effect', 'probabilities'].every(
             plot => window.drawnIn.some(([id]) => id === plot))""", timeout=15000)
         drawn = dict(reversed(page.evaluate("() => window.drawnIn")))  # each plot's first drawing's frame
-        assert drawn["mask-effect"] < drawn["probabilities"]  # painted before the next is drawn
+        assert drawn["mask-effect"] == drawn["attention"] < drawn["probabilities"]
         page.set_viewport_size({"width": 1400, "height": 900})
         page.evaluate("() => document.querySelector('#mask-cross').scrollIntoView()")
         for heads in ("2 heads off", "1 head off"):
@@ -539,6 +538,34 @@ def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heat
     finally:
         page.evaluate("() => { Plotly.react = window.plotlyReact; }")
         page.set_viewport_size({"width": 1400, "height": 2200})
+
+
+def test_an_emptied_plot_is_hidden_and_the_next_figure_drawn_over_it(page, services):
+    """Every head back on empties the chart of what heads off change: hidden, not taken apart, so the next head
+    off, of another sentence, redraws the same plot (a first drawing takes about twice as long), with that
+    sentence's tokens."""
+    translate(page, services, "A man plays with a red ball in the park.")
+    open_tab(page, "Switch heads off")
+    page.locator("#mask-cross label").first.click()
+    status_starts(page, "1 head off")
+    page.wait_for_function("() => document.querySelector('#mask-effect .js-plotly-plot')", timeout=15000)
+    page.evaluate("() => { window.firstPlot = document.querySelector('#mask-effect .js-plotly-plot');"
+                  "window.firstSvg = window.firstPlot.querySelector('.main-svg'); }")
+    page.click("#mask-reset")
+    status_starts(page, "All heads")
+    empty = "() => document.querySelector('#mask-effect .inspector-plot').classList.contains('empty')"
+    page.wait_for_function(empty, timeout=15000)
+    assert page.evaluate("() => document.querySelector('#mask-effect .plot').getBoundingClientRect().height") == 0
+    translate(page, services, "Two dogs run on the beach.")
+    open_tab(page, "Switch heads off")
+    page.locator("#mask-cross label").first.click()
+    status_starts(page, "1 head off")
+    page.wait_for_function(f"() => !({empty})()", timeout=15000)
+    assert page.evaluate("() => document.querySelector('#mask-effect .main-svg') === window.firstSvg")
+    ticks = page.evaluate("() => window.firstPlot.layout.xaxis.ticktext || window.firstPlot.data[0].x")
+    assert any("hund" in str(tick).lower() for tick in ticks), ticks
+    page.click("#mask-reset")
+    status_starts(page, "All heads")
 
 
 def test_a_plot_in_a_closed_tab_is_drawn_when_the_tab_opens_and_fills_its_box(page, services):
