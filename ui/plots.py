@@ -48,10 +48,12 @@ def serve_plotly() -> None:
     gr.set_static_paths([PLOTLY_JS.parent, FIGURES_JS])
 
 
-def plot(elem_id: str, **options) -> gr.HTML:
-    """An empty plot the page draws into."""
+def plot(elem_id: str, after_paint: bool = False, **options) -> gr.HTML:
+    """An empty plot the page draws into. `after_paint`: a chart that comes second to the rest of the answers it is
+    part of (the translation's probabilities, after the heatmap and the chart of the tab where the user asked):
+    each new value is drawn once the browser has painted the rest, even in sight."""
     return gr.HTML(None, html_template='<div class="plot"></div>', js_on_load=PLOT_JS, head=HEAD, elem_id=elem_id,
-                   elem_classes=["inspector-plot"], **options)
+                   elem_classes=["inspector-plot", *["after-paint"] * after_paint], **options)
 
 
 def core_view(status: str) -> gr.HTML:

@@ -17,8 +17,11 @@ function draw() {
 // In a tab, its first value is drawn at once where the tab is in sight: the chart of what heads off change shows
 // right below the grid the user ticked a head in. Above the tabs, it waits for the paint, where the layout of the
 // answer that fills it is known: the translation's probabilities move down with the first heatmap.)
+// A chart that comes second to the rest of an answer (ui/plots.py `plot`'s `after_paint`) waits for the paint even
+// in sight.
 const place = figures.placed(element, element.parentElement, element.closest('[role="tabpanel"]'));
-watch("value", () => place.value(draw));
+const later = element.classList.contains("after-paint");
+watch("value", () => place.value(draw, later));
 document.addEventListener("attention-inspector-step", () => place.step(steps, draw));
 figures.fitting(element);
 draw();

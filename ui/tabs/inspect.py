@@ -95,4 +95,4 @@ def build(page: Page, services: Services) -> None:
             page.source_tokens = gr.HighlightedText(label="Source tokens as the model reads them",
                                                     color_map={"unknown": "red"}, elem_id="source-tokens")
         with gr.Column(scale=3, min_width=300):
-            page.probabilities = plot("probabilities")
+            page.probabilities = plot("probabilities", after_paint=True)
