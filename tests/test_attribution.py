@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, Prediction, attribute,
+from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, PASSES, SALIENCY, Prediction, attribute,
                                        attribute_steps, gradient_scores_at, step_shares)
 from model.nets.rnn import RNNConfig, RNNSeq2Seq
 from model.nets.transformer import Transformer
@@ -90,6 +90,12 @@ def test_every_step_in_one_batch_equals_each_step_alone(name, contrast):
     for method in (SALIENCY, INPUT_X_GRADIENT):
         every = attribute_steps(model, SRC, TGT, method, contrast=contrast)
         assert [r.step for r in every] == list(range(len(TGT)))
+        told = []  # in passes of a few rows (a large model's, with progress), each pass's rows over the cores
+        passes = attribute_steps(model, SRC, TGT, method, contrast=contrast, progress=lambda *done: told.append(done))
+        assert told[-1] == (len(TGT), len(TGT)) and len(told) == min(PASSES, len(TGT))
+        for ours, theirs in zip(passes, every, strict=True):
+            np.testing.assert_allclose(ours.source, theirs.source, atol=1e-5)
+            np.testing.assert_allclose(ours.target, theirs.target, atol=1e-5)
         for step, result in enumerate(every):
             alone = attribute(model, SRC, TGT, step, method, contrast=contrast)
             assert result.token == TGT[step] and result.score == pytest.approx(alone.score, abs=1e-5)

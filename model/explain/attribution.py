@@ -121,7 +121,8 @@ def attribute_steps(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
                     gates: HeadGates | None = None, progress: Callable[[int, int], None] | None = None
                     ) -> list[Attributions]:
     """`attribute` at every step of `tgt_ids`. Saliency and input × gradient take one batch, a row per step
-    (`EveryStep`), or with `progress` up to `PASSES` batches of a few rows each, it told after each; integrated
+    (`EveryStep`), its rows shared out over the cores, or with `progress` up to `PASSES` batches of a few rows each,
+    it told after each; integrated
     gradients one batch of its points per step (one batch of every step's points is larger and slower on a CPU: 7.8 s
     against 4.9 s for 19 steps of en-de, one thread), `progress(done, total)` called after each (it may raise to
     stop)."""
@@ -135,26 +136,28 @@ def attribute_steps(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
         return results
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
-    from captum.attr import InputXGradient, Saliency
-
     prediction = EveryStep(model, src_ids, tgt_ids, contrast, gates)
     count = len(tgt_ids)
     embeddings = prediction.embeddings()
-    results = []
-    for rows in torch.arange(count).chunk(PASSES if progress is not None else 1):
+
+    def rows_attributed(rows: Tensor) -> list[Attributions]:
+        """These rows' attributions from one pass and its gradients (Captum's Saliency and InputXGradient: the
+        gradient, or the embeddings times it; `attribute` runs them, and a test checks the two agree)."""
         source, target = embeddings[0], embeddings[1][:, :int(rows[-1]) + 1]  # the decoder up to the last row's step
         inputs = tuple(e.expand(len(rows), -1, -1).clone().requires_grad_() for e in (source, target))
         with torch.enable_grad():
-            scores = prediction(*inputs, rows).detach().tolist()
-            if method == SALIENCY:
-                gradients = Saliency(prediction).attribute(inputs, additional_forward_args=(rows,), abs=False)
-                source, target = (g.norm(dim=-1) for g in gradients)
-            else:
-                source, target = (a.sum(-1) for a in InputXGradient(prediction).attribute(
-                    inputs, additional_forward_args=(rows,)))
-        source, target = source.detach().numpy(), target.detach().numpy()
-        results += [Attributions(method, t, tgt_ids[t], contrast, source[i], target[i, :t + 1], scores[i])
-                    for i, t in enumerate(rows.tolist())]
+            scores = prediction(*inputs, rows)
+            gradients = torch.autograd.grad(scores.sum(), inputs)  # each row's own: the rows share no input
+        source, target = (g.norm(dim=-1) if method == SALIENCY else (x * g).sum(-1)
+                          for x, g in zip(inputs, gradients))
+        source, target, scores = source.detach().numpy(), target.detach().numpy(), scores.detach().tolist()
+        return [Attributions(method, t, tgt_ids[t], contrast, source[i], target[i, :t + 1], scores[i])
+                for i, t in enumerate(rows.tolist())]
+
+    results = []
+    for rows in torch.arange(count).chunk(PASSES if progress is not None else 1):  # each pass's rows over the cores
+        for attributed in shared([functools.partial(rows_attributed, part) for part in rows.chunk(parts())]):
+            results += attributed
         if progress is not None:
             progress(len(results), count)
     return results
