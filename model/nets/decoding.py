@@ -76,9 +76,8 @@ class _Greedy:
 
     @property
     def ids(self) -> list[list[int]]:
-        """Each sentence's ids so far, without <eos>."""
-        return [_strip(row) for row in torch.stack(self.chosen, dim=1).tolist()] if self.chosen else \
-            [[] for _ in range(self.last.size(0))]
+        """Each sentence's ids so far (at least one step), without <eos>."""
+        return [_strip(row) for row in torch.stack(self.chosen, dim=1).tolist()]
 
 
 def _strip(ids: list[int]) -> list[int]:
