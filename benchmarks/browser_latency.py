@@ -10,8 +10,9 @@ Starts `python app.py` on a free loopback port and drives Debian's Chromium (hea
 drawn, over `--sentences` sentences; a shared link (a new tab opening
 `?model=..&text=..&step=3&kind=decoder&layer=2&head=2`) -> that view drawn, over the same ones; Next (click) -> the
 heatmap redrawn at the next step, p50/p95 over `--steps` steps, in the single-head, all-heads and model views
-(for the model view, until its every-head figure is redrawn too); and where ten clicks at ten per second land. Times are taken inside the page, from the click to the
-first animation frame after Plotly has drawn the new step (what the user sees).
+(for the model view, until its every-head figure is redrawn too); and where ten clicks at ten per second land.
+Times are taken inside the page, from the click to the first animation frame after Plotly has drawn the new step
+(what the user sees).
 
 Then what-if and every tab's answer, on the same sentences, each against a plain translation of the same
 sentence: a branch (Branch with the second candidate at the step on screen -> its heatmap drawn), a head switched
