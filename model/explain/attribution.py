@@ -122,10 +122,9 @@ def attribute_steps(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
                     ) -> list[Attributions]:
     """`attribute` at every step of `tgt_ids`. Saliency and input × gradient take one batch, a row per step
     (`EveryStep`), its rows shared out over the cores, or with `progress` up to `PASSES` batches of a few rows each,
-    it told after each; integrated
-    gradients one batch of its points per step (one batch of every step's points is larger and slower on a CPU: 7.8 s
-    against 4.9 s for 19 steps of en-de, one thread), `progress(done, total)` called after each (it may raise to
-    stop)."""
+    it told after each; integrated gradients one batch of its points per step (one batch of every step's points is
+    larger and slower on a CPU: 7.8 s against 4.9 s for 19 steps of en-de, one thread), `progress(done, total)`
+    called after each (it may raise to stop)."""
     if method == INTEGRATED_GRADIENTS or len(tgt_ids) == 0:
         results = []
         for t in range(len(tgt_ids)):
