@@ -1,5 +1,7 @@
 """Gradient attributions of one prediction: how much each source token and each earlier target token moved the
-log-probability of the token chosen at step t, by three methods that inseq offers, computed with Captum.
+log-probability of the token chosen at step t, by three methods that inseq offers, computed with Captum (every
+step's at once, and integrated gradients' points split over the cores, by code of our own that tests check against
+Captum's).
 
 - saliency: the norm of the gradient with respect to the token's embedding, ‖∂f/∂e_i‖ (Simonyan et al., 2014);
 - input × gradient: Σ_d e_i,d ∂f/∂e_i,d (Shrikumar et al., 2017), signed;
