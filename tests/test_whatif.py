@@ -80,7 +80,7 @@ def test_the_beam_stepped_by_the_step_decoder_is_the_module_trees(name, mask):
 @pytest.mark.parametrize("mask", [[], ["cross.1.2"]])
 def test_the_greedy_decoding_made_with_the_beam_is_greedy_decodes_and_leaves_the_beam_as_it_is(mask):
     """The beam view's greedy path rides along the beam as one more row of its steps: the same ids as a greedy
-    decoding alone, whether it ends before the beam, with it or after it, through the module tree and the step
+    decoding alone, whether it goes on after the beam has ended or not, through the module tree and the step
     decoder."""
     beyond = []
     for name, eos_bias in [("post-LN sinusoidal", 0.0), ("post-LN sinusoidal", 0.5), ("GRU 4 heads", 0.0)]:
