@@ -216,6 +216,8 @@ def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penal
     sequences = torch.full((batch * k, 1), SOS_ID, dtype=torch.long, device=src.device)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     history: list[list[Hypothesis]] = []
+    sentences = torch.arange(batch, device=src.device)[:, None]  # (B, 1)
+    greedy_rows = torch.full((batch, width - k), k, device=src.device)  # each sentence's greedy row, if any, stays
 
     def beam_log_probs(step: int) -> Tensor:
         """The beam rows' next-token log-probabilities (B*K, V); the greedy rows take their step meanwhile."""
@@ -257,11 +259,10 @@ def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penal
         alive_scores, alive_rank = alive_scores.topk(k, dim=-1)  # (B, K)
         beams = top_beam.gather(1, alive_rank)  # (B, K)
         scores = alive_scores
-        sequences = torch.cat([sequences[(torch.arange(batch, device=src.device)[:, None] * k + beams).view(-1)],
+        sequences = torch.cat([sequences[(sentences * k + beams).view(-1)],
                                top_token.gather(1, alive_rank).view(-1, 1)], dim=1)
         # A hypothesis only ever moves within its own sentence's rows, whose memory is the same; a greedy row stays.
-        steps.keep((torch.arange(batch, device=src.device)[:, None] * width
-                    + torch.cat([beams, torch.full((batch, width - k), k, device=src.device)], dim=1)).view(-1))
+        steps.keep((sentences * width + torch.cat([beams, greedy_rows], dim=1)).view(-1))
         if record:
             history.append(ended_here + [Hypothesis(ids[1:], score) for ids, score
                                          in zip(sequences.tolist(), scores[0].tolist()) if score > float("-inf")])
