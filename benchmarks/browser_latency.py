@@ -7,7 +7,7 @@ click -> redrawn, p50/p95 over 20 clicks; a translation is then also given as a 
 
 Starts `python app.py` on a free loopback port and drives Debian's Chromium (headless, through Playwright) at
 1400x900. Prints the CPU, then: page load -> the first heatmap drawn; translate (click) -> the new heatmap
-drawn, over `--sentences` sentences; a shared link (a new tab opening
+drawn, over `--sentences` sentences (by the page's clock three times each); a shared link (a new tab opening
 `?model=..&text=..&step=3&kind=decoder&layer=2&head=2`) -> that view drawn, over the same ones; Next (click) -> the
 heatmap redrawn at the next step, p50/p95 over `--steps` steps, in the single-head, all-heads and model views
 (for the model view, until its every-head figure is redrawn too); and where ten clicks at ten per second land.
@@ -25,7 +25,7 @@ measure (ALTI+ chosen -> its heatmap, computed on the server) and another layer 
 the decoding), saliency and integrated gradients chosen in *Show* (every step's attributions -> the heatmap), and
 *Words* (-> the heatmap in words), each timed by the page's clock from its input event (the click, or the option
 chosen in a menu) to the frame its result is drawn; each line gives p50 and p95 as multiples of a translation's by
-the same clock. Last, the first translations again, after the what-if actions (14 per sentence): the page must not
+the same clock. Last, the first translations again (three times each), after the what-if actions (14 per sentence): the page must not
 get slower with use.
 """
 
@@ -108,6 +108,16 @@ def expected_view(translator, text: str) -> tuple[str, str]:
 
 def wait_translated(page, translator, text: str) -> None:
     page.wait_for_function(TRANSLATED, arg=list(expected_view(translator, text)), timeout=60000)
+
+
+def page_translations(page, translator, sentences: list[str], rounds: int = 3) -> list[float]:
+    """Translate -> heatmap by the page's clock, as for the minimal page: every sentence `rounds` times, each one
+    differing from the last (five samples moved the ratio of two such series by ~0.2 from run to run)."""
+    times = []
+    for text in sentences * rounds:
+        page.fill("#source textarea", text)
+        times.append(page.evaluate(CLICK_UNTIL, ["#translate", TRANSLATED, list(expected_view(translator, text))]))
+    return times
 
 
 def minimal_round_trip(browser, clicks: int = 20) -> list[float]:
@@ -319,17 +329,14 @@ def main() -> None:
                                    ".includes('step ')", timeout=120000)
             print(f"page load -> first heatmap: {(time.perf_counter() - began) * 1000:.0f} ms")
 
-            translate, in_page = [], []
+            translate = []
             for text in sentences[1:]:  # Python's clock, as before
                 page.fill("#source textarea", text)
                 began = time.perf_counter()
                 page.click("#translate")
                 wait_translated(page, translator, text)
                 translate.append((time.perf_counter() - began) * 1000)
-            for text in sentences[1:]:  # the page's clock, as for the minimal page (each differs from the last)
-                page.fill("#source textarea", text)
-                in_page.append(page.evaluate(CLICK_UNTIL, ["#translate", TRANSLATED,
-                                                           list(expected_view(translator, text))]))
+            in_page = page_translations(page, translator, sentences[1:])
             print(f"translate -> heatmap: {percentiles(translate)}")
             print(f"translate -> heatmap, the page's clock: {percentiles(in_page)}; p50 "
                   f"{statistics.median(in_page) / statistics.median(floor):.2f}x, p95 {p95(in_page) / p95(floor):.2f}x "
@@ -356,11 +363,7 @@ def main() -> None:
             page.click("#model-view input")
 
             what_if(page, translator, sentences[1:])
-            used = []  # the same translations as at first, after some 70 what-if actions
-            for text in sentences[1:]:
-                page.fill("#source textarea", text)
-                used.append(page.evaluate(CLICK_UNTIL, ["#translate", TRANSLATED,
-                                                        list(expected_view(translator, text))]))
+            used = page_translations(page, translator, sentences[1:])  # as at first, after the what-if actions
             print(f"translate -> heatmap after the what-if actions, the page's clock: {percentiles(used)}; p50 "
                   f"{statistics.median(used) / statistics.median(in_page):.2f}x, p95 {p95(used) / p95(in_page):.2f}x "
                   "the first translations")

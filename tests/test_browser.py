@@ -140,6 +140,26 @@ def steps_of(services, text: str) -> int:
     return len(services.translators[MODEL].trace(text).target_tokens)
 
 
+def slider_range(page) -> list:
+    """The step slider's range and number box: [max of the range, max of the box, whether the range is enabled]."""
+    return page.evaluate("""() => { const range = document.querySelector('#step input[type=range]');
+        return [Number(range.max), Number(document.querySelector('#step input[type=number]').max), !range.disabled];
+    }""")
+
+
+def test_the_slider_spans_the_steps_of_each_translation(page, services):
+    """The page sets the slider's range from the steps' lines of each decoding (ui/static/range.js): a longer
+    translation, a shorter one, and a longer one again."""
+    for text in (LONG, "A dog.", LONG):
+        translate(page, services, text)
+        steps = steps_of(services, text)
+        page.wait_for_function("(steps) => Number(document.querySelector('#step input[type=range]').max) === steps",
+                               arg=max(steps, 2), timeout=15000)
+        assert slider_range(page) == [max(steps, 2), max(steps, 2), steps > 1]
+        page.click("#last")
+        assert f"step {steps} of {steps}" in wait_for_step(page, steps)["title"]
+
+
 def test_buttons_keys_slider_and_number_box_agree_with_the_view(page, services):
     steps = steps_of(services, LONG)
     assert steps >= 10

@@ -46,7 +46,7 @@ def test_a_link_opens_exactly_its_view(events):
     assert shown.trace.target_tokens[1] == other and shown.compare.model == MODEL
     assert shown.view == View(DECODER, 1, 3, VALUE_NORM, 3, False) and shown.source == TEXT
     out = events.named(render(events.page, events.services, None, shown, status))
-    assert out["step"]["value"] == 3 and out["kind"]["value"] == DECODER and out["measure"]["value"] == VALUE_NORM
+    assert out["step"] == 3 and out["kind"]["value"] == DECODER and out["measure"]["value"] == VALUE_NORM
     figure = json.loads(out["attention"])
     assert "value norm" in figure["layout"]["title"]["text"] and "layer 2, head 4" in figure["layout"]["title"]["text"]
     assert out["compare_plot"] is not None and out["compare_model"]["value"] == MODEL

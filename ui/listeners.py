@@ -45,6 +45,7 @@ COMPUTING = ("Computing {} at every step: the weights are shown meanwhile; stepp
              "work. Stop gives it up.")
 # A new step: the core view and every plot redraw themselves in the browser (ui/static/core.js, plot.js).
 STEP_JS = (STATIC / "step.js").read_text()
+RANGE_JS = (STATIC / "range.js").read_text()
 # The step buttons: the slider's new value (the core view keeps the number of steps: ui/static/core.js), counted
 # from the step the last press asked for while the slider is on its way there (ui/static/page.js `moved`).
 STEPS = "(window.attentionInspector?.steps || 0)"
@@ -96,9 +97,9 @@ def decoding_outputs(page: Page) -> list:
 
 def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
     """What a view change can update: with `writes`, the revision (an event that makes a new state); with `words`,
-    the step slider's range, the source, the probability chart and the what-if views too (a change of units counts
-    the steps in words or pieces and writes the views so). Each output an answer leaves out costs Gradio a rebuilt
-    component (0.24 ms for the slider), so each event lists no more than it can change."""
+    the step, the source, the probability chart and the what-if views too (a change of units counts the steps in
+    words or pieces and writes the views so). Each output an answer leaves out costs Gradio a rebuilt component
+    (0.24 ms for the slider), so each event lists no more than it can change."""
     return [page.session, *[page.revision] * writes, page.core, page.overview, page.compare_plot,
             page.kind, page.measure, page.layer, page.head, page.model_view, page.units,
             *[page.step, page.source_tokens, page.probabilities, page.comparison, page.comparison_plot,
@@ -540,6 +541,8 @@ def wire(page: Page, services: Services) -> None:
     for button in page.step_buttons:
         button.click(None, page.step, page.step, js=MOVES[button.elem_id], trigger_mode="multiple")
     page.step.change(None, page.step, page.step, js=STEP_JS)
+    for changed in (page.demo.load, page.core.change):  # the slider's range: from the page's load on
+        changed(None, None, page.step, js=RANGE_JS)
 
     on(page, services, [page.breadcrumb.input], operations.go_to, [page.breadcrumb], ["breadcrumb"], queued=False)
     opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,

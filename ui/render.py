@@ -90,7 +90,6 @@ def render(page, services: Services, before: Session | None, after: Session | No
     old_menus = view_menus(before) if before is not None else {"layers": None, "heads": None}
     kinds, measures = offered(decoding.trace)
     old_kinds, old_measures = offered(before.current.trace) if before is not None else (None, None)
-    steps = decoding.trace.steps
     updates.update({
         page.kind: menu(kinds, old_kinds, view.kind),
         page.measure: menu(measures, old_measures, view.measure),
@@ -98,8 +97,7 @@ def render(page, services: Services, before: Session | None, after: Session | No
         page.head: menu(menus["heads"], old_menus["heads"], shown_head),
         page.model_view: view.model_view,
         page.units: view.units,
-        page.step: (gr.update(maximum=max(steps, 2), interactive=steps > 1, value=view.step)
-                    if before is None or before.current.trace.steps != steps else view.step),
+        page.step: view.step,  # its range is set by the page from the steps' lines (ui/static/range.js)
     })
     if view_identity(before) != view_identity(after):
         frames = view_frames(menus["trace"], view.kind, menus["layer"], menus["head"], view.model_view,
@@ -282,6 +280,6 @@ def cleared(page) -> dict:
             page.masked_translation: gr.update(value=None, visible=False),
             page.mask_effect_plot: None, page.n_best: None, page.beam_steps: None, page.branch_word: "",
             page.beam_open: gr.update(choices=[], value=None), page.link_box: "", page.export_file: None,
-            page.step: gr.update(value=1, maximum=2, interactive=False),
+            page.step: 1,
             page.mask_note: "Translate a sentence to switch heads off.",
             **{grid: gr.update(choices=[], value=[], visible=False) for grid in page.mask_grids}}

@@ -17,6 +17,9 @@ from ui.page import Page
 from ui.plots import core_view, plot
 from ui.services import Services
 
+# Steps a decoding can have at most, as far as Gradio's check of the step slider's value goes (`build`).
+STEP_BOUND = 100_000
+
 
 def fitting(*labels: str) -> int:
     """A menu's least width (px) that shows the longest of `labels` whole beside its arrow (at most 8 px a character
@@ -57,7 +60,9 @@ def build(page: Page, services: Services) -> None:
             page.step_buttons = [gr.Button(text, elem_id=elem_id, size="sm", min_width=50)
                                  for text, elem_id in (("«", "first"), ("‹ Prev", "previous"),
                                                        ("Next ›", "next"), ("»", "last"))]
-            page.step = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="step",
+            # The range the user sees is set by the page (ui/static/range.js, from the page's load on); this one
+            # is only the bound Gradio checks a queued event's step against, the app fitting it to the decoding.
+            page.step = gr.Slider(1, STEP_BOUND, value=1, step=1, label="Step", interactive=False, elem_id="step",
                                   scale=4, min_width=160)
         with gr.Row(equal_height=True, elem_id="view-controls"):
             page.kind = gr.Dropdown(choices(KIND_LABELS), value=CROSS, label="Attention", elem_id="kind",
