@@ -126,11 +126,17 @@ def test_the_page_keeps_nothing_of_its_events_in_the_browsers_storage(page, serv
     assert page.locator("footer").get_by_text("Runs").count() == 0
 
 
-# Counts the values Svelte copies as it snapshots components' state (`window.copies`), from now on.
+# Counts the values Svelte copies as it snapshots components' state (`window.copies`), and their characters as JSON
+# (`window.copied`), from now on.
 COUNT_COPIES = """() => {
     window.copies = 0;
+    window.copied = 0;
     window.structuredCloneOwn = window.structuredCloneOwn || window.structuredClone;
-    window.structuredClone = function (...values) { window.copies++; return window.structuredCloneOwn(...values); };
+    window.structuredClone = function (...values) {
+        window.copies++;
+        try { window.copied += JSON.stringify(values[0])?.length || 0; } catch (error) {}
+        return window.structuredCloneOwn(...values);
+    };
 }"""
 TAB_NAMES = ["Branch and compare", "Switch heads off", "Beam search", "Head statistics", "Compare models",
              "Counterfactual", "Share and export", "Where each word came from", "Models from the Hub"]
@@ -153,3 +159,55 @@ def test_a_translation_costs_the_page_no_more_once_every_tab_has_been_opened(pag
     page.evaluate("() => { window.structuredClone = window.structuredCloneOwn; }")
     open_tab(page, "Branch and compare")
     assert used < 1.2 * fresh + 50, (fresh, used)
+
+
+def test_a_translation_copies_none_of_the_tabs_answers_once_they_have_been_drawn(page, services):
+    """The tabs' answers are whole figures and tables: shown progress on, they were copied at each status of every
+    later event (each translation), so the page got slower the more answers the user had asked for. Their questions
+    show their progress on an empty element above them (ui/plots.py `answers_view`)."""
+    translate(page, services, "A man plays.")
+    page.evaluate(COUNT_COPIES)
+    translate(page, services, "A dog runs in the park.")
+    fresh = page.evaluate("() => [window.copies, window.copied]")
+    for tab, button, said in (("Head statistics", "#head-statistics", "Statistics of"),
+                              ("Head statistics", "#alignments", "Alignments of"),
+                              ("Where each word came from", "#contributions", "Contributions of"),
+                              ("Where each word came from", "#faithfulness", "Step ")):
+        open_tab(page, tab)
+        page.click(button)
+        page.wait_for_function("(said) => document.querySelector('#status textarea')?.value.startsWith(said)",
+                               arg=said, timeout=30000)
+    page.wait_for_timeout(500)
+    page.evaluate(COUNT_COPIES)
+    translate(page, services, "A woman sings a song.")
+    used = page.evaluate("() => [window.copies, window.copied]")
+    page.evaluate("() => { window.structuredClone = window.structuredCloneOwn; }")
+    assert used[0] < 1.2 * fresh[0] + 50 and used[1] < 1.2 * fresh[1] + 5000, (fresh, used)
+
+
+def test_a_tabs_slow_answer_shows_its_progress_in_the_tab_above_the_answers(page, services, monkeypatch):
+    """Which explanation to trust, its integrated gradients made slow: Gradio's progress shows in the tab, right
+    above the answers (over neither them nor the button), and takes room only while it runs."""
+    from ui.tabs import sources
+
+    measured = sources.integrated_faithfulness
+
+    def slow(*args, **options):
+        time.sleep(2)
+        return measured(*args, **options)
+    monkeypatch.setattr(sources, "integrated_faithfulness", slow)
+    translate(page, services, LONG)
+    open_tab(page, "Where each word came from")
+    page.click("#faithfulness")
+    box, tracker = "#faithfulness-answers-progress", "#faithfulness-answers-progress [data-testid=status-tracker]"
+    page.wait_for_function(f"""() => document.querySelector('{tracker}')?.matches('.minimal:not(.hide)')
+        && !document.querySelector('#faithfulness-curves').classList.contains('empty')""", timeout=15000)
+    boxes = page.evaluate(f"""() => Object.fromEntries(['{box}', '{tracker}', '#faithfulness-answers', '#faithfulness']
+        .map(selector => [selector, document.querySelector(selector).getBoundingClientRect().toJSON()]))""")
+    row, bar, answers = boxes[box], boxes[tracker], boxes["#faithfulness-answers"]
+    assert boxes["#faithfulness"]["bottom"] <= row["top"] and row["bottom"] <= answers["top"] + 1
+    assert row["top"] <= bar["top"] and bar["bottom"] <= row["bottom"] + 1 and row["height"] >= 50
+    page.wait_for_function("() => [...document.querySelectorAll('#faithfulness-table th')]"
+                           ".some(th => th.textContent === 'integrated gradients')", timeout=60000)
+    page.wait_for_function(f"() => document.querySelector('{box}').getBoundingClientRect().height < 25",
+                           timeout=5000)

@@ -347,7 +347,7 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
     (its outputs' values, message), dropped where the user has moved on to another state meanwhile (`answer`).
     With `answers` (a tab's answers about the decoding on screen, ui/plots.py `answers_view`), `outputs` are the
     names of the answers it gives, sent as that view's one value. With `progress` (what it computes, in words),
-    it is a queued event that shows Gradio's progress on the answers as `function(..., told=told)` reports each
+    it is a queued event that shows Gradio's progress above the answers as `function(..., told=told)` reports each
     stage to `told(done, total)`, and stops at its next stage once the user has moved on (or pressed Stop); its
     function may then answer in stages (an iterator of (values, message) in place of the values: each drawn as it
     comes, the last one whole). A function may return the session as a third value, with what it computed kept."""
@@ -389,9 +389,13 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
         run.__signature__ = inspect.Signature(  # Gradio hands a progress tracker to the parameter whose default is one
             [inspect.Parameter(f"value{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for i in range(len(inputs) + 1)]
             + [inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress())])
-        options = {"show_progress": "minimal", "show_progress_on": [answers or page.core], **options}
+        options = {"show_progress": "minimal", **options}
     run.__name__ = getattr(function, "__name__", "run")
     shown = [answers] if answers is not None else outputs
+    # A slow answer's progress shows above the answers, or beside Stop (`answers_view`: not on the answers
+    # themselves); a quick answer's none.
+    options.setdefault("show_progress_on", [answers.progress if answers is not None else page.progress])
+    options.setdefault("show_progress", "hidden")
     options.setdefault("api_visibility", PAGE_EVENT)
     return trigger(run, [page.session, *inputs], [page.session, *shown, page.core], api_name=api_name, **options)
 

@@ -87,13 +87,21 @@ ANSWER_BODIES = {"figure": '<div class="plot"></div>', "table": '<div class="ans
 def answers_view(elem_id: str, *answers: Answer) -> gr.HTML:
     """A tab's answers, one component drawn from one value by ui/static/answers.js. Each answer takes no room until
     it has a value, and is emptied by the page when another decoding is drawn (an answer about the decoding on
-    screen)."""
+    screen).
+
+    The questions it answers show their progress right above it, on an element of its own that holds nothing
+    (`.progress`): at each status of each event, Gradio's frontend copies the state of every component any event
+    has shown progress on, and of every component inside them. Shown on the answers, whose values are whole
+    figures, that made every translation after the tabs had been used slower (docs/performance.md)."""
+    progress = gr.HTML("", elem_id=f"{elem_id}-progress", elem_classes=["answers-progress"], padding=False)
     template = "".join(
         f'<div id="{answer.name}" class="answer {answer.kind} inspector-plot empty">'
         + (f'<div class="answer-label">{html.escape(answer.label)}</div>' if answer.label else "")
         + f"{ANSWER_BODIES[answer.kind]}</div>" for answer in answers)
-    return gr.HTML(None, html_template=template, js_on_load=ANSWERS_JS, head=HEAD, elem_id=elem_id,
+    view = gr.HTML(None, html_template=template, js_on_load=ANSWERS_JS, head=HEAD, elem_id=elem_id,
                    elem_classes=["answers"], padding=False)
+    view.progress = progress
+    return view
 
 
 def answers_value(revision: int, answers: dict[str, object], step: int | None = None) -> str:
