@@ -25,8 +25,8 @@ measure (ALTI+ chosen -> its heatmap, computed on the server) and another layer 
 the decoding), saliency and integrated gradients chosen in *Show* (every step's attributions -> the heatmap), and
 *Words* (-> the heatmap in words), each timed by the page's clock from its input event (the click, or the option
 chosen in a menu) to the frame its result is drawn; each line gives p50 and p95 as multiples of a translation's by
-the same clock. Last, the first translations again (three times each), after the what-if actions (14 per sentence): the page must not
-get slower with use.
+the same clock. Last, the first translations again (three times each), after the what-if actions (14 per
+sentence): the page must not get slower with use.
 """
 
 from __future__ import annotations
