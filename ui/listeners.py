@@ -389,13 +389,12 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
         run.__signature__ = inspect.Signature(  # Gradio hands a progress tracker to the parameter whose default is one
             [inspect.Parameter(f"value{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for i in range(len(inputs) + 1)]
             + [inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress())])
-        options = {"show_progress": "minimal", **options}
     run.__name__ = getattr(function, "__name__", "run")
     shown = [answers] if answers is not None else outputs
     # A slow answer's progress shows above the answers, or beside Stop (`answers_view`: not on the answers
     # themselves); a quick answer's none.
     options.setdefault("show_progress_on", [answers.progress if answers is not None else page.progress])
-    options.setdefault("show_progress", "hidden")
+    options.setdefault("show_progress", "hidden" if progress is None else "minimal")
     options.setdefault("api_visibility", PAGE_EVENT)
     return trigger(run, [page.session, *inputs], [page.session, *shown, page.core], api_name=api_name, **options)
 
