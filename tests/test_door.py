@@ -3,9 +3,12 @@ and one beyond the bound is refused at once with a clear "busy, try again"."""
 
 import asyncio
 import json
+import socket
+import threading
 
 import httpx
 import pytest
+import uvicorn
 
 from ui.door import Door
 from ui.services import Admission
@@ -38,6 +41,112 @@ def test_beyond_the_bound_a_request_is_refused_at_once_and_a_freed_place_is_take
             assert (await client.post("/gradio_api/run/head", json={"data": []})).status_code == 200
         assert admission.inside == 0
     asyncio.run(run())
+
+
+class Served:
+    """`Door(app)` served by uvicorn (as Gradio serves the page) on a loopback port, in a thread of its own."""
+
+    def __init__(self, app):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error",
+                                                   lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        while not self.server.started:
+            self.thread.join(0.01)
+        return self
+
+    def __exit__(self, *_):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+class Connection:
+    """One kept-alive HTTP/1.1 connection, as a browser holds one: requests go one after another on it."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+    async def __aenter__(self):
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *_):
+        self.writer.close()
+
+    def send(self, body: bytes, sent: int | None = None) -> None:
+        """A translation's POST with `body`, of which only the first `sent` bytes go now (all by default)."""
+        head = (f"POST /gradio_api/run/translate HTTP/1.1\r\nHost: app\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        self.writer.write(head + body[:sent])
+
+    async def answer(self) -> tuple[int, dict[str, str], bytes]:
+        """The next answer on this connection: status, headers (lower-case names) and body."""
+        status = int((await self.reader.readline()).split()[1])
+        headers = {}
+        while (line := await self.reader.readline()) != b"\r\n":
+            name, value = line.decode().split(":", 1)
+            headers[name.lower()] = value.strip()
+        return status, headers, await self.reader.readexactly(int(headers["content-length"]))
+
+
+def echo_after(release: threading.Event):
+    """An ASGI app that reads the whole request and, once `release` is set (by another thread), answers 200 with
+    its body."""
+    async def app(scope, receive, send):
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+    return app
+
+
+def test_refused_on_kept_alive_connections_they_stay_open_and_answer_their_next_request():
+    """A burst of requests, each on a connection of its own that stays open as a browser keeps it: the admitted ones
+    are answered while every refused connection is still open and idle, and each refused connection then answers its
+    next request, including one whose body had not all arrived when the door refused it (uvicorn discards the rest
+    of a body nobody read, and keeps the connection)."""
+    async def run(port: int):
+        connections = [Connection(port) for _ in range(12)]
+        for connection in connections:
+            await connection.__aenter__()
+        try:
+            body = json.dumps({"data": ["x" * 5000]}).encode()
+            for connection in connections[:3]:  # the admitted: they wait inside until released
+                connection.send(body)
+            while admission.inside < 3:
+                await asyncio.sleep(0.01)
+            connections[3].send(body, sent=100)  # refused before its body has all been sent
+            for connection in connections[4:]:
+                connection.send(body)
+            refused = await asyncio.gather(*(connection.answer() for connection in connections[3:]))
+            assert all(status == 503 and json.loads(text)["error"].startswith("The server is busy")
+                       for status, _, text in refused)
+            assert all(headers.get("connection") != "close" for _, headers, _ in refused)
+            connections[3].writer.write(body[100:])  # the rest of the refused request's body
+            release.set()  # the admitted are answered, every refused connection still open
+            assert [(await connection.answer())[::2] for connection in connections[:3]] == [(200, body)] * 3
+            for number, connection in enumerate(connections[3:]):  # each refused connection asked again
+                again = json.dumps({"data": [number]}).encode()
+                connection.send(again)
+                assert (await connection.answer())[::2] == (200, again)
+        finally:
+            for connection in connections:
+                await connection.__aexit__()
+
+    admission, release = Admission(3), threading.Event()
+    with Served(Door(echo_after(release), admission)) as served:
+        asyncio.run(run(served.port))
+    assert admission.inside == 0
 
 
 @pytest.mark.slow
