@@ -1,0 +1,34 @@
+"""Several real pages at once (benchmarks/crowd.py, small): each user's page ends on its own sentence and view."""
+
+import asyncio
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # drives a real browser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+SENTENCES = ("A man runs in the park with a red ball and a dog.",  # 12 steps or more for the toy translator each
+             "A woman plays with a child and a dog in the park.",
+             "A red dog runs with a ball in the park with a man.",
+             "A child plays in the park with a woman and a red ball.",
+             "A dog plays with a man and a woman in a red park.")
+
+
+def test_four_pages_at_once_each_end_on_their_own_translation_and_view_with_no_console_error(server, services):
+    from crowd import Expected, crowd
+
+    if not shutil.which("/usr/bin/chromium") and not os.environ.get("CI"):
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    translator = services.translators["toy-en-de"]
+    expected = [Expected.of(translator, text) for text in SENTENCES]
+    assert len({e.translation for e in expected}) == len(expected)  # a page showing another's would be seen
+    alone, visits = asyncio.run(crowd(server, expected, steps=4))
+    assert len(visits) == 4
+    for visit in (alone, *visits):
+        assert not visit.wrong and not visit.errors, (visit.wrong, visit.errors)
+        assert len(visit.translate) == 3 and len(visit.step) == 4 and len(visit.question) == 1
