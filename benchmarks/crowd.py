@@ -5,11 +5,11 @@
 Starts `python app.py` on a free loopback port and opens one Chromium (headless, through Playwright) with a
 browser context per page (its own cookies and connections, as separate people have). First one page alone, then
 `--pages` pages at once, each with its own sentence (Multi30k val/test, about `--tokens` tokens), does what a user
-does (`visit`): opens the app, translates its sentence, another page's and its own again, steps with the keyboard (Home, then → `--steps`
-times, then ← three times, each after a pause of `THINK_MS` as a person makes), switches the head (head 2) and the kind (decoder self-attention), and opens one
-what-if tab and asks its question (head statistics, the beam search or where each word came from, in turn). Every
-time is the page's own clock, from the input event (the click, the key) to the first animation frame that shows
-the result.
+does (`visit`): opens the app; translates its sentence, another page's, and its own again; steps with the keyboard
+(Home, then → `--steps` times, then ← three times, each after a pause of `THINK_MS` as a person makes); switches
+the head (head 2) and the kind (decoder self-attention); opens one what-if tab and asks its question (head
+statistics, the beam search or where each word came from, in turn). Every time is the page's own clock, from the
+input event (the click, the key) to the first animation frame that shows the result.
 
 Prints the CPU, the Chromium version and the pages it held at once, then translate p50/p95 for the page alone and
 for the crowd, Next (→) p95 on every page (goal: under 150 ms on each), the what-if answers, and the checks: every
