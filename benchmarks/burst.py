@@ -124,9 +124,15 @@ async def round_of(url: str, server: int, count: int, mode: str, model: str, sen
 
 
 def summary(replies: list[Reply]) -> dict:
+    """Counts by kind, the latency percentiles (ms) and when the last answer of each kind came (ms)."""
     by = {kind: [r for r in replies if r.kind == kind] for kind in ("ok", "refused", "lost")}
-    took = lambda kind, q: float(np.percentile([r.took for r in by[kind]], q)) * 1000 if by[kind] else float("nan")  # noqa: E731
-    last = lambda kind: max((r.at for r in by[kind]), default=float("nan")) * 1000  # noqa: E731
+
+    def took(kind: str, q: float) -> float:
+        return float(np.percentile([r.took for r in by[kind]], q)) * 1000 if by[kind] else float("nan")
+
+    def last(kind: str) -> float:
+        return max((r.at for r in by[kind]), default=float("nan")) * 1000
+
     return {"ok": len(by["ok"]), "refused": len(by["refused"]), "lost": len(by["lost"]),
             "ok_p50": took("ok", 50), "ok_p95": took("ok", 95), "refused_p50": took("refused", 50),
             "last_ok": last("ok"), "last_refused": last("refused")}
@@ -162,17 +168,18 @@ def main() -> None:
                     rounds[kind].append(asyncio.run(round_of(url, server.pid, count, mode, args.model, sentences)))
                     time.sleep(1)
             print(f"{mode} ({MODES[mode]}):")
+            means, cpu = {}, {}
             for kind, count in kinds.items():
                 rows = [summary(r.replies) for r in rounds[kind]]
-                mean = {key: float(np.mean([row[key] for row in rows])) for key in rows[0]}
+                mean = means[kind] = {key: float(np.mean([row[key] for row in rows])) for key in rows[0]}
+                cpu[kind] = float(np.mean([r.server_cpu for r in rounds[kind]]))
                 print(f"  {kind:>5} ({count:>4} at once): ok {mean['ok']:.0f}  refused {mean['refused']:.0f}  lost "
                       f"{mean['lost']:.0f} | admitted p50 {mean['ok_p50']:.0f} ms  p95 {mean['ok_p95']:.0f} ms, "
                       f"last at {mean['last_ok']:.0f} ms | refused p50 {mean['refused_p50']:.1f} ms, last at "
-                      f"{mean['last_refused']:.0f} ms | server CPU {np.mean([r.server_cpu for r in rounds[kind]]):.2f} s")
-            alone, burst = (float(np.mean([summary(r.replies)["ok_p95"] for r in rounds[kind]])) for kind in kinds)
-            refusals = float(np.mean([summary(r.replies)["refused"] for r in rounds["burst"]]))
-            extra = (np.mean([r.server_cpu for r in rounds["burst"]]) - np.mean([r.server_cpu for r in rounds["alone"]])
-                     ) / refusals * 1000 if refusals else float("nan")
+                      f"{mean['last_refused']:.0f} ms | server CPU {cpu[kind]:.2f} s")
+            alone, burst = means["alone"]["ok_p95"], means["burst"]["ok_p95"]
+            refusals = means["burst"]["refused"]
+            extra = (cpu["burst"] - cpu["alone"]) / refusals * 1000 if refusals else float("nan")
             ratios[mode] = burst / alone
             print(f"  admitted p95, burst / alone: {burst / alone:.2f}x (goal <= 2); server CPU per refusal: "
                   f"{extra:.2f} ms (goal < 5)")
