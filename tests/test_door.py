@@ -68,15 +68,12 @@ class Served:
 class Connection:
     """One kept-alive HTTP/1.1 connection, as a browser holds one: requests go one after another on it."""
 
-    def __init__(self, port: int):
-        self.port = port
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader, self.writer = reader, writer
 
-    async def __aenter__(self):
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        return self
-
-    async def __aexit__(self, *_):
-        self.writer.close()
+    @classmethod
+    async def to(cls, port: int) -> "Connection":
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
 
     def send(self, body: bytes, sent: int | None = None) -> None:
         """A translation's POST with `body`, of which only the first `sent` bytes go now (all by default)."""
@@ -116,9 +113,7 @@ def test_refused_on_kept_alive_connections_they_stay_open_and_answer_their_next_
     next request, including one whose body had not all arrived when the door refused it (uvicorn discards the rest
     of a body nobody read, and keeps the connection)."""
     async def run(port: int):
-        connections = [Connection(port) for _ in range(12)]
-        for connection in connections:
-            await connection.__aenter__()
+        connections = [await Connection.to(port) for _ in range(12)]
         try:
             body = json.dumps({"data": ["x" * 5000]}).encode()
             for connection in connections[:3]:  # the admitted: they wait inside until released
@@ -141,7 +136,7 @@ def test_refused_on_kept_alive_connections_they_stay_open_and_answer_their_next_
                 assert (await connection.answer())[::2] == (200, again)
         finally:
             for connection in connections:
-                await connection.__aexit__()
+                connection.writer.close()
 
     admission, release = Admission(3), threading.Event()
     with Served(Door(echo_after(release), admission)) as served:
