@@ -31,11 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from browser_latency import (CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL, INPUT_CLOCK, TRANSLATED,  # noqa: E402
-                             expected_view, p95)
+from browser_latency import CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL, INPUT_CLOCK, TRANSLATED, p95  # noqa: E402
 from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E402
 
-from model.keys import DECODER, HEAD_LABELS, KIND_LABELS  # noqa: E402
+from model.keys import DECODER, KIND_LABELS  # noqa: E402
 from model.serving.checkpoint import load_checkpoint  # noqa: E402
 from model.training.evaluate import DEFAULT_DATA  # noqa: E402
 from ui.operations import FIRST_STEP  # noqa: E402
@@ -70,9 +69,9 @@ class Expected:
 
     @classmethod
     def of(cls, translator, text: str) -> "Expected":
-        trace = to_arrays(translator.trace(text))
-        return cls(text, translator.trace(text).text,
-                   [escape_text(step_heading(trace, t)[0]) for t in range(trace.steps)])
+        traced = translator.trace(text)
+        trace = to_arrays(traced)
+        return cls(text, traced.text, [escape_text(step_heading(trace, t)[0]) for t in range(trace.steps)])
 
 
 @dataclass
@@ -148,7 +147,7 @@ async def visit(browser, url: str, expected: Expected, other: Expected, steps: i
             if part not in shown["title"]:
                 done.wrong.append(f"heatmap {shown['title']!r} lacks {part!r}")
     except Exception as error:  # noqa: BLE001  (a page that fails is reported with the others, not alone)
-        title = await page.evaluate(f"() => {TITLE}")
+        title = await page.evaluate(f"() => {TITLE}") if not page.is_closed() else None
         done.wrong.append(f"{type(error).__name__}: {str(error).splitlines()[0]} (the heatmap: {title!r})")
     finally:
         await context.close()
