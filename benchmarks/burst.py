@@ -14,8 +14,8 @@ alternately, `--admitted` requests alone (what the server admits at once) and a 
 - `shared` (not run by default): one client that keeps every connection alive. Its own pool is the bottleneck:
   httpcore 1.0.9 walks every pooled connection for each idle one at every request and answer (quadratic; 60 s of the
   client's CPU for 1,000 connections), so it times the client, not the server (docs/performance.md).
-Before each burst of the `browsers` mode, every refused connection is asked once more for a translation on the same
-connection: it must still answer (the door leaves a refused connection open; uvicorn discards the unread body).
+After each burst of the `browsers` mode, `RETRIED` refused connections are asked once more for a translation on the
+same connection: each must answer there (the door leaves a refused connection open; uvicorn discards the unread body).
 Prints the CPU model, then per mode and kind of round: ok / refused / lost (a request with no answer, or an answer
 that is neither a translation nor "busy"), the admitted requests' latency p50 and p95 and the refused ones', when
 the last refusal and the last admitted answer came, and the server's CPU time per refusal (its CPU in a burst
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import secrets
 import sys
 import time
@@ -39,15 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import (DEFAULT_DATA, ROOT, SETTINGS, TLS_CONTEXT, core_view, cpu_seconds, free_port,  # noqa: E402
-                  load_checkpoint, pick_sentences, start_server)
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+from load import (DEFAULT_DATA, ROOT, SETTINGS, TLS_CONTEXT, core_view, cpu_model, cpu_seconds,  # noqa: E402
+                  free_port, load_checkpoint, pick_sentences, start_server)
 
 
 MODES = {"browsers": "a client each, kept alive", "pool": "one client, 20 kept alive",
