@@ -193,6 +193,12 @@ INPUT_CLOCK = """() => { for (const type of ['pointerdown', 'keydown'])
     document.addEventListener(type, () => { window.inputAt = performance.now(); }, true); }"""
 
 
+def since_input(done: str) -> str:
+    """The page function that holds, once the page function `done` does after the last input event, the milliseconds
+    since that event."""
+    return f"(arg) => window.inputAt !== null && ({done})(arg) && performance.now() - window.inputAt"
+
+
 def timed(page, action, done: str, arg=None) -> float:
     """Milliseconds, by the page's clock, from the last input event of `action()` (its click, or the option chosen
     in a menu) to the first animation frame where the page function `done` holds."""
@@ -204,8 +210,7 @@ def timed(page, action, done: str, arg=None) -> float:
 def waited(page, done: str, arg=None) -> float:
     """Milliseconds, by the page's clock, from the last input event to the first animation frame where the page
     function `done` holds (a later answer to the same action)."""
-    return page.wait_for_function(f"""(arg) => window.inputAt !== null && ({done})(arg)
-        && performance.now() - window.inputAt""", arg=arg, timeout=60000).json_value()
+    return page.wait_for_function(since_input(done), arg=arg, timeout=60000).json_value()
 
 
 def what_if(page, translator, sentences: list[str]) -> None:

@@ -31,12 +31,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from browser_latency import CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL, INPUT_CLOCK, TRANSLATED, p95  # noqa: E402
+from browser_latency import (CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL, INPUT_CLOCK, TRANSLATED, p95,  # noqa: E402
+                             since_input)
 from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E402
 
 from model.keys import DECODER, KIND_LABELS  # noqa: E402
 from model.serving.checkpoint import load_checkpoint  # noqa: E402
 from model.training.evaluate import DEFAULT_DATA  # noqa: E402
+from tests.pages import tab_button  # noqa: E402
 from ui.operations import FIRST_STEP  # noqa: E402
 from ui.session import to_arrays  # noqa: E402
 from viz.attention import escape_text  # noqa: E402
@@ -89,8 +91,7 @@ async def timed(page, action, done: str, arg=None) -> float:
     """Milliseconds by the page's clock from the last input event of `action` to the first frame where `done`."""
     await page.evaluate("() => { window.inputAt = null; }")
     await action()
-    handle = await page.wait_for_function(f"""(arg) => window.inputAt !== null && ({done})(arg)
-        && performance.now() - window.inputAt""", arg=arg, timeout=120000)
+    handle = await page.wait_for_function(since_input(done), arg=arg, timeout=120000)
     return await handle.json_value()
 
 
@@ -136,8 +137,7 @@ async def visit(browser, url: str, expected: Expected, other: Expected, steps: i
         await choose(page, "kind", KIND_LABELS[DECODER])
         await page.wait_for_function(f"() => {TITLE}.startsWith('{KIND_LABELS[DECODER]}')", timeout=120000)
         tab, button, answered = QUESTIONS[question % len(QUESTIONS)]
-        await page.locator("#what-if").get_by_role("tab", name=tab).or_(
-            page.locator("#what-if .overflow-dropdown button", has_text=tab)).first.click()
+        await tab_button(page, tab).click()
         done.question.append(await timed(page, lambda: page.click(button), answered))
         shown = await page.evaluate(f"""() => ({{translation: document.querySelector('#translation textarea').value,
             title: {TITLE}}})""")
