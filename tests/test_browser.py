@@ -191,6 +191,13 @@ def test_buttons_keys_slider_and_number_box_agree_with_the_view(page, services):
     assert wait_for_step(page, steps) == last
     page.keyboard.press("Home")
     wait_for_step(page, 1)
+    # A run of presses, each before the last has been drawn: every one counts, none undoes a later one.
+    for key, times, step in (("ArrowRight", 6, 7), ("ArrowLeft", 4, 3)):
+        for _ in range(times):
+            page.keyboard.press(key)
+        wait_for_step(page, step)
+    page.keyboard.press("Home")
+    wait_for_step(page, 1)
     # ...but not while typing: an arrow in the text field, then Next and Prev, end where they began.
     page.click("#source textarea")
     page.keyboard.press("ArrowRight")
