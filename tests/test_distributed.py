@@ -160,3 +160,19 @@ def test_head_statistics_on_two_processes_are_those_of_one(toy_checkpoints, tmp_
         assert shared["heads"][name].keys() == values.keys()
         for key, value in values.items():
             assert shared["heads"][name][key] == pytest.approx(value, abs=2e-4), (name, key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 3])
+def test_evaluation_on_several_processes_scores_the_whole_split_as_one_does(toy_checkpoints, processes, capsys):
+    from model.training import evaluate
+    root, data = toy_checkpoints
+    argv = ["--checkpoint", str(root / "toy-en-de"), "--data", str(data), "--split", "val", "--beam", "2",
+            "--threads", "1"]
+    evaluate.main(argv)
+    alone = capsys.readouterr().out
+    shared = torchrun(*argv, module="model.training.evaluate", processes=processes)
+    assert shared.returncode == 0, shared.stderr[-2000:]
+    drop = ("decode_seconds",)  # the one line that differs: each run's own time
+    assert [line for line in shared.stdout.splitlines() if not any(d in line for d in drop)] == \
+        [line for line in alone.splitlines() if not any(d in line for d in drop)]

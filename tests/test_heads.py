@@ -18,7 +18,8 @@ def report(toy_checkpoints, tmp_path_factory):
     root, data = toy_checkpoints
     folder = tmp_path_factory.mktemp("heads") / "toy-en-de"
     shutil.copytree(root / "toy-en-de", folder)
-    heads.main(["--checkpoint", str(folder), "--data", str(data), "--split", "val", "--threads", "1"])
+    heads.main(["--checkpoint", str(folder), "--data", str(data), "--split", "val", "--threads", "1",
+                "--bleu-per-head"])
     return folder, data, json.loads((folder / heads.HEADS).read_text())
 
 
@@ -106,3 +107,38 @@ def test_each_cross_attention_heads_alignment_error_rate_is_against_the_statisti
         assert result["heads"][name]["shift_alignment_aer"] == pytest.approx(
             alignment_error_rate(links[name, "input"], sure, possible), abs=1e-5)
     assert "alignment_aer" not in result["heads"]["encoder.1.1"]
+
+
+def test_an_interrupted_report_goes_on_from_what_it_had_written(toy_checkpoints, tmp_path, monkeypatch):
+    root, data = toy_checkpoints
+    folders = [tmp_path / name for name in ("whole", "interrupted")]
+    for folder in folders:
+        shutil.copytree(root / "toy-en-de", folder)
+    monkeypatch.setattr(heads, "pass_tokens", lambda vocabulary, device: 30)  # several batches of a few sentences
+    real, passes = heads.heads_off_losses, []
+
+    def run(folder, threads: str = "1", cut_at: int | None = None) -> int:
+        """The report's batched passes made, Ctrl-C pressed in pass `cut_at`."""
+        def counted(*args, **kwargs):
+            passes.append(1)
+            if len(passes) == cut_at:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+        monkeypatch.setattr(heads, "heads_off_losses", counted)
+        passes.clear()
+        heads.main(["--checkpoint", str(folder), "--data", str(data), "--split", "val", "--limit", "20",
+                    "--threads", threads])
+        return len(passes)
+    batches = run(folders[0])
+    assert batches >= 4
+    with pytest.raises(KeyboardInterrupt):
+        run(folders[1], cut_at=3)
+    saved = json.loads((folders[1] / "heads.partial.0.json").read_text())
+    assert saved["likelihood"]["batches"] == 2 and not (folders[1] / heads.HEADS).exists()
+    # Started again with the same arguments (another number of threads is the same measure): the batches left.
+    assert run(folders[1], threads="2") == batches - 2
+    whole, resumed = (json.loads((folder / heads.HEADS).read_text()) for folder in folders)
+    assert resumed["log_likelihood"] == whole["log_likelihood"]
+    assert {name: head["log_likelihood_change"] for name, head in resumed["heads"].items()} == \
+        {name: head["log_likelihood_change"] for name, head in whole["heads"].items()}
+    assert not (folders[1] / "heads.partial.0.json").exists()  # the report written, its work file is gone

@@ -341,6 +341,10 @@ def test_the_importance_heatmap_names_every_head_of_the_shipped_model(en_de):
         assert sorted(names) == sorted(report["heads"])
         cross = figure["data"][2]
         assert cross["z"][1][4] == report["heads"]["cross.2.5"].get(key)  # null: offset is self-attention's
+    # A report made without --bleu-per-head has no BLEU changes: the heatmap is blank and says how to measure them.
+    without = {name: {k: v for k, v in head.items() if k != "bleu_change"} for name, head in report["heads"].items()}
+    title = json.loads(importance_figure(without, shapes, "BLEU change with the head off").to_json())["layout"]["title"]
+    assert "not in this model's head report" in title["text"] and "--bleu-per-head" in title["text"]
 
 
 # ---- the beam in the app and the API -----------------------------------------------------------------------

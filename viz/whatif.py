@@ -29,6 +29,9 @@ IMPORTANCE_MEASURES = {
     "alignment error rate (shift-att)": ("shift_alignment_aer", "AER"),
 }
 SIGNED = {"bleu_change", "log_likelihood_change", "offset"}  # drawn on a red-white-blue scale around zero
+# Why a measure may be missing from a report, and the command that measures it.
+UNMEASURED = {"bleu_change": "measured with python -m model.analysis.heads --bleu-per-head "
+                             "(the split decoded per head)"}
 
 
 def token_differences(original: list[str], other: list[str], chosen: int | None = None) -> list[tuple[str, str | None]]:
@@ -95,7 +98,10 @@ def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]]
     key, unit = IMPORTANCE_MEASURES[measure]
     values = {kind: np.array([[heads.get(head_name(kind, layer, head), {}).get(key, np.nan) for head in range(h)]
                               for layer in range(layers)], dtype=float) for kind, (layers, h) in shapes.items()}
-    return head_grid_figure(values, [f"{measure}: click a head to open it"], unit, signed=key in SIGNED)
+    measured = any(np.isfinite(grid).any() for grid in values.values())
+    title = [f"{measure}: click a head to open it"] if measured else [
+        f"{measure}: not in this model's head report", UNMEASURED.get(key, "its command did not measure it")]
+    return head_grid_figure(values, title, unit, signed=key in SIGNED)
 
 
 def patching_figure(effects: dict[str, np.ndarray], title: list[str], unit: str) -> PlainFigure:

@@ -161,7 +161,7 @@ def reference_alignments(translator: Translator, data: str | None, split: str, s
 
 def cross_attention(translator: Translator, source: list[str], target: list[str]) -> np.ndarray:
     """Every cross-attention map (L, H, T + 1, S + 1) of the reference `target` read teacher-forced."""
-    return translator.reference_attention(source, target).cross[:, 0].float().numpy()
+    return translator.reference_attention(source, target).cross[:, 0].float().cpu().numpy()
 
 
 def pharaoh_lines(cross: np.ndarray, reading: str) -> dict[str, str]:

@@ -3,10 +3,11 @@
 
     python -m model.analysis.heads --checkpoint checkpoints/en-de --split val
 
-For each head (named kind.layer.head): the change in greedy BLEU (tokenized, lower-cased) and in the mean
-teacher-forced log-likelihood per target token when that head alone is switched off, and its importance
-I_h = Σ_batches |∂L/∂ξ_h| at gates ξ = 1 (L: the batch's summed teacher-forced loss), normalised per layer
-(ℓ2). Then BLEU as heads are switched off in increasing importance (their Fig. 3). Writes heads.json into
+For each head (named kind.layer.head): the change in the mean teacher-forced log-likelihood per target token
+when that head alone is switched off (many heads per batched pass: model/explain/ablation.py), with
+`--bleu-per-head` the change in greedy BLEU (tokenized, lower-cased) too (the split decoded again per head), and
+its importance I_h = Σ_batches |∂L/∂ξ_h| at gates ξ = 1 (L: the batch's summed teacher-forced loss), normalised
+per layer (ℓ2). Then BLEU as heads are switched off in increasing importance (their Fig. 3). Writes heads.json into
 the checkpoint folder and prints the heads ranked by importance.
 
 Each head's statistics over the split (model/explain/head_stats.py: entropy, confidence, weight on <eos> and on
@@ -35,7 +36,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from model.analysis.align import alignment_error_rate, head_alignments, reference_alignments
+from model.explain.ablation import heads_off_losses, pass_tokens
 from model.explain.head_stats import head_statistics
+from model.nets.devices import add_device_argument, chosen_device
 from model.nets.seq2seq import HeadGates, head_gates, head_name
 from model.serving.checkpoint import HEADS, load_checkpoint, read_json, write_json
 from model.serving.translator import InputError, Translator
@@ -63,7 +66,7 @@ def teacher_forced_batches(translator: Translator, sources: list[list[str]], tar
     ids = [translator.reference_ids(s, t, **(direction or {})) for s, t in zip(sources, targets)]
     src_ids, tgt_ids = [s for s, _ in ids], [t[:-1] for _, t in ids]  # make_batch ends each target with <eos>
     lengths = [len(s) for s in src_ids], [len(t) + 1 for t in tgt_ids]
-    return [make_batch([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
+    return [make_batch([src_ids[i] for i in batch], [tgt_ids[i] for i in batch]).to(translator.device)
             for batch in token_batches(*lengths, max_tokens)]
 
 
@@ -87,6 +90,72 @@ def log_likelihood(translator: Translator, batches: list, gates: HeadGates | Non
     return -total / count
 
 
+def measured_arguments(argv: list[str]) -> list[str]:
+    """The arguments that decide what a head report measures: all but where it runs (--device, --threads)."""
+    kept, skip = [], False
+    for argument in argv:
+        if skip:
+            skip = False
+        elif argument in ("--device", "--threads"):
+            skip = True
+        elif not argument.startswith(("--device=", "--threads=")):
+            kept.append(argument)
+    return kept
+
+
+class Progress:
+    """What a head report has done so far, kept beside heads.json until the report is written (a file per process),
+    so that a run interrupted (Ctrl-C, a lost machine) and started again with the same arguments goes on from there:
+    the likelihood sums of the batches done, and each head's BLEU. Another run's file (other arguments, another
+    number of processes) is set aside."""
+
+    def __init__(self, folder: Path, ranks: Ranks, arguments: list[str]):
+        self.path = Path(folder) / f"heads.partial.{ranks.rank}.json"
+        self.key = {"arguments": arguments, "processes": ranks.world_size}
+        saved = read_json(self.path) if self.path.is_file() else {}
+        self.state = saved if saved.get("key") == self.key else {"key": self.key}
+        self.resumed = len(self.state) > 1
+
+    def get(self, part: str, default):
+        return self.state.get(part, default)
+
+    def put(self, part: str, value) -> None:
+        self.state[part] = value
+        written = self.path.with_suffix(".tmp")
+        write_json(written, self.state)
+        written.replace(self.path)  # whole or not at all, were the run cut off while writing
+
+    def finish(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def log_likelihood_changes(translator: Translator, sources: list[list[str]], targets: list[list[str]],
+                           ranks: Ranks = Ranks(), direction: dict | None = None, progress: Progress | None = None
+                           ) -> tuple[float, dict[str, float]]:
+    """The mean teacher-forced log-likelihood per reference token with every head on, and its change with each head
+    switched off alone, by name: many heads per batched pass (model/explain/ablation.py), in batches sized for
+    the device (`pass_tokens`), each rank taking a block of them; with `progress`, the sums kept after each batch
+    and taken up again from there."""
+    heads = [(kind, layer, head) for kind, (layers, count) in translator.model.heads().items()
+             for layer in range(layers) for head in range(count)]
+    batches = teacher_forced_batches(translator, sources, targets, pass_tokens(len(translator.tgt_vocab),
+                                                                               translator.device), direction)
+    batches = [batches[i] for i in ranks.block(len(batches))]
+    kept = progress.get("likelihood", {}) if progress else {}
+    done, totals, tokens = kept.get("batches", 0), np.array(kept.get("totals", np.zeros(1 + len(heads)))), \
+        kept.get("tokens", 0)
+    with tqdm(total=len(batches) * len(heads), initial=done * len(heads), desc="one head off", unit="head",
+              file=sys.stderr, disable=not ranks.main) as bar:
+        for index in range(done, len(batches)):
+            base, losses = heads_off_losses(translator.model, batches[index], heads, advance=bar.update)
+            totals, tokens = totals + [base, *losses], tokens + batches[index].n_target_tokens
+            if progress:
+                progress.put("likelihood", {"batches": index + 1, "totals": totals.tolist(), "tokens": tokens})
+    *totals, tokens = ranks.sum(np.append(totals, tokens))
+    base = -totals[0] / tokens
+    return base, {head_name(*head): -loss / tokens - base for head, loss in zip(heads, totals[1:])}
+
+
 def greedy_bleu(translator: Translator, sources: list[list[str]], references: list[str],
                 gates: HeadGates | None = None, ranks: Ranks = Ranks(), direction: dict | None = None) -> float:
     """Tokenized lower-cased BLEU of greedy decoding (the app's decoding) with `gates`, each rank translating its
@@ -98,15 +167,16 @@ def greedy_bleu(translator: Translator, sources: list[list[str]], references: li
 
 def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ranks()) -> dict[str, float]:
     """Michel et al.'s importance: Σ_batches |∂L/∂ξ_h| at ξ = 1, normalised to unit ℓ2 norm in each layer."""
-    shapes = translator.model.heads()
-    gates = HeadGates(**{kind: torch.ones(shape, requires_grad=True) for kind, shape in shapes.items()})
-    importance = {kind: torch.zeros(shape) for kind, shape in shapes.items()}
+    shapes, device = translator.model.heads(), translator.device
+    gates = HeadGates(**{kind: torch.ones(shape, requires_grad=True, device=device) for kind, shape in shapes.items()})
+    importance = {kind: torch.zeros(shape, device=device) for kind, shape in shapes.items()}
     for batch in batches:
         loss, _ = batch_loss(translator, batch, gates)
         gradients = torch.autograd.grad(loss, [getattr(gates, kind) for kind in shapes])
         for kind, gradient in zip(shapes, gradients):
             importance[kind] += gradient.abs()
-    importance = {kind: torch.from_numpy(ranks.sum(values.numpy())).float() for kind, values in importance.items()}
+    importance = {kind: torch.from_numpy(ranks.sum(values.cpu().numpy())).float()
+                  for kind, values in importance.items()}
     normalised = {}
     for kind, values in importance.items():
         values = values / values.norm(dim=-1, keepdim=True).clamp(min=1e-12)  # (L, H): per layer
@@ -137,14 +207,14 @@ def split_statistics(translator: Translator, sources: list[list[str]], targets: 
     for source, target in tqdm([(sources[i], targets[i]) for i in mine], desc="statistics", file=sys.stderr,
                                disable=not ranks.main):
         attention = translator.reference_attention(source, target, **direction)
-        cross_maps.append(attention.cross[:, 0, :, len(target_prefix):, len(source_prefix):].float().numpy())
+        cross_maps.append(attention.cross[:, 0, :, len(target_prefix):, len(source_prefix):].float().cpu().numpy())
         source_tokens = (source_prefix + source)[:translator.max_src_tokens] + ["<eos>"]
         decoder_tokens = ["<sos>"] + (target_prefix + target)[:translator.max_src_tokens]
         for kind, keys in (("encoder", source_tokens), ("decoder", decoder_tokens), ("cross", source_tokens)):
             maps = getattr(attention, kind)
             if maps is None:
                 continue
-            for statistic, values in head_statistics(maps[:, 0].float().numpy(), keys, kind != "cross").items():
+            for statistic, values in head_statistics(maps[:, 0].float().cpu().numpy(), keys, kind != "cross").items():
                 sums.setdefault(f"{kind}|{statistic}", np.zeros(values.shape))
                 sums[f"{kind}|{statistic}"] += values
     statistics: dict[str, dict[str, float]] = {}
@@ -188,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default="val", choices=("train", "val", "test"))
     parser.add_argument("--limit", type=int, help="only the first N sentences of the split")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    add_device_argument(parser)
     parser.add_argument("--gold", help="gold word alignments of the split in Pharaoh format, for each cross-attention "
                         "head's AER (default: the reversal task's exact ones, or a statistical aligner's)")
     parser.add_argument("--pairs", nargs=2, metavar=("SOURCES", "TARGETS"),
@@ -196,11 +267,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--src-lang", help="a multilingual model's source language code (default: its default), as "
                         "the page's menu names it; with --pairs")
     parser.add_argument("--tgt-lang", help="a multilingual model's target language code (default: its default)")
+    parser.add_argument("--bleu-per-head", action="store_true",
+                        help="also the greedy BLEU with each head off alone: the split decoded once per head (the "
+                        "log-likelihood's change, many heads per batched pass, is measured either way)")
     parser.add_argument("--statistics-only", action="store_true",
                         help="only add the heads' statistics to the checkpoint's existing heads.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
+    try:
+        chosen_device(args.device)  # refused before anything is loaded
+    except ValueError as error:
+        sys.exit(str(error))
     translator = load_checkpoint(args.checkpoint)
     direction = {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}
     if (args.src_lang or args.tgt_lang) and not args.pairs:
@@ -219,6 +297,8 @@ def main(argv: list[str] | None = None) -> None:
         args.split = "the sentences of " + " and ".join(args.pairs)
     # Under torchrun each process reads a block of the split and the sums are added up; rank 0 writes.
     ranks = distributed.start()
+    device = chosen_device(args.device, ranks)
+    translator.model.to(device)
     if len(sources) < ranks.world_size:
         sys.exit(f"{len(sources)} sentences cannot be shared by {ranks.world_size} processes")
     statistics = split_statistics(translator, sources, targets, (sure, possible), ranks, direction)
@@ -240,18 +320,23 @@ def main(argv: list[str] | None = None) -> None:
     batches = teacher_forced_batches(translator, sources, targets, direction=direction)
     batches = [batches[i] for i in ranks.block(len(batches))]
     names = every_head(translator)
+    progress = Progress(args.checkpoint, ranks, measured_arguments(argv if argv is not None else sys.argv[1:]))
+    if progress.resumed and ranks.main:
+        print(f"going on from {progress.path} (an interrupted run with the same arguments)", file=sys.stderr)
 
     base_bleu = greedy_bleu(translator, sources, references, ranks=ranks, direction=direction)
-    base_likelihood = log_likelihood(translator, batches, ranks=ranks)
     importance = gradient_importance(translator, batches, ranks)
-    heads = {}
-    for name in tqdm(names, desc="one head off", file=sys.stderr, disable=not ranks.main):
-        gates = head_gates(translator.model, [name])
-        heads[name] = {**statistics.get(name, {}), "importance": round(importance[name], 6),
-                       "bleu_change": round(greedy_bleu(translator, sources, references, gates, ranks, direction)
-                                            - base_bleu, 2),
-                       "log_likelihood_change": round(log_likelihood(translator, batches, gates, ranks)
-                                                      - base_likelihood, 5)}
+    base_likelihood, changes = log_likelihood_changes(translator, sources, targets, ranks, direction, progress)
+    heads = {name: {**statistics.get(name, {}), "importance": round(importance[name], 6),
+                    "log_likelihood_change": round(changes[name], 5)} for name in names}
+    bleus = progress.get("bleu", {})
+    for name in tqdm(names if args.bleu_per_head else [], desc="BLEU, one head off", file=sys.stderr,
+                     disable=not ranks.main):
+        if name not in bleus:
+            bleus[name] = greedy_bleu(translator, sources, references, head_gates(translator.model, [name]), ranks,
+                                      direction)
+            progress.put("bleu", bleus)
+        heads[name]["bleu_change"] = round(bleus[name] - base_bleu, 2)
     order = sorted(names, key=lambda name: importance[name])  # least important first
     pruning = [{"fraction": 0.0, "heads_off": 0, "bleu": base_bleu}]
     for fraction in tqdm(PRUNED_FRACTIONS, desc="pruning", file=sys.stderr, disable=not ranks.main):
@@ -262,6 +347,7 @@ def main(argv: list[str] | None = None) -> None:
                         "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off), ranks,
                                             direction)})
     distributed.stop(ranks)
+    progress.finish()
     if not ranks.main:
         return
     drop = next((point for point in pruning if point["bleu"] < base_bleu - 1), None)
@@ -272,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         "direction": None if translator.languages is None else {  # a multilingual model's, as measured
             "src_lang": args.src_lang or translator.languages.source,
             "tgt_lang": args.tgt_lang or translator.languages.target},
-        "hardware": hardware(torch.device("cpu")),
+        "hardware": hardware(device),
         "seconds": round(time.perf_counter() - began),
         "bleu": base_bleu, "log_likelihood": round(base_likelihood, 5), "heads": heads,
         "statistics": {"split": args.split, "sentences": len(sources), "alignments": reference},
@@ -287,7 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'head':<12} {'importance':>10} {'BLEU change':>12} {'log-lik change':>15}")
     for name in sorted(names, key=lambda name: -importance[name]):
         head = heads[name]
-        print(f"{name:<12} {head['importance']:>10.3f} {head['bleu_change']:>12.2f} "
+        bleu = f"{head['bleu_change']:>12.2f}" if "bleu_change" in head else f"{'-':>12}"  # --bleu-per-head
+        print(f"{name:<12} {head['importance']:>10.3f} {bleu} "
               f"{head['log_likelihood_change']:>15.4f}")
     print("pruning in increasing importance: "
           + ", ".join(f"{p['heads_off']} off -> {p['bleu']}" for p in pruning))

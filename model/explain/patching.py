@@ -19,7 +19,8 @@ Over many pairs (a file, or the gender study on Multi30k): model/analysis/patchi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -140,26 +141,35 @@ def recorded_runs(model: Seq2Seq, sources: list[list[int]], prefix: Tensor, toke
     if len({len(ids) for ids in sources}) > 1:
         return [run for ids in sources for run in recorded_runs(model, [ids], prefix, token, contrast)]
     recorders = {kind: {layer: Recorder() for layer in range(layers)} for kind, (layers, _) in model.heads().items()}
-    transformer = isinstance(model, Transformer)
-    encoder = {index: Recorder() for index in range(len(model.encoder_layers) + 1)} if transformer else {}
-    decoder = {index: Recorder() for index in range(len(model.decoder_layers))} if transformer else {}
-    hooks = HeadHooks(recorders, encoder)
-    entering = [layer.register_forward_pre_hook(lambda _, args, kept=decoder[index].outputs: kept.append(args[0]))
-                for index, layer in enumerate(model.decoder_layers)] if transformer else []
     batch = len(sources)
-    try:
+    with recorded_streams(model) as (encoder, decoder):
+        hooks = HeadHooks(recorders, encoder)
         memory, src_mask, _ = model.encode(torch.tensor(sources), gates=hooks, fused=True)
         logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask, gates=hooks, fused=True,
                                  positions=torch.full((batch,), prefix.size(1) - 1))
-    finally:
-        for handle in entering:
-            handle.remove()
     outputs = {kind: [recorders[kind][layer].output for layer in sorted(recorders[kind])] for kind in recorders}
     scores = score(logits, token, contrast).tolist()
     rows = [slice(row, row + 1) for row in range(batch)]
     return [Run(scores[row.start], {kind: [output[row] for output in layers] for kind, layers in outputs.items()},
                 memory[row], src_mask[row], {index: kept.outputs[0][row] for index, kept in encoder.items()},
                 {index: kept.outputs[0][row] for index, kept in decoder.items()}) for row in rows]
+
+
+@contextmanager
+def recorded_streams(model: Seq2Seq) -> Iterator[tuple[dict[int, Recorder], dict[int, Recorder]]]:
+    """A Transformer's residual streams, recorded in the pass run inside: the encoder's entering each layer and
+    after the last (its recorders, for `HeadHooks`' streams, which the encoder must be given as its gates), and the
+    decoder's entering each layer (hooks on its layers, removed on leaving). A GRU has none: two empty dicts."""
+    transformer = isinstance(model, Transformer)
+    encoder = {index: Recorder() for index in range(len(model.encoder_layers) + 1)} if transformer else {}
+    decoder = {index: Recorder() for index in range(len(model.decoder_layers))} if transformer else {}
+    entering = [layer.register_forward_pre_hook(lambda _, args, kept=decoder[index].outputs: kept.append(args[0]))
+                for index, layer in enumerate(model.decoder_layers)] if transformer else []
+    try:
+        yield encoder, decoder
+    finally:
+        for handle in entering:
+            handle.remove()
 
 
 def memory_keys_values(model: Seq2Seq, memory: Tensor) -> list[tuple[Tensor, Tensor]]:

@@ -175,9 +175,11 @@ class _FlatSteps:
         self.cross = [(keys.repeat_interleave(k, dim=0), values.repeat_interleave(k, dim=0))
                       for keys, values in decoder.memory_keys_values(memory)]  # per layer (B*K, H, S, d_head)
         padded = ~src_mask.repeat_interleave(k, dim=0)  # (B*K, 1, 1, S)
-        self.cross_bias = torch.zeros(padded.shape).masked_fill(padded, float("-inf")) if padded.any() else None
+        self.cross_bias = torch.zeros(padded.shape, device=src.device).masked_fill(padded, float("-inf")) \
+            if padded.any() else None
         rows = src.size(0) * k
-        self.keys = [torch.zeros(rows, decoder.n_heads, limit, decoder.d_head) for _ in decoder.layers]
+        self.keys = [torch.zeros(rows, decoder.n_heads, limit, decoder.d_head, device=src.device)
+                     for _ in decoder.layers]
         self.values = [torch.zeros_like(keys) for keys in self.keys]
         self.self_gates, self.cross_gates = (
             None if gates is None or getattr(gates, kind) is None
@@ -186,7 +188,8 @@ class _FlatSteps:
     def logits(self, tokens: Tensor) -> Tensor:
         width = self.position + 1  # every row is at the same position: no bias needed
         logits, _, _ = self.decoder.step(
-            tokens[:, 0], torch.full((tokens.size(0),), self.position), [keys[:, :, :width] for keys in self.keys],
+            tokens[:, 0], torch.full((tokens.size(0),), self.position, device=tokens.device),
+            [keys[:, :, :width] for keys in self.keys],
             [values[:, :, :width] for values in self.values], None, self.cross, self.cross_bias,
             self.self_gates, self.cross_gates)
         self.position = width

@@ -122,7 +122,7 @@ def head_gates(model: Seq2Seq, names: Iterable[str]) -> HeadGates | None:
     for name in names:
         kind, layer, head = _parse_head(name, shapes)
         if kind not in gates:
-            gates[kind] = torch.ones(shapes[kind])
+            gates[kind] = torch.ones(shapes[kind], device=next(model.parameters()).device)
         gates[kind][layer, head] = 0.0
     return HeadGates(**gates) if gates else None
 

@@ -188,14 +188,15 @@ class StepDecoder:
         it would be all 0 (every sentence at the same position, sources of one length). Gates (L, B, H).
         -> logits (B, V), self-attention weights (L, B, H, width), cross-attention weights (L, B, H, S).
         """
-        rows = torch.arange(tokens.size(0))
+        rows = torch.arange(tokens.size(0), device=tokens.device)
         x = self.token_table[tokens] * self.scale  # (B, d_model)
         if self.position_table is not None:
             x = x + self.position_table[positions]
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
         if self.position_bias is not None:  # each sentence's query position against every cached key position
-            relative = self.position_bias(positions[:, None], torch.arange(self_keys[0].size(2)))  # (B, H, 1, width)
+            keys = torch.arange(self_keys[0].size(2), device=tokens.device)
+            relative = self.position_bias(positions[:, None], keys)  # (B, H, 1, width)
             self_bias = relative if self_bias is None else relative + self_bias
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):

@@ -147,6 +147,11 @@ class Translator:
     languages: Languages | None = None  # a multilingual Hub model's language codes (model/text/hub_tokenizer.py)
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights are (a command's `--device`)."""
+        return next(self.model.parameters()).device
+
+    @property
     def max_src_tokens(self) -> int:
         """The longest source (in tokens, <eos> excluded) the model's positions can hold."""
         return self.model.config.max_len - 1
@@ -171,7 +176,7 @@ class Translator:
         outputs: list[list[str]] = [[] for _ in ids]
         lengths = [len(i) for i in ids]
         for batch in token_batches(lengths, lengths, max_tokens // max(beam_size, 1)):
-            src = pad([ids[i] for i in batch]).to(next(self.model.parameters()).device)
+            src = pad([ids[i] for i in batch]).to(self.device)
             for i, hypothesis in zip(batch, beam_search(self.model, src, beam_size, length_penalty=length_penalty,
                                                          gates=gates, prefix=prefix)):
                 outputs[i] = self.tgt_vocab.decode(hypothesis, drop_unknown=True)
@@ -308,7 +313,9 @@ class Translator:
         """Every attention map of a reference translation read teacher-forced (batch of one), from tokens as the
         tokenizers give them (`reference_ids`)."""
         src_ids, tgt_ids = self.reference_ids(source, target, src_lang, tgt_lang)
-        _, attention = self.model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]), need_weights=True)
+        device = self.device
+        _, attention = self.model(torch.tensor([src_ids], device=device),
+                                  torch.tensor([[SOS_ID] + tgt_ids[:-1]], device=device), need_weights=True)
         return attention
 
     def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None,

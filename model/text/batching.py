@@ -22,6 +22,9 @@ class Batch:
     def n_target_tokens(self) -> int:
         return int((self.tgt_out != PAD_ID).sum())
 
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+
 
 def pad(sequences: list[list[int]]) -> torch.Tensor:
     """Right-pad id lists with <pad> into a (B, max length) tensor."""

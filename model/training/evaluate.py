@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import sacrebleu
 import torch
 
+from model.nets.devices import add_device_argument, chosen_device
 from model.serving.checkpoint import METRICS, load_checkpoint, write_json
 from model.serving.translator import Translator
 from model.text.hub_tokenizer import HubTokenizer
 from model.text.vocab import Tokenizer
+from model.training import distributed
 from model.training.data import load_pairs
+from model.training.distributed import Ranks
 
 DEFAULT_DATA = "../shared/data/multi30k"
 # The ISO 639-3 codes that NLLB-200's languages start with, as Multi30k's two-letter names.
@@ -79,14 +83,18 @@ def multi30k_pair(translator: Translator, src_lang: str | None = None, tgt_lang:
 
 
 def evaluate(translator: Translator, data: str, split: str, beam_size: int, length_penalty: float = 1.0,
-             src_lang: str | None = None, tgt_lang: str | None = None) -> tuple[dict, list[str]]:
+             src_lang: str | None = None, tgt_lang: str | None = None, ranks: Ranks = Ranks()
+             ) -> tuple[dict, list[str]]:
     """Translate a split and score it; returns (metrics, detokenized hypotheses). A multilingual model translates
-    from `src_lang` to `tgt_lang` (its codes; None: its defaults), scored on Multi30k's pair of those languages."""
+    from `src_lang` to `tgt_lang` (its codes; None: its defaults), scored on Multi30k's pair of those languages.
+    Under torchrun each process translates a block of the split, and every process gets the whole."""
     source, target = multi30k_pair(translator, src_lang, tgt_lang)
     pairs = load_pairs(data, split, source, target)
     start = time.perf_counter()
-    hypotheses = translator.translate_tokens(translator.src_tokenizer.tokenize_all(pairs["src"]), beam_size,
-                                             length_penalty=length_penalty, src_lang=src_lang, tgt_lang=tgt_lang)
+    sources = translator.src_tokenizer.tokenize_all(pairs["src"])
+    mine = [sources[i] for i in ranks.block(len(sources))]
+    hypotheses = ranks.gather(translator.translate_tokens(mine, beam_size, length_penalty=length_penalty,
+                                                          src_lang=src_lang, tgt_lang=tgt_lang))
     seconds = time.perf_counter() - start
     metrics = score(translator, hypotheses, pairs["tgt"], target)
     # A ceiling on any score: reference tokens outside the target vocabulary can never be written.
@@ -111,15 +119,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--save-metrics", action="store_true",
                         help="record the scores in the checkpoint's metrics.json: under the split's name for the "
                              "shipped decoding, else under e.g. test_beam1")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    try:
+        chosen_device(args.device)  # refused before anything is loaded
+    except ValueError as error:
+        sys.exit(str(error))
+    ranks = distributed.start()  # under torchrun, each process translates a block of the split
     translator = load_checkpoint(args.checkpoint)
+    translator.model.to(chosen_device(args.device, ranks))
     decoding = translator.metrics.get("decoding", {})
     beam = args.beam if args.beam is not None else decoding.get("beam_size", 5)
     length_penalty = args.length_penalty if args.length_penalty is not None else decoding.get("length_penalty", 1.0)
     metrics, translations = evaluate(translator, args.data, args.split, beam, length_penalty, args.src_lang,
-                                     args.tgt_lang)
+                                     args.tgt_lang, ranks)
+    distributed.stop(ranks)
+    if not ranks.main:
+        return
     print(json.dumps(metrics, indent=1, ensure_ascii=False))
     print(f"BLEU {metrics['bleu']} ({metrics['bleu_signature']})")
     print(f"chrF {metrics['chrf']} ({metrics['chrf_signature']})")

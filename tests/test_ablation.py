@@ -1,0 +1,97 @@
+"""Every head switched off alone, many heads per batched pass (model/explain/ablation.py): the same losses as one
+whole pass per head, on every kind of head, of a Transformer, a T5-like one and a GRU model."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.analysis import heads
+from model.explain.ablation import copies_per_pass, heads_off_losses
+from model.nets.devices import chosen_device
+from model.nets.rnn import RNNConfig, RNNSeq2Seq
+from model.nets.seq2seq import head_gates, head_name
+from model.nets.transformer import Transformer
+from model.text.batching import make_batch
+from model.text.vocab import PAD_ID
+from tests.conftest import T5_LIKE, tiny_config
+
+
+def models() -> dict[str, torch.nn.Module]:
+    torch.manual_seed(0)
+    return {"transformer": Transformer(tiny_config(n_encoder_layers=3, n_decoder_layers=3)).eval(),
+            "pre-norm, T5-like": Transformer(tiny_config(**T5_LIKE)).eval(),
+            "gru": RNNSeq2Seq(RNNConfig(src_vocab_size=23, tgt_vocab_size=29, embedding_dim=16, hidden_size=32,
+                                        n_heads=2, dropout=0.0)).eval()}
+
+
+def padded_batch(sentences: int = 5, seed: int = 0):
+    """Sentences of different lengths on both sides: padding in both."""
+    rng = random.Random(seed)
+    sources = [[rng.randrange(4, 23) for _ in range(rng.randint(2, 9))] + [3] for _ in range(sentences)]
+    targets = [[rng.randrange(4, 29) for _ in range(rng.randint(1, 8))] for _ in range(sentences)]
+    return make_batch(sources, targets)
+
+
+def whole_pass_loss(model, batch, name: str | None) -> float:
+    """The loss of one whole pass with the head `name` off (None: every head on), as the head report computed it."""
+    with torch.no_grad():
+        logits, _ = model(batch.src, batch.tgt_in, gates=head_gates(model, [name] if name else []))
+    return float(F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"))
+
+
+@pytest.mark.parametrize("name", list(models()))
+@pytest.mark.parametrize("copies", [1, 3, None])
+def test_each_heads_loss_is_that_of_a_whole_pass_with_that_head_alone_off(name, copies):
+    model, batch = models()[name], padded_batch()
+    heads = [(kind, layer, head) for kind, (layers, count) in model.heads().items()
+             for layer in range(layers) for head in range(count)]
+    random.Random(1).shuffle(heads)  # any order, the answers in it
+    base, losses = heads_off_losses(model, batch, heads, copies)
+    tokens = batch.n_target_tokens
+    assert base / tokens == pytest.approx(whole_pass_loss(model, batch, None) / tokens, abs=1e-5)
+    for (kind, layer, head), loss in zip(heads, losses):
+        expected = whole_pass_loss(model, batch, head_name(kind, layer, head))
+        assert loss / tokens == pytest.approx(expected / tokens, abs=1e-5), (kind, layer, head)
+    assert {kind for kind, _, _ in heads} == set(model.heads())  # every kind the model has was checked
+    assert max(abs(loss - base) for loss in losses) > 1e-3  # switching heads off changes something
+
+
+def test_a_pass_holds_as_many_copies_as_its_logits_budget_allows_and_tells_each():
+    model, batch = models()["transformer"], padded_batch()
+    per_copy = batch.tgt_in.numel() * 29 * 4
+    assert copies_per_pass(batch, 29, budget=per_copy * 5 + 1) == 5
+    assert copies_per_pass(batch, 29, budget=1) == 1
+    told = []
+    heads = [("cross", 2, head) for head in range(4)] + [("encoder", 0, 1)]
+    heads_off_losses(model, batch, heads, copies=3, advance=told.append)
+    assert told == [3, 1, 1]  # the cross heads of layer 3 in passes of at most 3, then the encoder head
+
+
+def test_a_device_is_chosen_by_name_or_environment_and_a_missing_gpu_is_refused(monkeypatch):
+    monkeypatch.delenv("DEVICE", raising=False)
+    assert chosen_device("cpu") == torch.device("cpu")
+    assert chosen_device() == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setenv("DEVICE", "cpu")
+    assert chosen_device() == torch.device("cpu")
+    for bad, says in (("gpu", "is not a device"), ("meta", "cpu or cuda"), (f"cuda:{torch.cuda.device_count()}",
+                                                                            "GPU")):
+        with pytest.raises(ValueError, match=says):
+            chosen_device(bad)
+
+
+def test_the_head_report_refuses_a_device_the_machine_lacks_before_loading_anything(tmp_path):
+    with pytest.raises(SystemExit, match="GPU"):
+        heads.main(["--checkpoint", str(tmp_path / "nothing here"), "--device", f"cuda:{torch.cuda.device_count()}"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the CUDA path runs where there is one")
+@pytest.mark.parametrize("name", list(models()))
+def test_on_a_gpu_the_losses_are_the_cpus(name):
+    model, batch = models()[name], padded_batch()
+    heads_list = [(kind, layer, head) for kind, (layers, count) in model.heads().items()
+                  for layer in range(layers) for head in range(count)]
+    base, losses = heads_off_losses(model, batch, heads_list)
+    on_gpu = heads_off_losses(model.to("cuda"), batch.to("cuda"), heads_list)
+    assert on_gpu[0] == pytest.approx(base, rel=1e-4) and on_gpu[1] == pytest.approx(losses, rel=1e-4)
