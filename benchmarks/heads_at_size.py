@@ -1,8 +1,9 @@
 """The head report at Hub size: `python -m model.analysis.heads` on a random model of NLLB-200-distilled-600M's sizes
 (d 1024, 12 + 12 layers, 16 heads: 576 heads; 256,206 tokens; built and converted as benchmarks/hub_model.py
 does), over `--pairs` sentence pairs of Multi30k's val split, on one process and under torchrun on `--processes`
-processes: wall time, each process's peak memory, and the time per sentence per head. Then a projection (said as
-one) of 1,000 pairs from the per-head cost measured here.
+processes: wall time, each process's peak memory, and the wall time per sentence per head (the whole report's:
+loading, statistics and the pruning curve's decodings included). Then a projection (said as one) of 1,000 pairs
+from that cost.
 
     python benchmarks/heads_at_size.py [--pairs 20] [--processes 2] [--family nllb-600m|marian] [--device cpu]
 
@@ -76,7 +77,7 @@ def main() -> None:
     heads = 3 * sizes["encoder_layers"] * sizes["encoder_attention_heads"]
     print(f"{cpu_model()}; a random {args.family}-size model ({heads} heads, {sizes['vocab_size']:,} tokens); "
           f"{args.pairs} pairs of Multi30k val")
-    print("| run | wall s | peak memory per process | s per sentence per head |")
+    print("| run | wall s | peak memory per process | wall s per sentence per head |")
     print("|---|---|---|---|")
     per_head = {}
     for processes in (1, args.processes):
@@ -85,10 +86,10 @@ def main() -> None:
         print(f"| {'one process' if processes == 1 else f'torchrun, {processes} processes'} | {seconds:,.0f} | "
               f"{' / '.join(megabytes(peak) for peak in peaks)} | {per_head[processes]:.4f} |")
     device = args.device or "the default device"
-    print(f"projection, not a measurement: 1,000 pairs at the one-process cost per sentence per head take "
+    print(f"projection, not a measurement: 1,000 pairs at the one-process wall time per sentence per head take "
           f"{per_head[1] * 1000 * heads / 3600:.1f} h on one process on {device}, and "
-          f"{per_head[1] * 1000 * heads / 3600 / 8:.1f} h on 8 such devices if the pairs split evenly (the whole "
-          "report: the statistics and the pruning curve's decodings grow with the pairs too)")
+          f"{per_head[1] * 1000 * heads / 3600 / 8:.1f} h on 8 such devices if the pairs split evenly (high: the "
+          "loading and other fixed costs do not grow with the pairs)")
 
 if __name__ == "__main__":
     main()
