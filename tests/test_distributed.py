@@ -3,6 +3,7 @@ whole batch, and a 2-process run that learns what a 1-process run learns."""
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -176,3 +177,52 @@ def test_evaluation_on_several_processes_scores_the_whole_split_as_one_does(toy_
     drop = ("decode_seconds",)  # the one line that differs: each run's own time
     assert [line for line in shared.stdout.splitlines() if not any(d in line for d in drop)] == \
         [line for line in alone.splitlines() if not any(d in line for d in drop)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 3])
+def test_the_faithfulness_table_on_several_processes_is_that_of_one(toy_checkpoints, processes, capsys):
+    from model.analysis import faithfulness
+    root, data = toy_checkpoints
+    argv = ["--checkpoint", str(root / "toy-en-de"), "--data", str(data), "--split", "val", "--sentences", "5", "--steps",
+            "8", "--threads", "1"]
+    faithfulness.main(argv)
+    alone = capsys.readouterr().out
+    shared = torchrun(*argv, module="model.analysis.faithfulness", processes=processes)
+    assert shared.returncode == 0, shared.stderr[-2000:]
+    table = [line for line in alone.splitlines() if " s; best head" not in line]  # all but the time taken
+    assert [line for line in shared.stdout.splitlines() if " s; best head" not in line] == table and len(table) > 10
+
+
+@pytest.mark.slow
+def test_the_patching_study_on_two_processes_is_that_of_one(tmp_path, capsys):
+    from model.analysis import patching
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("A man is reading a newspaper.\tA woman is reading a newspaper.\tmann\tfrau\n"
+                     "A boy plays in the park.\tA girl plays in the park.\tjunge\tmädchen\n"
+                     "A cat sleeps.\tA dog sleeps.\tzebra\tmann\n", encoding="utf-8")
+    argv = ["--checkpoint", str(ROOT / "checkpoints" / "en-de"), "--pairs", str(pairs)]
+    patching.main(argv)
+    alone = capsys.readouterr()
+    shared = torchrun(*argv, module="model.analysis.patching")
+    assert shared.returncode == 0, shared.stderr[-2000:]
+    assert shared.stdout == alone.out and "2 of 3 pairs patched" in alone.out
+    assert "its translation has no 'zebra'" in shared.stderr
+
+
+@pytest.mark.slow
+def test_traces_written_by_two_processes_are_those_of_one(toy_checkpoints, tmp_path):
+    from model.serving import inspect
+    root, _ = toy_checkpoints
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("A dog runs in the park.\n\nA woman plays with a child.\nA man runs.\nA red ball.\n",
+                         encoding="utf-8")
+    argv = ["--checkpoint", str(root / "toy-en-de"), "--input", str(sentences), "--measures", "--threads", "1"]
+    inspect.main([*argv, "--out", str(tmp_path / "one")])
+    shared = torchrun(*argv, "--out", str(tmp_path / "two"), module="model.serving.inspect")
+    assert shared.returncode == 0, shared.stderr[-2000:]
+    assert re.match(r"4 traces written to .*, 1 lines skipped", shared.stdout) and "line 2: Type" in shared.stderr
+    files = sorted(path.name for path in (tmp_path / "one").iterdir())
+    assert files == sorted(path.name for path in (tmp_path / "two").iterdir()) and len(files) == 4
+    for name in files:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name

@@ -2,7 +2,9 @@
 mean comprehensiveness and sufficiency at each k, and how far the methods' rankings agree (model/explain/
 faithfulness.py has the measures).
 
-    python -m model.analysis.faithfulness --checkpoint checkpoints/en-de --split val --n 500
+    python -m model.analysis.faithfulness --checkpoint checkpoints/en-de --split val --sentences 500
+
+Under torchrun each process measures a block of the sentences, and the first prints and writes the whole.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from model.explain.faithfulness import KS, StepFaithfulness, k_label, sentence_f
 from model.explain.head_stats import best_aligning_head
 from model.serving.checkpoint import load_checkpoint
 from model.serving.translator import InputError
+from model.training import distributed
 from model.training.data import load_pairs
 from model.training.evaluate import DEFAULT_DATA
 
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--data", default=DEFAULT_DATA, help="folder of raw Multi30k files or a hub id")
     parser.add_argument("--split", default="val", choices=["val", "test"])
-    parser.add_argument("--n", type=int, default=500, help="the split's first n sentences")
+    parser.add_argument("--sentences", "--n", dest="n", type=int, default=500, metavar="N",
+                        help="the split's first N sentences (--n: the same; torchrun takes --n as one of its own)")
     parser.add_argument("--steps", type=int, default=32, help="integrated gradients' points")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", help="also write the summary as JSON here")
@@ -73,13 +77,20 @@ def main(argv: list[str] | None = None) -> None:
     model = translator.model
     best_head = best_aligning_head(translator.head_report)
     pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+    texts = list(pairs["src"])[:args.n]
+    ranks = distributed.start()
     results = []
-    for text in tqdm(list(pairs["src"])[:args.n], desc="faithfulness", unit="sentence"):
+    for text in tqdm([texts[i] for i in ranks.block(len(texts))], desc="faithfulness", unit="sentence",
+                     disable=not ranks.main):
         try:
             traced = translator.trace(text)
         except InputError:
             continue
         results += sentence_faithfulness(model, traced.trace.src_ids, traced.trace.token_ids, best_head, args.steps)
+    results = ranks.gather(results)
+    distributed.stop(ranks)
+    if not ranks.main:
+        return
     result = summary(results) | {"checkpoint": args.checkpoint, "split": args.split, "sentences": args.n,
                                  "removal": "<unk> in place; <eos> kept",
                                  "best_head": None if best_head is None else f"cross.{best_head[0] + 1}.{best_head[1] + 1}",

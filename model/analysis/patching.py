@@ -8,7 +8,8 @@ patched head by head (model/explain/patching.py) at the step that writes a word,
 them); `--gender N`: pairs made from the first N Multi30k test sentences with a man↔woman, boy↔girl, men↔women
 swap, the German nouns of the original and the swapped word as token and contrast; `--article`: at the step
 before, the noun's article, against the article of the other gender. Prints the mean effect per head, with its
-standard deviation over the pairs.
+standard deviation over the pairs. Under torchrun each process patches a block of the pairs, and the first
+prints the whole.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from model.explain.patching import Patching
 from model.keys import KINDS, head_name
 from model.serving.checkpoint import load_checkpoint
+from model.training import distributed
 from model.training.data import load_pairs
 from model.training.evaluate import DEFAULT_DATA
 
@@ -111,7 +113,12 @@ def main(argv: list[str] | None = None) -> None:
             pairs = gender_pairs(list(sentences["src"]), args.gender)
     except (OSError, ValueError) as error:
         sys.exit(f"error: {error}")
-    results, left_out = study(translator, pairs, args.article)
+    ranks = distributed.start()
+    results, left_out = study(translator, [pairs[i] for i in ranks.block(len(pairs))], args.article)
+    results, left_out = ranks.gather(results), ranks.gather(left_out)
+    distributed.stop(ranks)
+    if not ranks.main:
+        return
     for reason in left_out:
         print(f"left out: {reason}", file=sys.stderr)
     if not results:

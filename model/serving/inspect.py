@@ -4,7 +4,8 @@ sentences at once, and `load_trace`, which reads either format back.
     python -m model.serving.inspect --checkpoint checkpoints/en-de --input sentences.txt --out traces/
         [--format json|npz] [--measures] [--attributions integrated_gradients ...] [--units words]
 
-One file per sentence (a line of the input), named by its line number: `00001.json` or `00001.npz`. A trace file
+One file per sentence (a line of the input), named by its line number: `00001.json` or `00001.npz`. Under
+torchrun each process traces a block of the lines. A trace file
 holds the schema version, the checkpoint's name and config, the source text and its tokens, the translation
 and its tokens, each step's probability and top-k candidates, every attention map (encoder and decoder
 self-attention, cross-attention: [layer][head][query][key]; None where the model has none) and, when computed,
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from model.serving.checkpoint import load_checkpoint
     from model.serving.translator import InputError
+    from model.training import distributed
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="checkpoint folder")
@@ -162,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written, skipped, size = 0, [], 0
-    for number, text in enumerate(tqdm(sentences, desc="tracing", unit="sentence", file=sys.stderr), start=1):
+    ranks = distributed.start()  # under torchrun, each process traces a block of the lines
+    mine = [(number, sentences[number - 1]) for number in (i + 1 for i in ranks.block(len(sentences)))]
+    for number, text in tqdm(mine, desc="tracing", unit="sentence", file=sys.stderr, disable=not ranks.main):
         try:
             traced = translator.trace(text)
         except InputError as error:  # an empty or overlong line: said at the end, the others still traced
@@ -181,6 +185,11 @@ def main(argv: list[str] | None = None) -> None:
         path = out / f"{number:05d}.{args.format}"
         path.write_bytes(encode(record, args.format))
         written, size = written + 1, size + path.stat().st_size
+    written, size = (int(value) for value in ranks.sum([written, size]))
+    skipped = ranks.gather(skipped)
+    distributed.stop(ranks)
+    if not ranks.main:
+        return
     for line in skipped:
         print(f"skipped {line}", file=sys.stderr)
     print(f"{written} traces written to {out} ({args.format}, {size / 1e6:.1f} MB), {len(skipped)} lines skipped, "
