@@ -24,9 +24,9 @@ from model.nets.seq2seq import HeadGates, Seq2Seq
 from model.text.batching import Batch
 from model.text.vocab import PAD_ID
 
-# The logits one pass may hold, by device type: on a CPU passes as small as a few thousand logits rows of a 6k
-# vocabulary ran ~2x faster than passes of 4,000 target tokens (the logits and their softmax out of cache); a GPU
-# takes as many rows as its memory comfortably holds.
+# The logits one pass may hold, by device type: on a CPU, passes of 1,000 target tokens of en-de's 6,457-token
+# vocabulary ran ~2x faster than passes of 4,000, whose logits and softmax left the cache (docs/performance.md);
+# a GPU takes many copies of a batch per pass, as many as its memory comfortably holds.
 LOGITS_BYTES = {"cpu": 32 * 2 ** 20, "cuda": 2 * 2 ** 30}
 MAX_TOKENS = 4000  # target tokens per batch, at most (as the head report's other passes)
 
