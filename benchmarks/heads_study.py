@@ -96,5 +96,6 @@ def main() -> None:
           f"{spent['passes'] / batched_s:.1f}x faster; the largest difference between the two ways' likelihood "
           f"changes {worst:.1e}")
 
+
 if __name__ == "__main__":
     main()

@@ -11,7 +11,7 @@ from model.analysis import heads
 from model.explain.ablation import copies_per_pass, heads_off_losses
 from model.nets.devices import chosen_device
 from model.nets.rnn import RNNConfig, RNNSeq2Seq
-from model.nets.seq2seq import head_gates, head_name
+from model.nets.seq2seq import every_head, head_gates, head_name
 from model.nets.transformer import Transformer
 from model.text.batching import make_batch
 from model.text.vocab import PAD_ID
@@ -45,8 +45,7 @@ def whole_pass_loss(model, batch, name: str | None) -> float:
 @pytest.mark.parametrize("copies", [1, 3, None])
 def test_each_heads_loss_is_that_of_a_whole_pass_with_that_head_alone_off(name, copies):
     model, batch = models()[name], padded_batch()
-    heads = [(kind, layer, head) for kind, (layers, count) in model.heads().items()
-             for layer in range(layers) for head in range(count)]
+    heads = every_head(model)
     random.Random(1).shuffle(heads)  # any order, the answers in it
     base, losses = heads_off_losses(model, batch, heads, copies)
     tokens = batch.n_target_tokens
@@ -90,8 +89,7 @@ def test_the_head_report_refuses_a_device_the_machine_lacks_before_loading_anyth
 @pytest.mark.parametrize("name", list(models()))
 def test_on_a_gpu_the_losses_are_the_cpus(name):
     model, batch = models()[name], padded_batch()
-    heads_list = [(kind, layer, head) for kind, (layers, count) in model.heads().items()
-                  for layer in range(layers) for head in range(count)]
+    heads_list = every_head(model)
     base, losses = heads_off_losses(model, batch, heads_list)
     on_gpu = heads_off_losses(model.to("cuda"), batch.to("cuda"), heads_list)
     assert on_gpu[0] == pytest.approx(base, rel=1e-4) and on_gpu[1] == pytest.approx(losses, rel=1e-4)

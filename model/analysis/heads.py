@@ -40,6 +40,7 @@ from model.explain.ablation import heads_off_losses, pass_tokens
 from model.explain.head_stats import head_statistics
 from model.nets.devices import add_device_argument, chosen_device
 from model.nets.seq2seq import HeadGates, head_gates, head_name
+from model.nets.seq2seq import every_head as every_head_of  # (kind, layer, head); `every_head` here: names
 from model.serving.checkpoint import HEADS, load_checkpoint, read_json, write_json
 from model.serving.translator import InputError, Translator
 from model.text.batching import make_batch, token_batches
@@ -55,8 +56,7 @@ PRUNED_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 def every_head(translator: Translator) -> list[str]:
     """Every head of the model, by name, in kind, layer, head order."""
-    return [head_name(kind, layer, head) for kind, (layers, heads) in translator.model.heads().items()
-            for layer in range(layers) for head in range(heads)]
+    return [head_name(*head) for head in every_head_of(translator.model)]
 
 
 def teacher_forced_batches(translator: Translator, sources: list[list[str]], targets: list[list[str]],
@@ -136,8 +136,7 @@ def log_likelihood_changes(translator: Translator, sources: list[list[str]], tar
     switched off alone, by name: many heads per batched pass (model/explain/ablation.py), in batches sized for
     the device (`pass_tokens`), each rank taking a block of them; with `progress`, the sums kept after each batch
     and taken up again from there."""
-    heads = [(kind, layer, head) for kind, (layers, count) in translator.model.heads().items()
-             for layer in range(layers) for head in range(count)]
+    heads = every_head_of(translator.model)
     batches = teacher_forced_batches(translator, sources, targets, pass_tokens(len(translator.tgt_vocab),
                                                                                translator.device), direction)
     batches = [batches[i] for i in ranks.block(len(batches))]

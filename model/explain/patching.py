@@ -29,7 +29,7 @@ from torch import Tensor
 
 from model.keys import DECODER, ENCODER, head_name
 from model.nets.decoding import next_token_logits
-from model.nets.seq2seq import Seq2Seq
+from model.nets.seq2seq import Seq2Seq, every_head
 from model.nets.transformer import LayerCache, Transformer
 from model.text.vocab import SOS_ID
 
@@ -313,8 +313,7 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
             skipped[ENCODER] = (f"The sentence has {len(src_ids)} tokens and the counterfactual "
                                 f"{len(counterfactual_ids)}: encoder heads work at source positions, so they are "
                                 "patched only between sources of as many tokens.")
-        patched = [(kind, layer, head) for kind, (layers, count) in heads.items() if kind not in skipped
-                   for layer in range(layers) for head in range(count)]
+        patched = [head for head in every_head(model) if head[0] not in skipped]
         stream = stream and hasattr(model, "encoder_layers") and len(src_ids) == len(counterfactual_ids)
         total = len(patched) + (len(model.encoder_layers) + 1) * len(src_ids) if stream else len(patched)
         done = 0

@@ -112,6 +112,12 @@ class Seq2Seq(Protocol):
     def parameters(self) -> Iterable[torch.nn.Parameter]: ...
 
 
+def every_head(model: Seq2Seq) -> list[tuple[str, int, int]]:
+    """Every head of the model as (kind, 0-based layer, 0-based head), in kind, layer, head order."""
+    return [(kind, layer, head) for kind, (layers, count) in model.heads().items()
+            for layer in range(layers) for head in range(count)]
+
+
 def head_gates(model: Seq2Seq, names: Iterable[str]) -> HeadGates | None:
     """Gates that switch off the heads named `kind.layer.head` (1-based); None for no names.
 
