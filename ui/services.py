@@ -16,6 +16,7 @@ from model.explain.head_stats import best_aligning_head
 from model.hub.convert_hf import convert
 from model.hub.hub_checks import ConversionError, checked_hub_id
 from model.nets.cores import available_cores
+from model.nets.devices import chosen_device
 from model.serving.catalog import DEFAULT_BUDGET, Card, Catalog
 from model.serving.translator import InputError, TracedTranslation, Translator
 from model.serving.workers import TracePool, can_fork
@@ -163,17 +164,23 @@ class Services:
             self.pool.close()
 
 
-def load_services(root: Path, workers: int | None = None, batch: int = 16, budget: int = DEFAULT_BUDGET
-                  ) -> Services:
+def load_services(root: Path, workers: int | None = None, batch: int = 16, budget: int = DEFAULT_BUDGET,
+                  device: str | None = None) -> Services:
     """Load the checkpoints under `root` (Hub-size ones on first use, within `budget` bytes: model/serving/catalog.py)
-    and fork the trace workers (default: one per two cores this process may use, as the web server needs the other;
-    none where the platform cannot fork).
+    onto `device` (model/nets/devices.py: None is `DEVICE`, else cuda where there is a GPU, else cpu) and fork the
+    trace workers (default: one per two cores this process may use, as the web server needs the other; none where
+    the platform cannot fork, and none on a GPU: a forked process cannot use CUDA that its parent has started, so
+    there translations are decoded in this process, on the GPU).
 
     Queued model work runs `batch` requests per worker at once, so each worker's batch can fill; requests outside
     the queue are admitted up to twice that, and never fewer than 64 (the queue holds 64 too)."""
-    catalog = Catalog(root, budget)
+    device = chosen_device(device)
+    if device.type == "cuda" and workers:
+        raise ValueError(f"TRACE_WORKERS={workers} forks processes, which cannot use the GPU this app runs on "
+                         f"({device}): leave TRACE_WORKERS unset (or 0), or run on the CPU with DEVICE=cpu")
+    catalog = Catalog(root, budget, device=device)
     if workers is None:
-        workers = max(1, available_cores() // 2) if can_fork() else 0
+        workers = max(1, available_cores() // 2) if can_fork() and device.type == "cpu" else 0
     pool = TracePool(catalog, workers) if catalog and workers > 0 else None
     if pool is not None:
         catalog.on_change = pool.refresh  # workers forked anew hold what this process holds

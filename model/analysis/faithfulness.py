@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from model.explain.faithfulness import KS, StepFaithfulness, k_label, sentence_faithfulness
 from model.explain.head_stats import best_aligning_head
+from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
 from model.serving.checkpoint import load_checkpoint
 from model.serving.translator import InputError
 from model.training import distributed
@@ -69,16 +70,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=32, help="integrated gradients' points")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", help="also write the summary as JSON here")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    refuse_missing_device(args.device)
     started = time.perf_counter()
-    translator = load_checkpoint(args.checkpoint)
+    ranks = distributed.start()
+    translator = load_checkpoint(args.checkpoint, chosen_device(args.device, ranks))
     model = translator.model
     best_head = best_aligning_head(translator.head_report)
     pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
     texts = list(pairs["src"])[:args.n]
-    ranks = distributed.start()
     results = []
     for text in tqdm([texts[i] for i in ranks.block(len(texts))], desc="faithfulness", unit="sentence",
                      disable=not ranks.main):

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from model.analysis.align import alignment_error_rate, head_alignments, reference_alignments
 from model.explain.ablation import heads_off_losses, pass_tokens
 from model.explain.head_stats import head_statistics
-from model.nets.devices import add_device_argument, chosen_device
+from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
 from model.nets.seq2seq import HeadGates, head_gates, head_name
 from model.nets.seq2seq import every_head as every_head_of  # (kind, layer, head); `every_head` here: names
 from model.serving.checkpoint import HEADS, load_checkpoint, read_json, write_json
@@ -274,10 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
-    try:
-        chosen_device(args.device)  # refused before anything is loaded
-    except ValueError as error:
-        sys.exit(str(error))
+    refuse_missing_device(args.device)
     translator = load_checkpoint(args.checkpoint)
     direction = {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}
     if (args.src_lang or args.tgt_lang) and not args.pairs:
@@ -297,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     # Under torchrun each process reads a block of the split and the sums are added up; rank 0 writes.
     ranks = distributed.start()
     device = chosen_device(args.device, ranks)
-    translator.model.to(device)
+    translator = translator.on(device)
     if len(sources) < ranks.world_size:
         sys.exit(f"{len(sources)} sentences cannot be shared by {ranks.world_size} processes")
     statistics = split_statistics(translator, sources, targets, (sure, possible), ranks, direction)

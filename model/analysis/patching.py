@@ -24,6 +24,7 @@ import torch
 
 from model.explain.patching import Patching
 from model.keys import KINDS, head_name
+from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
 from model.serving.checkpoint import load_checkpoint
 from model.training import distributed
 from model.training.data import load_pairs
@@ -102,8 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--article", action="store_true",
                         help="patch at the article before the token (German: ein/eine, der/die), scored against the "
                              "article of the other gender")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    refuse_missing_device(args.device)
     translator = load_checkpoint(args.checkpoint)
     try:
         if args.pairs:
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError) as error:
         sys.exit(f"error: {error}")
     ranks = distributed.start()
+    translator = translator.on(chosen_device(args.device, ranks))
     results, left_out = study(translator, [pairs[i] for i in ranks.block(len(pairs))], args.article)
     results, left_out = ranks.gather(results), ranks.gather(left_out)
     distributed.stop(ranks)

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from model.keys import GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY
 from model.nets.cores import parts, shared
 from model.nets.decoding import next_token_logits
-from model.nets.seq2seq import HeadGates, Seq2Seq
+from model.nets.seq2seq import HeadGates, Seq2Seq, device_of
 from model.text.vocab import PAD_ID, SOS_ID
 
 METHODS = GRADIENTS
@@ -71,8 +71,9 @@ class Prediction:
     def __init__(self, model: Seq2Seq, src_ids: list[int], prefix: list[int], token: int,
                  contrast: int | None = None, gates: HeadGates | None = None):
         self.model, self.token, self.contrast, self.gates = model, token, contrast, gates
-        self.src = torch.tensor([src_ids])
-        self.tgt = torch.tensor([[SOS_ID] + prefix])
+        self.device = device_of(model)
+        self.src = torch.tensor([src_ids], device=self.device)
+        self.tgt = torch.tensor([[SOS_ID] + prefix], device=self.device)
         self.tables = token_tables(model)
 
     def embeddings(self, baseline: str | None = None) -> tuple[Tensor, Tensor]:
@@ -89,7 +90,7 @@ class Prediction:
         batch = source.size(0)
         src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
         memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
-        last = torch.full((batch,), tgt.size(1) - 1)  # step t's prediction: the output layer there alone
+        last = torch.full((batch,), tgt.size(1) - 1, device=self.device)  # step t's prediction: the output layer there alone
         logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target, positions=last)
         log_probs = next_token_logits(logits).log_softmax(-1)
         score = log_probs[:, self.token]
@@ -106,7 +107,7 @@ class EveryStep(Prediction):
     def __init__(self, model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], contrast: int | None = None,
                  gates: HeadGates | None = None):
         super().__init__(model, src_ids, tgt_ids[:-1], tgt_ids[-1], contrast, gates)
-        self.tokens = torch.tensor(tgt_ids)
+        self.tokens = torch.tensor(tgt_ids, device=self.device)
 
     def __call__(self, source: Tensor, target: Tensor, rows: Tensor) -> Tensor:
         batch = source.size(0)
@@ -151,12 +152,12 @@ def attribute_steps(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
             gradients = torch.autograd.grad(scores.sum(), inputs)  # each row's own: the rows share no input
         source, target = (g.norm(dim=-1) if method == SALIENCY else (x * g).sum(-1)
                           for x, g in zip(inputs, gradients))
-        source, target, scores = source.detach().numpy(), target.detach().numpy(), scores.detach().tolist()
+        source, target, scores = source.detach().cpu().numpy(), target.detach().cpu().numpy(), scores.detach().tolist()
         return [Attributions(method, t, tgt_ids[t], contrast, source[i], target[i, :t + 1], scores[i])
                 for i, t in enumerate(rows.tolist())]
 
     results = []
-    for rows in torch.arange(count).chunk(PASSES if progress is not None else 1):  # each pass's rows over the cores
+    for rows in torch.arange(count, device=prediction.device).chunk(PASSES if progress is not None else 1):  # each pass's rows over the cores
         for attributed in shared([functools.partial(rows_attributed, part) for part in rows.chunk(parts())]):
             results += attributed
         if progress is not None:
@@ -190,8 +191,8 @@ def gradient_scores_at(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], s
     with torch.enable_grad():
         source, _ = Saliency(prediction).attribute(inputs, abs=False)
     embedded = inputs[0].detach()
-    return {SALIENCY: source.norm(dim=-1)[0].detach().numpy(),
-            INPUT_X_GRADIENT: (embedded * source).sum(-1)[0].detach().numpy()}
+    return {SALIENCY: source.norm(dim=-1)[0].detach().cpu().numpy(),
+            INPUT_X_GRADIENT: (embedded * source).sum(-1)[0].detach().cpu().numpy()}
 
 
 def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int, method: str = SALIENCY,
@@ -226,7 +227,7 @@ def attribute(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
                 per_token = [g.norm(dim=-1)[0] for g in Saliency(prediction).attribute(inputs, abs=False)]
             else:
                 per_token = [a.sum(-1)[0] for a in InputXGradient(prediction).attribute(inputs)]
-    source, target = (t.detach().numpy() for t in per_token)
+    source, target = (t.detach().cpu().numpy() for t in per_token)
     return Attributions(method, step, token, contrast, source, target, score, baseline_score, delta)
 
 
@@ -237,7 +238,8 @@ def integrated_gradients(f: Callable[..., Tensor], inputs: tuple[Tensor, ...], b
     its points split over the cores (model/nets/cores.py), or with `progress` in `PASSES` batches, a round of
     them at a time, `progress(points done, steps)` told after each round."""
     nodes, weights = np.polynomial.legendre.leggauss(steps)
-    alphas, weights = (torch.tensor(0.5 * values, dtype=inputs[0].dtype)[:, None, None]
+    device = inputs[0].device
+    alphas, weights = (torch.tensor(0.5 * values, dtype=inputs[0].dtype, device=device)[:, None, None]
                        for values in (nodes + 1, weights))
 
     def weighted_gradients(points: Tensor) -> tuple[Tensor, ...]:  # Σ w ∂f/∂x over these points: (1, n, d) each
@@ -246,7 +248,7 @@ def integrated_gradients(f: Callable[..., Tensor], inputs: tuple[Tensor, ...], b
             gradients = torch.autograd.grad(f(*scaled).sum(), scaled)
         return tuple((weights[points] * g).sum(0, keepdim=True) for g in gradients)
 
-    batches = torch.arange(steps).chunk(parts() if progress is None else min(steps, PASSES))
+    batches = torch.arange(steps, device=device).chunk(parts() if progress is None else min(steps, PASSES))
     summed, done = [torch.zeros_like(x) for x in inputs], 0
     for first in range(0, len(batches), parts()):  # a round: a batch for each core
         at_once = batches[first:first + parts()]

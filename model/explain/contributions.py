@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from model.keys import ALTI, CROSS, DECODER, ENCODER, ROLLOUT, VALUE_NORM
-from model.nets.seq2seq import HeadGates
+from model.nets.seq2seq import HeadGates, device_of
 from model.nets.transformer import Transformer
 from model.text.vocab import SOS_ID
 
@@ -62,7 +62,7 @@ def value_weighted(weights: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
 def rollout(weights: Tensor) -> Tensor:
     """Attention rollout of per-layer weights (L, H, Q, Q): the product of 0.5 · mean_h + 0.5 · I over the layers,
     rows re-normalised; row i gives each input position's share in position i's final representation."""
-    identity = torch.eye(weights.size(-1), dtype=weights.dtype)
+    identity = torch.eye(weights.size(-1), dtype=weights.dtype, device=weights.device)
     flow = identity
     for layer in weights:
         mixed = 0.5 * layer.mean(0) + 0.5 * identity
@@ -80,7 +80,7 @@ def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias:
     residual is one more input, the last column; returns (Q, K + 1). Rows sum to 1.
     """
     terms = torch.einsum("hqk,hkd->qkd", weights, values)  # (Q, K, d): what each key adds to each query
-    positions = torch.arange(residual.size(0))
+    positions = torch.arange(residual.size(0), device=residual.device)
     if self_attention:
         terms[positions, positions] += residual
     else:
@@ -112,12 +112,13 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
               ) -> Contributions:
     """ALTI+ contributions for the translation `tgt_ids` (the generated tokens) of `src_ids`, with the heads of
     `gates` switched off (a switched-off head contributes nothing)."""
-    src = torch.tensor([src_ids])
-    tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]])
+    device = device_of(model)
+    src = torch.tensor([src_ids], device=device)
+    tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]], device=device)
     _, recorded = model(src, tgt_in, gates=gates, need_vectors=True)
     post = model.config.norm == "post"
 
-    encoder, encoder_layers = torch.eye(len(src_ids)), []
+    encoder, encoder_layers = torch.eye(len(src_ids), device=device), []
     for i, layer in enumerate(model.encoder_layers):
         block = block_contributions(gated(gates, ENCODER, i, recorded.encoder[i, 0]),
                                     recorded.encoder_values[i, 0], recorded.encoder_stream[i, 0, 0],
@@ -126,7 +127,7 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
         encoder = block @ encoder
         encoder_layers.append(encoder)
     sources, targets = len(src_ids), len(tgt_ids)
-    flow, decoder_layers = torch.eye(sources + targets), []  # rows: source tokens (fixed), then decoder positions
+    flow, decoder_layers = torch.eye(sources + targets, device=device), []  # rows: source tokens (fixed), then decoder positions
     for i, layer in enumerate(model.decoder_layers):
         stream = recorded.decoder_stream[i, 0]  # (4, T, d): entering, after self-, after cross-attention, output
         mixing = block_contributions(gated(gates, DECODER, i, recorded.decoder[i, 0]),
@@ -135,14 +136,14 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
         cross = block_contributions(gated(gates, CROSS, i, recorded.cross[i, 0]), recorded.cross_values[i, 0],
                                     stream[1], layer.cross_attention.w_o.bias, layer.cross_attention_block.norm,
                                     post, self_attention=False)  # (T, S + 1)
-        step = torch.eye(sources + targets)
+        step = torch.eye(sources + targets, device=device)
         step[sources:, :sources] = cross[:, :sources] @ encoder  # encoder outputs, back to source tokens
         step[sources:, sources:] = cross[:, sources:] * mixing  # the residual: the target prefix, as mixed
         flow = step @ flow
         decoder_layers.append(flow[sources:])
-    return Contributions(encoder=encoder.numpy(), decoder=flow[sources:].numpy(),
-                         encoder_layers=torch.stack(encoder_layers).numpy(),
-                         decoder_layers=torch.stack(decoder_layers).numpy())
+    return Contributions(encoder=encoder.cpu().numpy(), decoder=flow[sources:].cpu().numpy(),
+                         encoder_layers=torch.stack(encoder_layers).cpu().numpy(),
+                         decoder_layers=torch.stack(decoder_layers).cpu().numpy())
 
 
 VALUE_NORM_TOGETHER = "value_norm_together"  # the heads of a layer together, beside VALUE_NORM per head
@@ -160,13 +161,14 @@ def measure_maps(model: Transformer, src_ids: list[int], tgt_ids: list[int], gat
     - ALTI: ALTI / ALTI+ through layer l (L, 1, ...): the encoder's shares of source tokens; each decoder
       position's shares of source tokens (cross) and of the target prefix (decoder).
     """
-    src = torch.tensor([src_ids])
-    _, recorded = model(src, torch.tensor([[SOS_ID] + tgt_ids[:-1]]), gates=gates, need_vectors=True)
+    device = device_of(model)
+    _, recorded = model(torch.tensor([src_ids], device=device), torch.tensor([[SOS_ID] + tgt_ids[:-1]], device=device),
+                        gates=gates, need_vectors=True)
     weights = {kind: getattr(recorded, kind)[:, 0] for kind in (ENCODER, DECODER, CROSS)}  # (L, H, Q, K)
     values = {kind: getattr(recorded, f"{kind}_values")[:, 0] for kind in (ENCODER, DECODER, CROSS)}
-    norms = {kind: value_weighted(weights[kind], values[kind])[0].numpy() for kind in weights}
+    norms = {kind: value_weighted(weights[kind], values[kind])[0].cpu().numpy() for kind in weights}
     together = {kind: value_weighted(torch.stack([gated(gates, kind, layer, maps) for layer, maps
-                                                  in enumerate(weights[kind])]), values[kind])[1].numpy()
+                                                  in enumerate(weights[kind])]), values[kind])[1].cpu().numpy()
                 for kind in weights}
 
     def cumulative(maps: Tensor) -> Tensor:  # rollout through each layer: (L, Q, Q)
@@ -180,5 +182,5 @@ def measure_maps(model: Transformer, src_ids: list[int], tgt_ids: list[int], gat
     alti = {ENCODER: shares.encoder_layers, DECODER: shares.decoder_layers[:, :, sources:],
             CROSS: shares.decoder_layers[:, :, :sources]}
     return {VALUE_NORM: norms, VALUE_NORM_TOGETHER: together,
-            ROLLOUT: {kind: maps[:, None].numpy() for kind, maps in rollouts.items()},
+            ROLLOUT: {kind: maps[:, None].cpu().numpy() for kind, maps in rollouts.items()},
             ALTI: {kind: maps[:, None] for kind, maps in alti.items()}}

@@ -41,7 +41,7 @@ from model.explain.contributions import alti_plus, rollout
 from model.keys import ROLLOUT
 from model.nets.cores import parts, shared
 from model.nets.decoding import next_token_logits
-from model.nets.seq2seq import Seq2Seq
+from model.nets.seq2seq import Seq2Seq, device_of
 from model.nets.transformer import Transformer
 from model.text.vocab import SOS_ID, UNK_ID
 
@@ -100,11 +100,12 @@ def log_probabilities(model: Seq2Seq, sources: torch.Tensor, prefix: list[int], 
 
     def batch(rows: torch.Tensor) -> torch.Tensor:
         width = 1 if isinstance(model, Transformer) else rows.size(0)
-        tgt = torch.tensor([[SOS_ID] + prefix]).expand(width, -1)
+        tgt = torch.tensor([[SOS_ID] + prefix], device=rows.device).expand(width, -1)
         memory, src_mask, _ = model.encode(rows, fused=True)
-        logits, _ = model.decode(tgt, memory, src_mask, fused=True, positions=torch.full((width,), len(prefix)))
+        logits, _ = model.decode(tgt, memory, src_mask, fused=True,
+                                 positions=torch.full((width,), len(prefix), device=rows.device))
         return next_token_logits(logits).log_softmax(-1)[:, token]
-    return torch.cat(shared([functools.partial(batch, rows) for rows in distinct.chunk(parts())]))[row].numpy()
+    return torch.cat(shared([functools.partial(batch, rows) for rows in distinct.chunk(parts())]))[row].cpu().numpy()
 
 
 def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_head: tuple[int, int] | None,
@@ -118,16 +119,17 @@ def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_h
     stages = 1 + len(gradients)
 
     def attended() -> dict[str, list[np.ndarray]]:  # what the attention weights give, and ALTI+
-        src, tgt_in = torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]])
+        device = device_of(model)
+        src, tgt_in = torch.tensor([src_ids], device=device), torch.tensor([[SOS_ID] + tgt_ids[:-1]], device=device)
         with torch.inference_mode():
             _, attention = model(src, tgt_in, need_weights=True)
-        cross = attention.cross[:, 0].numpy()  # (L, H, T, S)
+        cross = attention.cross[:, 0].cpu().numpy()  # (L, H, T, S)
         scores = {ATTENTION: list(cross[-1].mean(0))}
         if best_head is not None:
             layer, head = best_head
             scores[BEST_HEAD] = list(cross[layer, head])
         if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
-            scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).numpy())
+            scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).cpu().numpy())
             scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
         return scores
 
@@ -197,7 +199,7 @@ def step_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], st
             top = set(order[:count].tolist())
             rows.append([UNK_ID if i in top else t for i, t in enumerate(src_ids)])  # without the top k
             rows.append([t if i in top or i == removable else UNK_ID for i, t in enumerate(src_ids)])  # only them
-    logp = log_probabilities(model, torch.tensor(rows), tgt_ids[:step], tgt_ids[step])
+    logp = log_probabilities(model, torch.tensor(rows, device=device_of(model)), tgt_ids[:step], tgt_ids[step])
     full, perturbed = logp[0], logp[1:].reshape(len(scores), len(KS), 2)
     return StepFaithfulness(step, {m: np.asarray(v, dtype=float) for m, v in scores.items()},
                             {m: full - perturbed[i, :, 0] for i, m in enumerate(scores)},

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from model.keys import DECODER, ENCODER, head_name
 from model.nets.decoding import next_token_logits
-from model.nets.seq2seq import Seq2Seq, every_head
+from model.nets.seq2seq import Seq2Seq, device_of, every_head
 from model.nets.transformer import LayerCache, Transformer
 from model.text.vocab import SOS_ID
 
@@ -144,9 +144,9 @@ def recorded_runs(model: Seq2Seq, sources: list[list[int]], prefix: Tensor, toke
     batch = len(sources)
     with recorded_streams(model) as (encoder, decoder):
         hooks = HeadHooks(recorders, encoder)
-        memory, src_mask, _ = model.encode(torch.tensor(sources), gates=hooks, fused=True)
+        memory, src_mask, _ = model.encode(torch.tensor(sources, device=prefix.device), gates=hooks, fused=True)
         logits, _ = model.decode(prefix.expand(batch, -1), memory, src_mask, gates=hooks, fused=True,
-                                 positions=torch.full((batch,), prefix.size(1) - 1))
+                                 positions=torch.full((batch,), prefix.size(1) - 1, device=prefix.device))
     outputs = {kind: [recorders[kind][layer].output for layer in sorted(recorders[kind])] for kind in recorders}
     scores = score(logits, token, contrast).tolist()
     rows = [slice(row, row + 1) for row in range(batch)]
@@ -219,7 +219,7 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
     prefix, which both runs share) is the sentence's score, unrun."""
     heads = model.heads()
     original = original or recorded_run(model, src_ids, prefix, token, contrast)
-    src = torch.tensor([src_ids])
+    src = torch.tensor([src_ids], device=prefix.device)
     scores = [original.score] * len(head_sets)
     changed = [i for i, heads_set in enumerate(head_sets) if any(
         not torch.equal(outputs[kind][layer][:, head], original.outputs[kind][layer][:, head])
@@ -235,7 +235,8 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
                          key=lambda i: starts[i][1])
         for begin in range(0, len(indices), ROWS):
             rows = indices[begin:begin + ROWS]
-            keep = {kind: torch.ones(layers, len(rows), count) for kind, (layers, count) in heads.items()}
+            keep = {kind: torch.ones(layers, len(rows), count, device=prefix.device)
+                    for kind, (layers, count) in heads.items()}
             for row, index in enumerate(rows):
                 for kind, layer, head in head_sets[index]:
                     keep[kind][layer, row, head] = 0.0
@@ -258,7 +259,8 @@ def patched_scores(model: Seq2Seq, src_ids: list[int], prefix: Tensor, token: in
                 if first > 0:
                     start = {"start": (first, original.decoder_streams[first])}
             logits, _ = model.decode(prefix.expand(width, -1), memory, src_mask, cache, gates=hooks, fused=True,
-                                     positions=torch.full((width,), prefix.size(1) - 1), **start)
+                                     positions=torch.full((width,), prefix.size(1) - 1, device=prefix.device),
+                                     **start)
             for index, value in zip(rows, score(logits, token, contrast).tolist()):
                 scores[index] = value
             advance(len(rows))
@@ -285,11 +287,13 @@ def patched_stream(model: Seq2Seq, src_ids: list[int], original: Run, counterfac
             rows = positions[begin:begin + ROWS]
             batch = len(rows)
             stream = ours[index].expand(batch, -1, -1).clone()
-            stream[torch.arange(batch), rows] = theirs[index][0, rows]
-            memory, src_mask, _ = model.encode(torch.tensor([src_ids]), fused=True, start=(index, stream))
+            stream[torch.arange(batch, device=prefix.device), rows] = theirs[index][0, rows]
+            memory, src_mask, _ = model.encode(torch.tensor([src_ids], device=prefix.device), fused=True,
+                                               start=(index, stream))
             # (the target prefix, the same in every row, goes in once: the rows part at the cross-attention)
-            logits, _ = model.decode(prefix, memory, src_mask, fused=True, positions=torch.tensor([prefix.size(1) - 1]))
-            scores[index, rows] = score(logits, token, contrast).numpy()
+            logits, _ = model.decode(prefix, memory, src_mask, fused=True,
+                                     positions=torch.tensor([prefix.size(1) - 1], device=prefix.device))
+            scores[index, rows] = score(logits, token, contrast).cpu().numpy()
             advance(len(rows))
     return scores
 
@@ -304,7 +308,7 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
     if not 0 <= step < len(tgt_ids):
         raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
     token = tgt_ids[step] if token is None else token
-    prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]])
+    prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]], device=device_of(model))
     heads = model.heads()
     with torch.no_grad():
         original, counterfactual = recorded_runs(model, [src_ids, counterfactual_ids], prefix, token, contrast)

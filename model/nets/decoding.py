@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model.nets.seq2seq import CROSS, DECODER, HeadGates, Seq2Seq
+from model.nets.seq2seq import CROSS, DECODER, HeadGates, Seq2Seq, device_of
 from model.nets.step_decoder import StepDecoder
 from model.nets.transformer import Transformer
 from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
@@ -137,7 +137,7 @@ def beam_trace(model: Seq2Seq, src_ids: list[int], beam_size: int = 5, max_len: 
     `told(steps, limit)` after each (it may raise to stop). With `decoder` (the model's `StepDecoder`), each step
     is a flat run of tensor operations rather than a walk of the module tree. With `greedy`, the greedy decoding
     too (`greedy_decode`'s), made in the same steps."""
-    src = torch.tensor([src_ids], dtype=torch.long)
+    src = torch.tensor([src_ids], dtype=torch.long, device=device_of(model))
     follower = _Greedy(1, src.device) if greedy else None
     finished, steps = _beam(model, src, max(beam_size, 1), max_len, length_penalty, gates, prefix, record=True,
                             told=told, decoder=decoder, greedy=follower)
@@ -286,12 +286,13 @@ def teacher_forced_log_probs(model: Seq2Seq, src_ids: list[int], tgt_ids: list[i
     """The log-probability the model gives each of `tgt_ids` after the ones before it (one teacher-forced pass),
     with <pad> and <sos> ruled out as decoding rules them out: for a greedy output, the log of its trace's
     probabilities."""
-    src = torch.tensor([src_ids], dtype=torch.long)
-    tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]], dtype=torch.long)
+    device = device_of(model)
+    src = torch.tensor([src_ids], dtype=torch.long, device=device)
+    tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]], dtype=torch.long, device=device)
     logits, _ = model(src, tgt_in, gates=gates)
-    ruled_out = torch.tensor(NEVER_EMITTED)
+    ruled_out = torch.tensor(NEVER_EMITTED, device=device)
     log_probs = logits[0].float().index_fill(-1, ruled_out, float("-inf")).log_softmax(-1)  # (T, V)
-    return log_probs[torch.arange(len(tgt_ids)), torch.tensor(tgt_ids)].numpy()
+    return log_probs[torch.arange(len(tgt_ids), device=device), torch.tensor(tgt_ids, device=device)].cpu().numpy()
 
 
 @dataclass
@@ -331,10 +332,11 @@ def greedy_trace(model: Seq2Seq, src_ids: list[int], max_len: int | None = None,
     The first steps choose the tokens of `force` (a forced prefix), whatever the model prefers; `gates`
     switch heads off for the whole decoding.
     """
-    src = torch.tensor([src_ids], dtype=torch.long)
+    device = device_of(model)
+    src = torch.tensor([src_ids], dtype=torch.long, device=device)
     memory, src_mask, encoded = model.encode(src, need_weights=True, gates=gates)
     cache = model.new_cache()
-    previous = torch.tensor([[SOS_ID]])
+    previous = torch.tensor([[SOS_ID]], device=device)
     token_ids, probabilities, top_ids, top_probabilities, self_rows, cross_rows = [], [], [], [], [], []
     for step in range(output_limit(model, len(src_ids), max_len)):
         logits, attention = model.decode(previous, memory, src_mask, cache, need_weights=True, gates=gates)
@@ -350,14 +352,14 @@ def greedy_trace(model: Seq2Seq, src_ids: list[int], max_len: int | None = None,
         cross_rows.append(attention.cross[:, 0, :, -1])  # (L, H, S)
         if token == EOS_ID:
             break
-        previous = torch.tensor([[token]])
+        previous = torch.tensor([[token]], device=device)
     return Trace(
         src_ids=list(src_ids), token_ids=token_ids,
         probabilities=np.array(probabilities, dtype=np.float32),
         top_ids=np.array(top_ids), top_probabilities=np.array(top_probabilities, dtype=np.float32),
-        encoder_attention=None if encoded is None else encoded.encoder[:, 0].float().numpy(),
+        encoder_attention=None if encoded is None else encoded.encoder[:, 0].float().cpu().numpy(),
         decoder_attention=_lower_triangular(self_rows) if self_rows else None,
-        cross_attention=torch.stack(cross_rows, dim=2).float().numpy(),
+        cross_attention=torch.stack(cross_rows, dim=2).float().cpu().numpy(),
         forced=min(len(force), len(token_ids)),
     )
 
@@ -365,10 +367,10 @@ def greedy_trace(model: Seq2Seq, src_ids: list[int], max_len: int | None = None,
 def _lower_triangular(rows: list[Tensor]) -> np.ndarray:
     """Stack per-step self-attention rows (L, H, t + 1) into (L, H, T, T), zero above the diagonal."""
     steps = len(rows)
-    full = torch.zeros(*rows[0].shape[:2], steps, steps)
+    full = rows[0].new_zeros(*rows[0].shape[:2], steps, steps)
     for t, row in enumerate(rows):
         full[:, :, t, :t + 1] = row
-    return full.float().numpy()
+    return full.float().cpu().numpy()
 
 
 @dataclass
@@ -404,7 +406,7 @@ class _Row:
                      probabilities=np.array(self.probabilities, dtype=np.float32), top_ids=np.array(self.top_ids),
                      top_probabilities=np.array(self.top_probabilities, dtype=np.float32),
                      encoder_attention=self.encoder_attention, decoder_attention=_lower_triangular(self.self_rows),
-                     cross_attention=torch.stack(self.cross_rows, dim=2).float().numpy(),
+                     cross_attention=torch.stack(self.cross_rows, dim=2).float().cpu().numpy(),
                      forced=min(len(self.request.force), len(self.token_ids)))
 
 
@@ -419,7 +421,7 @@ class TraceBatch:
     """
 
     def __init__(self, model: Transformer, decoder: StepDecoder | None = None):
-        self.model = model
+        self.model, self.device = model, device_of(model)
         self.decoder = decoder or StepDecoder(model)
         self.rows: list[_Row] = []
         self.waiting: list[tuple[_Row, list[tuple[Tensor, Tensor]]]] = []  # encoded, not yet in the batch
@@ -438,10 +440,10 @@ class TraceBatch:
     def add(self, request: TraceRequest) -> int:
         """Encode a sentence now; it joins the batch at the next step. Returns its ticket, which `step` gives back
         with its trace."""
-        src = torch.tensor([request.src_ids], dtype=torch.long)
+        src = torch.tensor([request.src_ids], dtype=torch.long, device=self.device)
         memory, _, encoded = self.model.encode(src, need_weights=True, gates=request.gates)
         row = _Row(next(self.tickets), request, output_limit(self.model, len(request.src_ids), request.max_len),
-                   encoded.encoder[:, 0].float().numpy())
+                   encoded.encoder[:, 0].float().cpu().numpy())
         self.waiting.append((row, self.decoder.memory_keys_values(memory)))
         return row.ticket
 
@@ -455,8 +457,9 @@ class TraceBatch:
         positions = [len(row.token_ids) for row in self.rows]
         width = max(positions) + 1
         # A sentence attends to its own positions so far: -inf past them (no bias when all are at the same one).
-        self_bias = None if min(positions) == width - 1 else torch.zeros(len(self.rows), 1, 1, width).masked_fill(
-            torch.arange(width) > self.positions[:, None, None, None], float("-inf"))
+        self_bias = None if min(positions) == width - 1 else torch.zeros(
+            len(self.rows), 1, 1, width, device=self.device).masked_fill(
+            torch.arange(width, device=self.device) > self.positions[:, None, None, None], float("-inf"))
         logits, self_maps, cross_maps = self.decoder.step(
             self.previous, self.positions, [keys[:, :, :width] for keys in self.self_keys],
             [values[:, :, :width] for values in self.self_values], self_bias, self.cross, self.cross_bias,
@@ -466,7 +469,7 @@ class TraceBatch:
         best = distribution.topk(top_k)
         chosen = [row.request.force[t] if t < len(row.request.force) else int(best_id)
                   for row, t, best_id in zip(self.rows, positions, best.indices[:, 0].tolist())]
-        chosen_ids = torch.tensor(chosen)
+        chosen_ids = torch.tensor(chosen, device=self.device)
         probabilities = distribution.gather(1, chosen_ids[:, None])[:, 0].tolist()
         top_ids, top_probabilities = best.indices.tolist(), best.values.tolist()
         finished, done = [], set()
@@ -512,19 +515,19 @@ class TraceBatch:
         for caches in (self.self_keys, self.self_values):
             for i, cache in enumerate(caches):
                 kept = [] if not self.rows else [F.pad(cache, (0, 0, 0, capacity - cache.size(2)))]
-                caches[i] = torch.cat(kept + [torch.zeros(empty)])
+                caches[i] = torch.cat(kept + [torch.zeros(empty, device=self.device)])
         new = len(self.waiting)
-        self.previous = torch.cat([self.previous if self.rows else torch.empty(0, dtype=torch.long),
-                                   torch.full((new,), SOS_ID)])
-        self.positions = torch.cat([self.positions if self.rows else torch.empty(0, dtype=torch.long),
-                                    torch.zeros(new, dtype=torch.long)])
+        none = torch.empty(0, dtype=torch.long, device=self.device)
+        self.previous = torch.cat([self.previous if self.rows else none, torch.full((new,), SOS_ID, device=self.device)])
+        self.positions = torch.cat([self.positions if self.rows else none,
+                                    torch.zeros(new, dtype=torch.long, device=self.device)])
         self.rows, self.waiting = rows, []
         self._set_cross_bias()
         self._set_gates()
 
     def _keep(self, kept: list[int]) -> None:
         """Only the batch rows `kept` stay (the others finished)."""
-        index = torch.tensor(kept, dtype=torch.long)
+        index = torch.tensor(kept, dtype=torch.long, device=self.device)
         self.rows = [self.rows[b] for b in kept]
         if not self.rows:
             layers = len(self.self_keys)
@@ -539,10 +542,11 @@ class TraceBatch:
 
     def _set_cross_bias(self) -> None:
         """-inf at the padding of each sentence's source (None when there is none)."""
-        lengths = torch.tensor([len(row.request.src_ids) for row in self.rows])
+        lengths = torch.tensor([len(row.request.src_ids) for row in self.rows], device=self.device)
         longest = self.cross[0][0].size(2)
-        self.cross_bias = None if lengths.min() == longest else torch.zeros(len(self.rows), 1, 1, longest).masked_fill(
-            torch.arange(longest) >= lengths[:, None, None, None], float("-inf"))
+        self.cross_bias = None if lengths.min() == longest else torch.zeros(
+            len(self.rows), 1, 1, longest, device=self.device).masked_fill(
+            torch.arange(longest, device=self.device) >= lengths[:, None, None, None], float("-inf"))
 
     def _set_gates(self) -> None:
         """(L, B, H) gates of the batch's decoder and cross-attention, or None where no sentence switches any off."""
@@ -552,5 +556,5 @@ class TraceBatch:
                 setattr(self, attribute, None)
             else:
                 shape = self.model.heads()[kind]
-                setattr(self, attribute, torch.stack([torch.ones(shape) if gate is None else gate for gate in gates],
+                setattr(self, attribute, torch.stack([torch.ones(shape, device=self.device) if gate is None else gate for gate in gates],
                                                      dim=1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import torch
 
@@ -34,6 +35,15 @@ def chosen_device(name: str | None = None, ranks: Ranks = Ranks()) -> torch.devi
         if (device.index or 0) >= count:
             raise ValueError(f"{name!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
     return device
+
+
+def refuse_missing_device(name: str | None) -> None:
+    """A command's check of its `--device`, before it loads anything: it exits saying why where the name is no
+    device, or a GPU this machine lacks."""
+    try:
+        chosen_device(name)
+    except ValueError as error:
+        sys.exit(str(error))
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:

@@ -157,7 +157,7 @@ class RNNSeq2Seq(nn.Module):
         state.hidden = torch.cat([hidden, feed], dim=-1)
         logits = torch.stack(logits, dim=1)
         if positions is not None:
-            logits = logits[torch.arange(logits.size(0)), positions][:, None]
+            logits = logits[torch.arange(logits.size(0), device=logits.device), positions][:, None]
         if not need_weights:
             return logits, None
         attention = Attention(cross=torch.cat(maps, dim=2)[None])  # (1, B, H, T, S)

@@ -112,6 +112,11 @@ class Seq2Seq(Protocol):
     def parameters(self) -> Iterable[torch.nn.Parameter]: ...
 
 
+def device_of(model: Seq2Seq) -> torch.device:
+    """Where the model's weights are, so where every tensor it reads must be made (a command's `--device`)."""
+    return next(iter(model.parameters())).device
+
+
 def every_head(model: Seq2Seq) -> list[tuple[str, int, int]]:
     """Every head of the model as (kind, 0-based layer, 0-based head), in kind, layer, head order."""
     return [(kind, layer, head) for kind, (layers, count) in model.heads().items()
@@ -128,7 +133,7 @@ def head_gates(model: Seq2Seq, names: Iterable[str]) -> HeadGates | None:
     for name in names:
         kind, layer, head = _parse_head(name, shapes)
         if kind not in gates:
-            gates[kind] = torch.ones(shapes[kind], device=next(model.parameters()).device)
+            gates[kind] = torch.ones(shapes[kind], device=device_of(model))
         gates[kind][layer, head] = 0.0
     return HeadGates(**gates) if gates else None
 

@@ -194,7 +194,8 @@ class MultiHeadAttention(nn.Module):
         columns of W_O act on head h alone (Kobayashi et al., 2020).
         """
         inner = self.n_heads * self.d_head
-        weight = self.w_o.weight if isinstance(self.w_o, nn.Linear) else torch.eye(inner, dtype=values.dtype)
+        weight = self.w_o.weight if isinstance(self.w_o, nn.Linear) else torch.eye(inner, dtype=values.dtype,
+                                                                                       device=values.device)
         per_head = weight.view(weight.size(0), self.n_heads, self.d_head)  # (d_model, H, d_head)
         return torch.einsum("bhsd,mhd->bhsm", values, per_head)
 
@@ -486,7 +487,7 @@ class Transformer(nn.Module):
             cross_maps.append(cross_weights)
             recorded.append(vectors)
         if positions is not None and not last_only:
-            x = x[torch.arange(x.size(0)), positions][:, None]
+            x = x[torch.arange(x.size(0), device=x.device), positions][:, None]
         logits = self.generator(self.decoder_norm(x))
         if not need_weights:
             return logits, None

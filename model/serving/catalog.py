@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from model.serving.checkpoint import (CONFIG, HEADS, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint,
                                       read_json, safetensors_header)
 from model.serving.translator import Translator
@@ -76,8 +78,9 @@ class Catalog(Mapping):
     they hold what this process holds). Reads of a loaded model take no lock: forked workers inherit the catalog.
     """
 
-    def __init__(self, root: Path, budget: int = DEFAULT_BUDGET, lazy_bytes: int | None = None):
-        self.root, self.budget = Path(root), budget
+    def __init__(self, root: Path, budget: int = DEFAULT_BUDGET, lazy_bytes: int | None = None,
+                 device: torch.device | str = "cpu"):
+        self.root, self.budget, self.device = Path(root), budget, torch.device(device)
         self.lazy_bytes = LAZY_BYTES if lazy_bytes is None else lazy_bytes
         self.errors: dict[str, str] = {}
         self.on_change: Callable[[], None] | None = None
@@ -103,7 +106,7 @@ class Catalog(Mapping):
             if lazy:
                 self._cards[name] = Card.read(folder)
             else:
-                self._loaded[name] = load_checkpoint(folder)
+                self._loaded[name] = load_checkpoint(folder, self.device)
         except CheckpointError as error:
             self.errors[name] = str(error)
             return
@@ -127,7 +130,7 @@ class Catalog(Mapping):
 
     def _load(self, name: str) -> None:
         size = memory_bytes(self._folders[name])
-        translator = load_checkpoint(self._folders[name])
+        translator = load_checkpoint(self._folders[name], self.device)
         with self._lock:
             for unloaded in self._least_recent(size):
                 del self._loaded[unloaded], self._used[unloaded]

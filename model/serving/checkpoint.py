@@ -267,9 +267,13 @@ def load_config(folder: Path) -> ModelConfig | RNNConfig:
         raise CheckpointError(f"{folder / CONFIG} is not a valid model config: {error}") from error
 
 
-def load_checkpoint(folder: str | Path) -> Translator:
-    """Load a checkpoint folder into a Translator in eval mode."""
-    translator = Translator(*checkpoint_parts(folder))
+def load_checkpoint(folder: str | Path, device: torch.device | str | None = None) -> Translator:
+    """Load a checkpoint folder into a Translator in eval mode, its model on `device` (None: the CPU; moved there
+    before the step decoder lays its weights out, so they are laid out once, on that device)."""
+    parts = checkpoint_parts(folder)
+    if device is not None:
+        parts = parts._replace(model=parts.model.to(device))
+    translator = Translator(*parts)
     release_freed_memory()  # the step decoder's layout replaced tensors that the allocator would keep
     return translator
 

@@ -139,6 +139,7 @@ def load_trace(path: str | Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm  # the command's progress bar: the app, which reads and writes trace files, needs none
 
+    from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
     from model.serving.checkpoint import load_checkpoint
     from model.serving.translator import InputError
     from model.training import distributed
@@ -155,16 +156,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--units", choices=UNITS, default=PIECES,
                         help="the units recorded as the view's (the maps stay in pieces; `words` says how to merge)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    add_device_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    refuse_missing_device(args.device)
     began = time.perf_counter()
-    translator = load_checkpoint(args.checkpoint)
+    ranks = distributed.start()  # under torchrun, each process traces a block of the lines
+    translator = load_checkpoint(args.checkpoint, chosen_device(args.device, ranks))
     name = Path(args.checkpoint).resolve().name
     sentences = Path(args.input).read_text(encoding="utf-8").splitlines()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written, skipped, size = 0, [], 0
-    ranks = distributed.start()  # under torchrun, each process traces a block of the lines
     mine = [(number, sentences[number - 1]) for number in (i + 1 for i in ranks.block(len(sentences)))]
     for number, text in tqdm(mine, desc="tracing", unit="sentence", file=sys.stderr, disable=not ranks.main):
         try:

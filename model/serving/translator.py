@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from model.explain.contributions import Contributions, alti_plus, measure_maps
 from model.explain.patching import Patching, patch_heads
 from model.nets.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
                                  greedy_trace, output_limit, teacher_forced_log_probs)
-from model.nets.seq2seq import Attention, HeadGates, Seq2Seq, head_gates
+from model.nets.seq2seq import Attention, HeadGates, Seq2Seq, device_of, head_gates
 from model.nets.step_decoder import StepDecoder
 from model.nets.transformer import Transformer
 from model.text.batching import pad, token_batches
@@ -148,8 +149,15 @@ class Translator:
 
     @property
     def device(self) -> torch.device:
-        """Where the model's weights are (a command's `--device`)."""
-        return next(self.model.parameters()).device
+        """Where the model's weights are (a command's `--device`, the app's `DEVICE`)."""
+        return device_of(self.model)
+
+    def on(self, device: torch.device | str) -> Translator:
+        """This translator with its model on `device` (the step decoder's weights laid out there anew); itself
+        where the model is there already."""
+        if self.device == torch.device(device):
+            return self
+        return dataclasses.replace(self, model=self.model.to(device))
 
     @property
     def max_src_tokens(self) -> int:
@@ -176,7 +184,7 @@ class Translator:
         outputs: list[list[str]] = [[] for _ in ids]
         lengths = [len(i) for i in ids]
         for batch in token_batches(lengths, lengths, max_tokens // max(beam_size, 1)):
-            src = pad([ids[i] for i in batch]).to(self.device)
+            src = pad([ids[i] for i in batch], self.device)
             for i, hypothesis in zip(batch, beam_search(self.model, src, beam_size, length_penalty=length_penalty,
                                                          gates=gates, prefix=prefix)):
                 outputs[i] = self.tgt_vocab.decode(hypothesis, drop_unknown=True)

@@ -26,12 +26,10 @@ class Batch:
         return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
 
 
-def pad(sequences: list[list[int]]) -> torch.Tensor:
-    """Right-pad id lists with <pad> into a (B, max length) tensor."""
-    out = torch.full((len(sequences), max(map(len, sequences))), PAD_ID, dtype=torch.long)
-    for row, ids in enumerate(sequences):
-        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return out
+def pad(sequences: list[list[int]], device: torch.device | str = "cpu") -> torch.Tensor:
+    """Right-pad id lists with <pad> into a (B, max length) tensor on `device` (one copy there)."""
+    longest = max(map(len, sequences))
+    return torch.tensor([ids + [PAD_ID] * (longest - len(ids)) for ids in sequences], dtype=torch.long, device=device)
 
 
 def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import sacrebleu
 import torch
 
-from model.nets.devices import add_device_argument, chosen_device
+from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
 from model.serving.checkpoint import METRICS, load_checkpoint, write_json
 from model.serving.translator import Translator
 from model.text.hub_tokenizer import HubTokenizer
@@ -123,13 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        chosen_device(args.device)  # refused before anything is loaded
-    except ValueError as error:
-        sys.exit(str(error))
+    refuse_missing_device(args.device)
     ranks = distributed.start()  # under torchrun, each process translates a block of the split
-    translator = load_checkpoint(args.checkpoint)
-    translator.model.to(chosen_device(args.device, ranks))
+    translator = load_checkpoint(args.checkpoint, chosen_device(args.device, ranks))
     decoding = translator.metrics.get("decoding", {})
     beam = args.beam if args.beam is not None else decoding.get("beam_size", 5)
     length_penalty = args.length_penalty if args.length_penalty is not None else decoding.get("length_penalty", 1.0)
