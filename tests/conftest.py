@@ -105,6 +105,20 @@ def toy_checkpoints(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def translators_of_each_kind(toy_checkpoints, tmp_path_factory):
+    """The toy Transformer, the toy GRU model and a tiny converted flan-t5-like model (pre-norm, relative
+    positions, gated feed-forward), by kind."""
+    from model.hub.convert_hf import convert
+    from model.serving.checkpoint import load_checkpoint
+    from tests import hub_models
+
+    root, hub = toy_checkpoints[0], tmp_path_factory.mktemp("hub")
+    t5 = convert(str(hub_models.t5(hub / "t5", gated=True)), hub / "converted")
+    return {"transformer": load_checkpoint(root / "toy-en-de"), "rnn": load_checkpoint(root / "toy-rnn"),
+            "t5-like": load_checkpoint(t5)}
+
+
+@pytest.fixture(scope="session")
 def services(toy_checkpoints):
     """The toy checkpoints loaded as the app loads them, with forked trace workers."""
     from ui import load_services

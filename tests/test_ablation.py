@@ -93,3 +93,19 @@ def test_on_a_gpu_the_losses_are_the_cpus(name):
     base, losses = heads_off_losses(model, batch, heads_list)
     on_gpu = heads_off_losses(model.to("cuda"), batch.to("cuda"), heads_list)
     assert on_gpu[0] == pytest.approx(base, rel=1e-4) and on_gpu[1] == pytest.approx(losses, rel=1e-4)
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn", "t5-like"])
+def test_decodings_with_many_heads_off_together_are_each_heads_decoding_alone(translators_of_each_kind, name):
+    translator = translators_of_each_kind[name]
+    sentences = translator.src_tokenizer.tokenize_all(
+        ["a man is reading a newspaper .", "two dogs run .", "a girl in a red dress sits on a bench near a tree .",
+         "people ."])
+    names = ["cross.1.1", "cross.1.2", None] + [f"{kind}.1.2" for kind in translator.model.heads() if kind != "cross"]
+    gate_sets = [None if name is None else head_gates(translator.model, [name]) for name in names]
+    # A few sentences per batch, the same batches for each head alone (a random model's near-ties would part
+    # otherwise: its padding differs with its batch's longest source).
+    together = translator.greedy_tokens(sentences, gate_sets, max_tokens=40 * len(gate_sets))
+    alone = [translator.translate_tokens(sentences, gates=gates, max_tokens=40) for gates in gate_sets]
+    assert together == alone
+    assert len({str(tokens) for tokens in alone}) > 1  # the heads switched off change something

@@ -13,20 +13,8 @@ import torch
 
 from model.explain.attribution import METHODS as ATTRIBUTION_METHODS
 from model.explain.faithfulness import quick_faithfulness, sentence_faithfulness
-from model.hub.convert_hf import convert
-from model.serving.checkpoint import load_checkpoint
-from tests import hub_models
 
 SENTENCE = "a man is reading a newspaper ."
-
-
-@pytest.fixture(scope="module")
-def translators(toy_checkpoints, tmp_path_factory):
-    root = toy_checkpoints[0]
-    hub = tmp_path_factory.mktemp("hub")
-    t5 = convert(str(hub_models.t5(hub / "t5", gated=True)), hub / "converted")
-    return {"transformer": load_checkpoint(root / "toy-en-de"), "rnn": load_checkpoint(root / "toy-rnn"),
-            "t5-like": load_checkpoint(Path(t5))}
 
 
 def every_operation(translator):
@@ -54,8 +42,8 @@ def every_operation(translator):
 
 
 @pytest.mark.parametrize("name", ["transformer", "rnn", "t5-like"])
-def test_every_operation_makes_its_tensors_on_the_models_device(translators, name):
-    translator = translators[name]
+def test_every_operation_makes_its_tensors_on_the_models_device(translators_of_each_kind, name):
+    translator = translators_of_each_kind[name]
     every_operation(translator)  # on the CPU as it is: the operations themselves work
     with torch.device("meta"):
         every_operation(translator)
@@ -110,8 +98,8 @@ def answers(translator) -> list:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the CUDA path runs where there is one")
 @pytest.mark.parametrize("name", ["transformer", "rnn", "t5-like"])
-def test_on_a_gpu_every_operation_answers_as_on_the_cpu(translators, name):
-    cpu = translators[name]
+def test_on_a_gpu_every_operation_answers_as_on_the_cpu(translators_of_each_kind, name):
+    cpu = translators_of_each_kind[name]
     gpu = cpu.on("cuda")
     assert gpu.device.type == "cuda" and cpu.device.type == "cpu" and cpu.on("cpu") is cpu
     for ours, theirs in zip(answers(cpu), answers(gpu), strict=True):

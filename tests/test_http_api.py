@@ -281,18 +281,20 @@ def endpoints(server: str) -> dict[str, int]:
 
 
 def test_the_api_page_lists_the_api_alone_and_each_answers_by_name(server, services):
-    """Gradio's "Use via API" page and gradio_client's view_api list /trace, /score, /beam, /attribute and /patch,
-    with their parameters named; the page's own events are not offered there (they stay callable, as the page
-    calls them)."""
+    """Gradio's "Use via API" page and gradio_client's view_api list /trace, /detach, /score, /beam, /attribute and
+    /patch, with their parameters named; the page's own events are not offered there (they stay callable, as the
+    page calls them)."""
     client = Client(server, verbose=False)
     listed = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert set(listed) == {"/trace", "/score", "/beam", "/attribute", "/patch"}
+    assert set(listed) == {"/trace", "/detach", "/score", "/beam", "/attribute", "/patch"}
     assert [p["parameter_name"] for p in listed["/patch"]["parameters"]][:3] == ["model", "text", "counterfactual"]
     text = "A man plays with a red ball."
     traced = client.predict(MODEL, text, api_name="/trace")
     assert client.predict(MODEL, text, traced["target_tokens"], api_name="/score")["target_tokens"] == \
         traced["target_tokens"]
     assert client.predict(MODEL, text, 2, api_name="/beam")["n_best"]
+    assert client.predict(MODEL, text, traced["target_tokens"], api_name="/detach")["scores"] == \
+        traced["detachment"]["scores"]
     assert client.predict(MODEL, text, "saliency", 1, api_name="/attribute")["steps"][0]["step"] == 1
     assert client.predict(MODEL, text, "A woman plays with a red ball.", api_name="/patch")["effects"]["cross"]
     assert {"translate", "layer", "first_visit", "patch_view"} <= set(endpoints(server))  # not listed, answered
@@ -300,7 +302,7 @@ def test_the_api_page_lists_the_api_alone_and_each_answers_by_name(server, servi
 
 def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
     offered = endpoints(server)
-    assert {"trace", "score", "beam", "attribute", "patch", "translate", "switch_model", "first_visit", "kind",
+    assert {"trace", "detach", "score", "beam", "attribute", "patch", "translate", "switch_model", "first_visit", "kind",
             "layer", "head", "measure", "model_view", "units"} <= set(offered)
     for endpoint, count in offered.items():
         for name, junk in JUNK.items():

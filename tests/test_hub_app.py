@@ -103,12 +103,15 @@ def test_the_api_takes_languages(hub_events):
 
     from ui.api import endpoints
 
-    trace, score, beam, attribute, patch = endpoints(hub_events.services)
+    trace, detach, score, beam, attribute, patch = endpoints(hub_events.services)
     traced = trace("nllb", TEXT, src_lang="fra_Latn", tgt_lang="spa_Latn")
     assert traced["source_tokens"][0] == "fra_Latn" and traced["target_tokens"][0] == "spa_Latn"
     assert traced["forced"] == 1 and traced["source_contribution"] is not None
     scored = score("nllb", TEXT, traced["target_tokens"][1:], src_lang="fra_Latn", tgt_lang="spa_Latn")
     assert scored["target_tokens"] == traced["target_tokens"]
+    detached = detach("nllb", TEXT, traced["target_tokens"], src_lang="fra_Latn", tgt_lang="spa_Latn")
+    assert detached["target_tokens"] == traced["target_tokens"][1:]  # the given language code is not scored
+    assert detached["scores"] == traced["detachment"]["scores"] and detached["scores"]["source_share"] is not None
     assert beam("nllb", TEXT, 2, tgt_lang="spa_Latn")["n_best"][0]["tokens"][0] == "spa_Latn"
     attributed = attribute("nllb", TEXT, "saliency", 2, src_lang="fra_Latn", tgt_lang="spa_Latn", units="words")
     assert attributed["source_words"][0] == "fra_Latn" and attributed["decoder_input_words"][:2] == ["<sos>",

@@ -11,7 +11,9 @@ import gradio as gr
 import numpy as np
 
 from model.explain.attribution import INTEGRATED_GRADIENTS
-from model.serving.translator import InputError
+from model.explain.detachment import COMBINED
+from model.serving.translator import InputError, ScoredDetachment
+from model.text.words import scheme as word_scheme
 from model.text.words import PIECES, UNITS, WORDS, merge, summed, word_spans, words
 from ui.operations import shown
 from ui.services import Services
@@ -42,6 +44,24 @@ def given_target(translator, target: object) -> list[str] | None:
     return tokens if tokens[-1] == "<eos>" else [*tokens, "<eos>"]
 
 
+def detachment_json(scored: ScoredDetachment, scheme: str, units: str | None) -> dict:
+    """How far a translation rests on its source, for the API: the sentence's score by each detector, the model's
+    main one and its thresholds (what they mean beside them), whether the sentence is flagged, and per token (or
+    word, with `units` "words": a word's source share and attention peak the mean of its pieces', its
+    log-probability their sum) the signals and whether it is flagged."""
+    measured, thresholds = scored.measured, scored.thresholds
+    flagged, _ = scored.flags
+    tokens, signals, marked = scored.in_units(scheme, units == WORDS)
+    return {"detector": COMBINED, "scores": {name: None if value is None else round(value, 6)
+                                             for name, value in measured.scores().items()},
+            "thresholds": thresholds, "threshold_meaning": scored.threshold_meaning, "detached": bool(flagged),
+            "unavailable": measured.unavailable, "unknown": scored.unknown, "units": units or PIECES,
+            "tokens": [{"token": token, "flagged": bool(marked[i]),
+                        **{name: None if values is None else round(float(values[i]), 6)
+                           for name, values in signals.items()}}
+                       for i, token in enumerate(tokens)]}
+
+
 def endpoints(services: Services) -> list:
     """The API's functions, bound to `services`, each named as its endpoint."""
 
@@ -55,7 +75,8 @@ def endpoints(services: Services) -> list:
         `src_lang`, `tgt_lang`: a multilingual model's languages (e.g. "eng_Latn", "deu_Latn"; None: its default).
         The target language's code is then the first target token, given rather than predicted (`forced` counts it).
         `source_contribution`: per generated token, the share of its prediction that came from the source (ALTI+;
-        None for a GRU model); `contributions` true adds the full ALTI+ maps.
+        None for a GRU model); `contributions` true adds the full ALTI+ maps. `detachment`: whether the
+        translation rests on its source, as `/detach` answers it for this translation.
         `units` "words": the attention maps merged into words (summed over a word's pieces as keys, averaged as
         queries), and `source_words`, `target_words` and `decoder_input_words` list each word with the indices of
         its pieces; "pieces" (the default): the maps as the model computed them.
@@ -67,9 +88,10 @@ def endpoints(services: Services) -> list:
             raise gr.Error(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         try:
             traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
-            measured = services.translators[model].contributions(text, traced.target_tokens, mask, src_lang, tgt_lang)
+            detached = services.translators[model].detachment(text, traced.target_tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise gr.Error(str(error)) from None
+        measured = detached.contributions
         result = traced.trace
         maps = {"encoder": result.encoder_attention, "decoder": result.decoder_attention,
                 "cross": result.cross_attention}
@@ -95,9 +117,36 @@ def endpoints(services: Services) -> list:
                 "decoder_attention": rounded(maps["decoder"]),
                 "cross_attention": rounded(maps["cross"]),
                 "source_contribution": None if measured is None else rounded(measured.source_contribution),
+                "detachment": detachment_json(detached, traced.scheme, units),
                 **({"contributions": None if measured is None else {"encoder": rounded(measured.encoder),
                                                                     "decoder": rounded(measured.decoder)}}
                    if contributions else {})}
+
+    def detach(model: str, text: str, translation: str | list[str], mask: list[str] | None = None,
+               src_lang: str | None = None, tgt_lang: str | None = None, units: str | None = None) -> dict:
+        """Whether `translation` (made anywhere: its text, or its tokens as `/trace` spells them) rests on its
+        source `text`, scored teacher-forced by checkpoint `model` (model/explain/detachment.py): the sentence's
+        mean ALTI+ source share (Dale et al., 2023; None for a GRU model, `unavailable` says why), mean
+        log-probability, their combination and the cross-attention's mean peak (`scores`, higher: more attached);
+        `detector`, the one the page marks by (the combination), with its `thresholds` and what they mean;
+        `detached`, the sentence under its threshold; and per token (or word, `units` "words") its signals and
+        whether its combination is under the token threshold. Words the model cannot spell are scored as <unk> and listed in `unknown`. Heads of `mask`
+        switched off and languages as in `/trace`."""
+        check_model(services, model)
+        if units not in (None, *UNITS):
+            raise gr.Error(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
+        if not (isinstance(translation, str) and translation.strip() or isinstance(translation, list) and translation):
+            raise gr.Error(f"translation must be the text of a translation of `text`, or its tokens as /trace spells "
+                           f"them; not {shown(translation)}")
+        translator = services.translators[model]
+        # Tokens as given (a translation cut at the length limit has no <eos>); a text is a whole translation.
+        tokens = translation if isinstance(translation, list) else [*translator.tgt_tokenizer(translation), "<eos>"]
+        try:
+            scored = translator.detachment(text, tokens, mask, src_lang, tgt_lang)
+        except InputError as error:
+            raise gr.Error(str(error)) from None
+        return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
+                **detachment_json(scored, word_scheme(translator.tgt_tokenizer), units)}
 
     def score(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None,
               src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
@@ -225,4 +274,4 @@ def endpoints(services: Services) -> list:
                 "skipped": result.skipped, "ranked": result.ranked(10), "source_tokens": traced.source_tokens,
                 "stream": rounded(result.stream, 6)}
 
-    return [trace, score, beam, attribute, patch]
+    return [trace, detach, score, beam, attribute, patch]

@@ -132,7 +132,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
         try:  # work told step by step (`told`, `progress`) stops once the user has moved on
             after, message = operation(services, session, *arguments)
             if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
-                after = operations.with_measures(services, after, progress, stepped_later)
+                after = operations.with_detachment(services, operations.with_measures(services, after, progress,
+                                                                                      stepped_later))
         except Stopped:
             return stale(page)
         if not message and note:  # what the view could not show, where the operation itself says nothing

@@ -282,6 +282,20 @@ def with_measures(services: Services, session: Session, progress: Callable[[int,
     return session.with_current(measure_maps={**(decoding.measure_maps or {}), **maps})
 
 
+def with_detachment(services: Services, session: Session) -> Session:
+    """The session with the decoding on screen scored for detachment from its source (once per decoding), or the
+    reason it cannot be kept in its place."""
+    decoding = session.current
+    if decoding.detachment is not None:
+        return session
+    try:
+        scored = services.translators[session.model].detachment(
+            session.source, list(decoding.trace.target_tokens), list(decoding.mask), **session.direction)
+    except InputError as error:
+        scored = str(error)
+    return session.with_current(detachment=scored)
+
+
 def attribution_maps(results: list) -> dict:
     """Every step's gradient attributions (model/explain/attribution.py) as maps shaped like one head of one layer: to
     the source tokens (cross, (1, 1, T, S)) and to the decoder's inputs (decoder, (1, 1, T, T)), each step's a share of

@@ -17,12 +17,13 @@ class Part:
 
 class Page(SimpleNamespace):
     """A namespace of the page's components (`page.model`, `page.mask_grids`, ...) and the core view's parts
-    (`page.translation`, `page.status`, `page.attention`, `page.candidates`, `page.step_text`)."""
+    (`page.translation`, `page.status`, `page.detachment`, `page.attention`, `page.candidates`, `page.step_text`)."""
 
     def __init__(self, **components):
-        super().__init__(translation=Part("translation"), status=Part("status"), attention=Part("attention"),
-                         candidates=Part("candidates"), step_text=Part("steps"), **components)
+        super().__init__(translation=Part("translation"), status=Part("status"), detachment=Part("detachment"),
+                         attention=Part("attention"), candidates=Part("candidates"), step_text=Part("steps"),
+                         **components)
 
     @property
     def parts(self) -> tuple[Part, ...]:
-        return (self.translation, self.status, self.attention, self.candidates, self.step_text)
+        return (self.translation, self.status, self.detachment, self.attention, self.candidates, self.step_text)

@@ -35,6 +35,8 @@ HEAD = f'<script src="gradio_api/file={PLOTLY_JS}"></script><script src="gradio_
 CORE_TEMPLATE = """<div class="core-texts">
 <label id="translation" class="core-text"><span>Translation</span><textarea readonly rows="1"></textarea></label>
 <label id="status" class="core-text"><span>Status</span><textarea readonly rows="2"></textarea></label>
+<div id="detachment" class="core-text empty"><span>Does the translation rest on its source?</span>
+<p class="detachment-verdict"></p><p class="detachment-words"></p></div>
 </div>@children<div class="core-body">
 <div id="attention" class="inspector-plot core-plot empty"><div class="plot"></div></div>
 <div class="core-side"><div id="step-text"><div class="step-label">This step</div><pre class="step-text"></pre></div>

@@ -9,12 +9,14 @@ refused never stays on screen.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
 import gradio as gr
 import numpy as np
 
+from model.explain.detachment import COMBINED, LOG_PROBABILITY, SOURCE_SHARE
 from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
 from model.text.words import WHOLE, summed, words
 from ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
@@ -183,6 +185,39 @@ def source_marks(session: Session) -> list[tuple[str, str | None]]:
             for token, span in zip(shown, spans)]
 
 
+def detachment_part(session: Session) -> dict | None:
+    """Whether the decoding on screen rests on its source (model/explain/detachment.py), for the core view
+    (ui/static/core.js): a verdict line with the threshold and what it means, and the translation in the view's
+    units, each token or word [text, marked, what it scored] marked where it falls under the token threshold."""
+    scored = session.current.detachment
+    if scored is None:
+        return None
+    if isinstance(scored, str):
+        return {"verdict": f"Not scored: {scored}", "detached": False, "words": []}
+    trace = replace(session.trace, units=session.view.units)
+    labels, signals, marked = scored.in_units(trace.scheme, trace.in_words)
+    detached, _ = scored.flags
+    measured, thresholds, meaning = scored.measured, scored.thresholds, scored.threshold_meaning
+    unit = "word" if trace.in_words else "token"
+    score = measured.score(COMBINED)
+    verdict = f"Detached from its source? Score {score:.2f}" if detached else f"It rests on its source: score {score:.2f}"
+    if measured.source_shares is not None:
+        said = [f"score {value:.2f}: {share:.0%} from the source, probability {math.exp(log_p):.2f}" for value, share,
+                log_p in zip(signals["combined"], signals["source_share"], signals["log_probability"])]
+        verdict += (f", the geometric mean of the share of each token's prediction that came from the source "
+                    f"({measured.score(SOURCE_SHARE):.0%} on average, ALTI+: Dale et al., 2023) and of its "
+                    f"probability ({math.exp(measured.score(LOG_PROBABILITY)):.2f})")
+    else:
+        said = [f"probability {value:.2f}" for value in signals["combined"]]
+        verdict += (f", its tokens' mean probability ({measured.unavailable})")
+    verdict += (f". A sentence under {thresholds['sentence']:.2f} is flagged, a {unit} under "
+                f"{thresholds['token']:.2f} underlined: {meaning}.")
+    if scored.unknown:
+        verdict += f" Read as <unk>: {', '.join(map(visible, scored.unknown))}."
+    return {"verdict": visible(verdict), "detached": bool(detached),
+            "words": [[visible(label), bool(flag), what] for label, flag, what in zip(labels, marked, said)]}
+
+
 def written_updates(page, session: Session, charted: bool = True) -> dict:
     """The decoding on screen beside the one it came from, and what switching heads off did to it, in the view's
     units: tokens, or words, each word's probability that of its pieces together (their product) and its change
@@ -192,7 +227,7 @@ def written_updates(page, session: Session, charted: bool = True) -> dict:
     written = replace(decoding.trace, units=session.view.units)
     scheme, unit = (decoding.trace.scheme, "word") if written.in_words else (WHOLE, "token")
     effect = decoding.effect
-    updates = {page.masked_translation: None, page.mask_effect_plot: None}
+    updates = {page.masked_translation: None, page.mask_effect_plot: None, page.detachment: detachment_part(session)}
     if effect is not None:
         base, spans = words(effect.base_tokens, scheme)
         updates = {page.masked_translation: token_differences(base, words(effect.new_tokens, scheme)[0]),
@@ -273,7 +308,7 @@ def beam_updates(page, session: Session) -> dict:
 
 def cleared(page) -> dict:
     """Every view of a translation emptied, and what-if with nothing to work on."""
-    return {page.translation: "", page.attention: None, page.overview: None, page.compare_plot: None,
+    return {page.translation: "", page.detachment: None, page.attention: None, page.overview: None, page.compare_plot: None,
             page.candidates: None, page.probabilities: None, page.step_text: None, page.source_tokens: None,
             page.breadcrumb: gr.update(choices=[], value=None, visible=False), page.comparison: None,
             page.comparison_plot: None, page.importance_plot: None,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from model.keys import ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES, WEIGHTS
-from model.serving.translator import TracedTranslation
+from model.serving.translator import ScoredDetachment, TracedTranslation
 from model.text.words import PIECES, UNITS
 from viz.views import TraceArrays
 
@@ -113,6 +113,9 @@ class Decoding:
     # Which explanation to trust's first answer for this decoding (the step, 1-based, and its measures), which the
     # answer with integrated gradients completes (ui/tabs/sources.py).
     faithful: tuple | None = field(default=None, repr=False, compare=False)
+    # Whether the translation rests on its source (model/explain/detachment.py), scored once the decoding is made
+    # (ui/operations.py `with_detachment`), or why it cannot be.
+    detachment: ScoredDetachment | str | None = field(default=None, repr=False, compare=False)
 
     @property
     def called(self) -> str:

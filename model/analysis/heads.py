@@ -5,7 +5,8 @@
 
 For each head (named kind.layer.head): the change in the mean teacher-forced log-likelihood per target token
 when that head alone is switched off (many heads per batched pass: model/explain/ablation.py), with
-`--bleu-per-head` the change in greedy BLEU (tokenized, lower-cased) too (the split decoded again per head), and
+`--bleu-per-head` the change in greedy BLEU (tokenized, lower-cased) too (the split decoded again per head, several
+heads per decoding, each in its own copy of the sentences), and
 its importance I_h = Σ_batches |∂L/∂ξ_h| at gates ξ = 1 (L: the batch's summed teacher-forced loss), normalised
 per layer (ℓ2). Then BLEU as heads are switched off in increasing importance (their Fig. 3). Writes heads.json into
 the checkpoint folder and prints the heads ranked by importance.
@@ -90,15 +91,20 @@ def log_likelihood(translator: Translator, batches: list, gates: HeadGates | Non
     return -total / count
 
 
+HOW_IT_RUNS = ("--device", "--threads", "--heads-per-decoding")  # arguments that change no figure of the report
+HEADS_PER_DECODING = 8  # --bleu-per-head's heads per decoding (docs/performance.md, "The head report")
+
+
 def measured_arguments(argv: list[str]) -> list[str]:
-    """The arguments that decide what a head report measures: all but where it runs (--device, --threads)."""
+    """The arguments that decide what a head report measures: all but how it runs (--device, --threads,
+    --heads-per-decoding)."""
     kept, skip = [], False
     for argument in argv:
         if skip:
             skip = False
-        elif argument in ("--device", "--threads"):
+        elif argument in HOW_IT_RUNS:
             skip = True
-        elif not argument.startswith(("--device=", "--threads=")):
+        elif not argument.startswith(tuple(f"{name}=" for name in HOW_IT_RUNS)):
             kept.append(argument)
     return kept
 
@@ -159,9 +165,16 @@ def greedy_bleu(translator: Translator, sources: list[list[str]], references: li
                 gates: HeadGates | None = None, ranks: Ranks = Ranks(), direction: dict | None = None) -> float:
     """Tokenized lower-cased BLEU of greedy decoding (the app's decoding) with `gates`, each rank translating its
     block of the sentences (`direction`: a multilingual model's src_lang and tgt_lang)."""
+    return greedy_bleus(translator, sources, references, [gates], ranks, direction)[0]
+
+
+def greedy_bleus(translator: Translator, sources: list[list[str]], references: list[str],
+                 gate_sets: list[HeadGates | None], ranks: Ranks = Ranks(), direction: dict | None = None
+                 ) -> list[float]:
+    """`greedy_bleu` with each gates of `gate_sets`, the decodings made together (`Translator.greedy_tokens`)."""
     mine = [sources[i] for i in ranks.block(len(sources))]
-    translated = translator.translate_tokens(mine, gates=gates, **(direction or {}))
-    return score(translator, ranks.gather(translated), references)["bleu_tok_lc"]
+    translated = translator.greedy_tokens(mine, gate_sets, **(direction or {}))
+    return [score(translator, ranks.gather(tokens), references)["bleu_tok_lc"] for tokens in translated]
 
 
 def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ranks()) -> dict[str, float]:
@@ -269,6 +282,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bleu-per-head", action="store_true",
                         help="also the greedy BLEU with each head off alone: the split decoded once per head (the "
                         "log-likelihood's change, many heads per batched pass, is measured either way)")
+    parser.add_argument("--heads-per-decoding", type=int, default=HEADS_PER_DECODING, metavar="N",
+                        help="with --bleu-per-head: heads switched off together in one decoding, each in its own "
+                             f"copy of the sentences (default {HEADS_PER_DECODING})")
     parser.add_argument("--statistics-only", action="store_true",
                         help="only add the heads' statistics to the checkpoint's existing heads.json")
     args = parser.parse_args(argv)
@@ -326,12 +342,16 @@ def main(argv: list[str] | None = None) -> None:
     heads = {name: {**statistics.get(name, {}), "importance": round(importance[name], 6),
                     "log_likelihood_change": round(changes[name], 5)} for name in names}
     bleus = progress.get("bleu", {})
-    for name in tqdm(names if args.bleu_per_head else [], desc="BLEU, one head off", file=sys.stderr,
-                     disable=not ranks.main):
-        if name not in bleus:
-            bleus[name] = greedy_bleu(translator, sources, references, head_gates(translator.model, [name]), ranks,
-                                      direction)
+    pending = [name for name in names if name not in bleus] if args.bleu_per_head else []
+    with tqdm(total=len(pending), desc="BLEU, one head off", unit="head", file=sys.stderr,
+              disable=not ranks.main or not pending) as bar:
+        for first in range(0, len(pending), args.heads_per_decoding):
+            group = pending[first:first + args.heads_per_decoding]
+            gate_sets = [head_gates(translator.model, [name]) for name in group]
+            bleus |= dict(zip(group, greedy_bleus(translator, sources, references, gate_sets, ranks, direction)))
             progress.put("bleu", bleus)
+            bar.update(len(group))
+    for name in names if args.bleu_per_head else []:
         heads[name]["bleu_change"] = round(bleus[name] - base_bleu, 2)
     order = sorted(names, key=lambda name: importance[name])  # least important first
     pruning = [{"fraction": 0.0, "heads_off": 0, "bleu": base_bleu}]

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from model.keys import ALTI, CROSS, DECODER, ENCODER, ROLLOUT, VALUE_NORM
-from model.nets.seq2seq import HeadGates, device_of
+from model.nets.seq2seq import Attention, HeadGates, device_of
 from model.nets.transformer import Transformer
 from model.text.vocab import SOS_ID
 
@@ -107,15 +107,21 @@ def gated(gates: HeadGates | None, kind: str, layer: int, weights: Tensor) -> Te
     return weights if gate is None else weights * gate.reshape(-1, 1, 1)
 
 
-@torch.inference_mode()
 def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates: HeadGates | None = None
               ) -> Contributions:
     """ALTI+ contributions for the translation `tgt_ids` (the generated tokens) of `src_ids`, with the heads of
     `gates` switched off (a switched-off head contributes nothing)."""
+    return alti_plus_pass(model, src_ids, tgt_ids, gates)[0]
+
+
+@torch.inference_mode()
+def alti_plus_pass(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates: HeadGates | None = None
+                   ) -> tuple[Contributions, Tensor, Attention]:
+    """`alti_plus`, with the logits (1, T, V) and the attention of the teacher-forced pass it decomposed."""
     device = device_of(model)
     src = torch.tensor([src_ids], device=device)
     tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]], device=device)
-    _, recorded = model(src, tgt_in, gates=gates, need_vectors=True)
+    logits, recorded = model(src, tgt_in, gates=gates, need_vectors=True)
     post = model.config.norm == "post"
 
     encoder, encoder_layers = torch.eye(len(src_ids), device=device), []
@@ -143,7 +149,7 @@ def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates:
         decoder_layers.append(flow[sources:])
     return Contributions(encoder=encoder.cpu().numpy(), decoder=flow[sources:].cpu().numpy(),
                          encoder_layers=torch.stack(encoder_layers).cpu().numpy(),
-                         decoder_layers=torch.stack(decoder_layers).cpu().numpy())
+                         decoder_layers=torch.stack(decoder_layers).cpu().numpy()), logits, recorded
 
 
 VALUE_NORM_TOGETHER = "value_norm_together"  # the heads of a layer together, beside VALUE_NORM per head

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model.nets.seq2seq import CROSS, DECODER, HeadGates, Seq2Seq, device_of
+from model.nets.seq2seq import CROSS, DECODER, Attention, HeadGates, Seq2Seq, device_of
 from model.nets.step_decoder import StepDecoder
 from model.nets.transformer import Transformer
 from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
@@ -280,19 +280,33 @@ def _beam(model: Seq2Seq, src: Tensor, k: int, max_len: int | None, length_penal
     return finished, history
 
 
-@torch.inference_mode()
 def teacher_forced_log_probs(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int],
                              gates: HeadGates | None = None) -> np.ndarray:
     """The log-probability the model gives each of `tgt_ids` after the ones before it (one teacher-forced pass),
     with <pad> and <sos> ruled out as decoding rules them out: for a greedy output, the log of its trace's
     probabilities."""
+    return teacher_forced(model, src_ids, tgt_ids, gates)[0]
+
+
+@torch.inference_mode()
+def teacher_forced(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], gates: HeadGates | None = None,
+                   need_weights: bool = False) -> tuple[np.ndarray, Attention | None]:
+    """`teacher_forced_log_probs`, and with `need_weights` every attention map of the same pass (batch of one)."""
     device = device_of(model)
     src = torch.tensor([src_ids], dtype=torch.long, device=device)
     tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]], dtype=torch.long, device=device)
-    logits, _ = model(src, tgt_in, gates=gates)
+    logits, attention = model(src, tgt_in, gates=gates, need_weights=need_weights)
+    return chosen_log_probs(logits, tgt_ids), attention
+
+
+def chosen_log_probs(logits: Tensor, tgt_ids: list[int]) -> np.ndarray:
+    """(T,) the log-probability of each of `tgt_ids` in a teacher-forced pass's logits (1, T, V), <pad> and <sos>
+    ruled out as decoding rules them out."""
+    device = logits.device
     ruled_out = torch.tensor(NEVER_EMITTED, device=device)
     log_probs = logits[0].float().index_fill(-1, ruled_out, float("-inf")).log_softmax(-1)  # (T, V)
-    return log_probs[torch.arange(len(tgt_ids), device=device), torch.tensor(tgt_ids, device=device)].cpu().numpy()
+    chosen = log_probs[torch.arange(len(tgt_ids), device=device), torch.tensor(tgt_ids, device=device)]
+    return chosen.cpu().numpy()
 
 
 @dataclass

@@ -138,6 +138,20 @@ def head_gates(model: Seq2Seq, names: Iterable[str]) -> HeadGates | None:
     return HeadGates(**gates) if gates else None
 
 
+def copies_gated(model: Seq2Seq, gate_sets: list[HeadGates | None], rows: int) -> HeadGates | None:
+    """Gates (L, copies × rows, H) of a batch of `rows` rows repeated once per gates of `gate_sets`, copy c's rows
+    (c·rows to (c + 1)·rows) gated by `gate_sets[c]` (None: every head on); None where none switches a head off."""
+    shapes, device = model.heads(), device_of(model)
+    stacked = {}
+    for kind, shape in shapes.items():
+        kind_gates = [None if gates is None else getattr(gates, kind) for gates in gate_sets]
+        if any(gate is not None for gate in kind_gates):
+            ones = torch.ones(shape, device=device)
+            stacked[kind] = torch.cat([(ones if gate is None else gate)[:, None].expand(-1, rows, -1)
+                                       for gate in kind_gates], dim=1)
+    return HeadGates(**stacked) if stacked else None
+
+
 def _parse_head(name: str, shapes: dict[str, tuple[int, int]]) -> tuple[str, int, int]:
     """"cross.2.5" -> ("cross", 1, 4), checked against the model's (layers, heads) per kind."""
     known = "; ".join(f"{kind}.1-{layers}.1-{heads}" for kind, (layers, heads) in shapes.items())

@@ -13,17 +13,19 @@ import torch
 from model.explain.attribution import INTEGRATED_GRADIENTS
 from model.explain.attribution import METHODS as ATTRIBUTION_METHODS
 from model.explain.attribution import Attributions, attribute, attribute_steps
-from model.explain.contributions import Contributions, alti_plus, measure_maps
+from model.explain.contributions import Contributions, alti_plus, alti_plus_pass, measure_maps
+from model.explain.detachment import NO_SOURCE_SHARE, Detachment, attention_peaks, combined, thresholds_of
 from model.explain.patching import Patching, patch_heads
 from model.nets.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
-                                 greedy_trace, output_limit, teacher_forced_log_probs)
-from model.nets.seq2seq import Attention, HeadGates, Seq2Seq, device_of, head_gates
+                                 chosen_log_probs, greedy_decode, greedy_trace, output_limit, teacher_forced,
+                                 teacher_forced_log_probs)
+from model.nets.seq2seq import Attention, HeadGates, Seq2Seq, copies_gated, device_of, head_gates
 from model.nets.step_decoder import StepDecoder
 from model.nets.transformer import Transformer
 from model.text.batching import pad, token_batches
 from model.text.hub_tokenizer import Languages
 from model.text.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
-from model.text.words import WHOLE
+from model.text.words import WHOLE, summed, words
 from model.text.words import scheme as word_scheme
 
 MAX_INPUT_CHARS = 2000
@@ -110,6 +112,40 @@ class TracedBeam:
         return [self.itos[i] for i in hypothesis.token_ids] + ["<eos>"] * hypothesis.finished
 
 
+@dataclass
+class ScoredDetachment:
+    """A translation's detachment from its source: what `Translator.detachment` returns."""
+
+    source_tokens: list[str]
+    target_tokens: list[str]  # as scored (a word the model cannot spell as <unk>)
+    unknown: list[str]  # the translation's tokens the model cannot spell
+    measured: Detachment
+    contributions: Contributions | None  # the ALTI+ maps the source shares came from (a Transformer's)
+    thresholds: dict  # {"sentence": …, "token": …} of the combined score, what the page marks by
+    threshold_meaning: str  # calibrated on what, or a default
+
+    @property
+    def flags(self) -> tuple[bool, np.ndarray]:
+        """Whether the sentence, and which tokens, fall under the thresholds."""
+        return self.measured.flags(self.thresholds)
+
+    def in_units(self, scheme: str, in_words: bool) -> tuple[list[str], dict[str, np.ndarray | None], np.ndarray]:
+        """The target tokens, or its words (`in_words`, by `scheme`), with each one's signals ("source_share",
+        "log_probability", "attention_peak"; a word's share and peak the mean of its pieces', its log-probability
+        their sum; "combined" of those) and which fall under the token threshold."""
+        measured, tokens = self.measured, self.target_tokens
+        signals = {"source_share": measured.source_shares, "log_probability": measured.log_probabilities,
+                   "attention_peak": measured.attention_peaks}
+        if in_words:
+            tokens, spans = words(tokens, scheme)
+            sizes = np.array([len(span) for span in spans])
+            signals = {name: None if values is None else summed(values, spans) / (1 if name == "log_probability"
+                                                                                 else sizes)
+                       for name, values in signals.items()}
+        signals["combined"] = combined(signals["source_share"], signals["log_probability"])
+        return tokens, signals, signals["combined"] < self.thresholds["token"]
+
+
 MAX_BEAM_SIZE = 16
 
 
@@ -178,17 +214,45 @@ class Translator:
         A generated <unk> is dropped from the output: it stands for a word the vocabulary cannot spell,
         and as text it only hurts readers (and BLEU). Traces keep it, step by step.
         """
-        source_prefix = self.source_prefix(src_lang, tgt_lang)
-        prefix = self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
-        ids = [self.encode_source((source_prefix + s)[:self.max_src_tokens]) for s in sentences]
+        if beam_size <= 1:
+            return self.greedy_tokens(sentences, [gates], max_tokens, src_lang, tgt_lang)[0]
+        ids, prefix = self.source_ids(sentences, src_lang, tgt_lang), self.target_prefix_ids(tgt_lang)
         outputs: list[list[str]] = [[] for _ in ids]
         lengths = [len(i) for i in ids]
-        for batch in token_batches(lengths, lengths, max_tokens // max(beam_size, 1)):
+        for batch in token_batches(lengths, lengths, max_tokens // beam_size):
             src = pad([ids[i] for i in batch], self.device)
             for i, hypothesis in zip(batch, beam_search(self.model, src, beam_size, length_penalty=length_penalty,
                                                          gates=gates, prefix=prefix)):
                 outputs[i] = self.tgt_vocab.decode(hypothesis, drop_unknown=True)
         return outputs
+
+    @torch.no_grad()
+    def greedy_tokens(self, sentences: list[list[str]], gate_sets: list[HeadGates | None], max_tokens: int = 6000,
+                      src_lang: str | None = None, tgt_lang: str | None = None) -> list[list[list[str]]]:
+        """`translate_tokens` (greedy) once per gates of `gate_sets`, decoded together: a batch holds a copy of its
+        sentences per gates, each copy gated apart (`max_tokens` source tokens in all), so that switching many
+        heads off one at a time (the head report's BLEU per head) takes as many decodings as batches."""
+        ids, prefix = self.source_ids(sentences, src_lang, tgt_lang), self.target_prefix_ids(tgt_lang)
+        outputs: list[list[list[str]]] = [[[] for _ in ids] for _ in gate_sets]
+        lengths = [len(i) for i in ids]
+        for batch in token_batches(lengths, lengths, max(1, max_tokens // len(gate_sets))):
+            src = pad([ids[i] for i in batch], self.device)
+            decoded = greedy_decode(self.model, src.repeat(len(gate_sets), 1),
+                                    gates=copies_gated(self.model, gate_sets, len(batch)), prefix=prefix)
+            for copy, hypothesis in enumerate(decoded):
+                outputs[copy // len(batch)][batch[copy % len(batch)]] = self.tgt_vocab.decode(hypothesis,
+                                                                                            drop_unknown=True)
+        return outputs
+
+    def source_ids(self, sentences: list[list[str]], src_lang: str | None = None, tgt_lang: str | None = None
+                   ) -> list[list[int]]:
+        """Source ids of tokenized sentences, as `translate_tokens` reads them (cut to what the positions hold)."""
+        source_prefix = self.source_prefix(src_lang, tgt_lang)
+        return [self.encode_source((source_prefix + s)[:self.max_src_tokens]) for s in sentences]
+
+    def target_prefix_ids(self, tgt_lang: str | None = None) -> list[int]:
+        """The ids every translation starts with (a multilingual model's target language code; none else)."""
+        return self.tgt_vocab.encode(self.with_target_prefix([], tgt_lang))
 
     def translate(self, texts: list[str], beam_size: int = 1) -> list[str]:
         """Translate raw sentences into detokenized, truecased text."""
@@ -278,6 +342,43 @@ class Translator:
         tgt_ids = self.target_ids(self.with_target_prefix(target, tgt_lang), self.model.config.max_len - 1,
                                   "Target token")
         return src_ids, tgt_ids
+
+    def detachment(self, text: str, translation: list[str], mask: list[str] | None = None,
+                   src_lang: str | None = None, tgt_lang: str | None = None) -> ScoredDetachment:
+        """How far `translation` (target tokens, or words the model spells in pieces; <eos> included where it
+        ends) rests on `text`, teacher-forced (model/explain/detachment.py), with the heads of `mask` switched off.
+        Words the model cannot spell are read as <unk> and named; a multilingual model's target language code,
+        given rather than predicted, is left out of the scores. An InputError for an empty translation, one the
+        model can spell no word of, or one past the length limit."""
+        tokens = self.source_tokens(text, src_lang, tgt_lang)
+        given = self.in_pieces(checked_strings(translation, "translation"))
+        if not [token for token in given if token != "<eos>"]:
+            raise InputError("Give a translation to score: it is empty.")
+        unknown = [token for token in given if token not in self.tgt_vocab]
+        if len(unknown) == len([token for token in given if token != "<eos>"]):
+            raise InputError(f"The model knows no word of this translation ({', '.join(map(repr, unknown[:5]))}"
+                             f"{', ...' if len(unknown) > 5 else ''}): it cannot say how the translation rests on "
+                             "the source. Is it in the model's target language?")
+        target = self.with_target_prefix([token if token in self.tgt_vocab else "<unk>" for token in given],
+                                         tgt_lang)
+        tgt_ids = self.target_ids(target, self.model.config.max_len - 1, "Target token")
+        src_ids = self.encode_source(tokens)
+        gates = self.gates(checked_strings(mask, "mask"))
+        if isinstance(self.model, Transformer):  # one pass: its logits, attention and ALTI+
+            contributions, logits, attention = alti_plus_pass(self.model, src_ids, tgt_ids, gates)
+            log_probabilities = chosen_log_probs(logits, tgt_ids)
+        else:
+            contributions, (log_probabilities, attention) = None, teacher_forced(self.model, src_ids, tgt_ids, gates,
+                                                                                 need_weights=True)
+        # A multilingual model's target language code is given to it, not predicted: it is not scored.
+        given_first = int(self.languages is not None and self.languages.is_code(target[0]))
+        measured = Detachment(
+            log_probabilities=log_probabilities[given_first:],
+            attention_peaks=attention_peaks(attention.cross[:, 0].float().cpu().numpy())[given_first:],
+            source_shares=None if contributions is None else contributions.source_contribution[given_first:],
+            unavailable=None if contributions is not None else NO_SOURCE_SHARE)
+        return ScoredDetachment(tokens + ["<eos>"], target[given_first:], unknown, measured, contributions,
+                                *thresholds_of(self.metrics))
 
     def token_id(self, token: str | None, what: str) -> int | None:
         """The id of one target token of the model's, spelled as the candidates show it (None for None), or an

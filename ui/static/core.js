@@ -1,7 +1,9 @@
-// The core view (ui/plots.py `core_view`): the translation, the status line, the heatmap, the step's line and its
-// candidates, drawn from one value. `props.value` is a JSON object with the revision of the state it belongs to
-// and the parts an answer changed ("translation", "status", "steps": every step's line, "attention" and
-// "candidates": figures' JSON); parts it leaves out stay as they are. An answer of an older revision than the one
+// The core view (ui/plots.py `core_view`): the translation, the status line, whether the translation rests on its
+// source, the heatmap, the step's line and its candidates, drawn from one value. `props.value` is a JSON object
+// with the revision of the state it belongs to and the parts an answer changed ("translation", "status",
+// "detachment": a verdict line and the translation's tokens or words, each [text, marked, what it scored],
+// "steps": every step's line, "attention" and "candidates": figures' JSON); parts it leaves out stay as they are.
+// Text is set as text, never as HTML. An answer of an older revision than the one
 // drawn is dropped: a late answer never draws over a newer state. The figures are drawn by the page's shared
 // figures (ui/static/figures.js), at the page's step, and again on every "attention-inspector-step" event.
 const inspector = window.attentionInspector;
@@ -12,6 +14,22 @@ const drawn = { attention: null, candidates: null }; // what each figure does on
 function stepLine() {
   const t = Math.min(Math.max(Math.round(inspector.step) || 1, 1), Math.max(shown.steps.length, 1)) - 1;
   element.querySelector("#step-text .step-text").textContent = shown.steps.length ? shown.steps[t] : "";
+}
+
+function drawDetachment(part) {
+  const box = element.querySelector("#detachment");
+  const line = box.querySelector(".detachment-words");
+  line.replaceChildren();
+  for (const [text, marked, said] of part?.words || []) {
+    const word = document.createElement("span");
+    word.textContent = text;
+    word.title = said;
+    if (marked) word.className = "detached";
+    line.append(word, " ");
+  }
+  box.querySelector(".detachment-verdict").textContent = part?.verdict || "";
+  box.classList.toggle("flagged", !!part?.detached);
+  box.classList.toggle("empty", !part?.verdict);
 }
 
 function drawFigure(name) {
@@ -40,6 +58,7 @@ function update() {
     }
   }
   if ("status" in value) inspector.said?.(shown.status);
+  if ("detachment" in value) drawDetachment(value.detachment);
   if ("steps" in value) {
     shown.steps = value.steps || [];
     inspector.steps = shown.steps.length;
