@@ -1,7 +1,7 @@
 """The head report (`python -m model.analysis.heads`) side by side: every head switched off alone as the loop over
 heads did it (one greedy decoding of the split and one teacher-forced pass per head) and as the command does it
-now (every head's likelihood change from passes that each hold many heads, BLEU per head only with
-`--bleu-per-head`), in one run, on the same sentences.
+now (every head's likelihood change from passes that each hold many heads; BLEU per head, with `--bleu-per-head`,
+from decodings that each hold several heads), in one run, on the same sentences.
 
     python benchmarks/heads_study.py [--checkpoint checkpoints/en-de] [--split val] [--limit N] [--threads 2]
 
@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--split", default="val")
     parser.add_argument("--limit", type=int)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--heads-per-decoding", type=int, default=heads.HEADS_PER_DECODING)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     translator = load_checkpoint(args.checkpoint)
@@ -70,12 +71,14 @@ def main() -> None:
 
     spent = {"decoding": 0.0, "passes": 0.0}
 
+    looped_bleus = {}
+
     def loop() -> dict[str, float]:  # as the command did before: a greedy decoding and a pass per head
         base = heads.log_likelihood(translator, batches)
         changes = {}
         for name in names:
             gates = head_gates(translator.model, [name])
-            seconds, _ = timed(lambda: heads.greedy_bleu(translator, sources, references, gates))
+            seconds, looped_bleus[name] = timed(lambda: heads.greedy_bleu(translator, sources, references, gates))
             spent["decoding"] += seconds
             seconds, likelihood = timed(lambda: heads.log_likelihood(translator, batches, gates))
             spent["passes"] += seconds
@@ -84,17 +87,29 @@ def main() -> None:
     batched_s, (_, batched) = timed(lambda: heads.log_likelihood_changes(translator, sources, targets))
     loop_s, looped = timed(loop)
     worst = max(abs(batched[name] - looped[name]) for name in names)
+
+    def bleus_together() -> dict[str, float]:  # --bleu-per-head now: several heads per decoding
+        together = {}
+        for first in range(0, len(names), args.heads_per_decoding):
+            group = names[first:first + args.heads_per_decoding]
+            together |= dict(zip(group, heads.greedy_bleus(translator, sources, references,
+                                                           [head_gates(translator.model, [n]) for n in group])))
+        return together
+    together_s, together = timed(bleus_together)
+    bleu_worst = max(abs(together[name] - looped_bleus[name]) for name in names)
     print("| part | seconds |")
     print("|---|---|")
     print(f"| shared: statistics, BLEU with every head on, importance, pruning (9 decodings) | {shared_s:.1f} |")
     print(f"| per head, the loop: a greedy decoding each / a teacher-forced pass each | {spent['decoding']:.1f} / "
           f"{spent['passes']:.1f} |")
     print(f"| per head, now: likelihood changes, many heads per pass | {batched_s:.1f} |")
-    before, now, with_bleu = shared_s + loop_s, shared_s + batched_s, shared_s + batched_s + spent["decoding"]
+    print(f"| per head, now: BLEU, {args.heads_per_decoding} heads per decoding (--bleu-per-head) | {together_s:.1f} |")
+    before, now, with_bleu = shared_s + loop_s, shared_s + batched_s, shared_s + batched_s + together_s
     print(f"whole report: the loop {before:.1f} s, now {now:.1f} s: {before / now:.1f}x faster (with "
           f"--bleu-per-head {with_bleu:.1f} s: {before / with_bleu:.1f}x); the likelihood changes alone "
-          f"{spent['passes'] / batched_s:.1f}x faster; the largest difference between the two ways' likelihood "
-          f"changes {worst:.1e}")
+          f"{spent['passes'] / batched_s:.1f}x faster, BLEU per head {spent['decoding'] / together_s:.1f}x; the "
+          f"largest difference between the two ways' likelihood changes {worst:.1e}, between their BLEUs "
+          f"{bleu_worst:.2f}")
 
 
 if __name__ == "__main__":

@@ -394,6 +394,18 @@ def test_markup_stays_text_and_a_failed_translation_keeps_the_last_one(page, ser
     assert SCREENSHOT.stat().st_size > 10_000
 
 
+def test_under_the_translation_a_line_says_whether_it_rests_on_its_source(page, services):
+    text = "A dog runs in the park."
+    translate(page, services, text)
+    verdict = page.locator("#detachment .detachment-verdict")
+    verdict.wait_for(state="visible", timeout=30000)
+    said = verdict.inner_text()
+    assert "score" in said and "not calibrated for this model" in said  # the toy has no thresholds of its own
+    words = page.locator("#detachment .detachment-words span")
+    assert words.all_inner_texts() == services.translators[MODEL].trace(text).target_tokens
+    assert all("from the source" in title for title in words.evaluate_all("spans => spans.map(s => s.title)"))
+
+
 def attention_title(page) -> str:
     return page.evaluate("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || ''")
 

@@ -105,11 +105,18 @@ def test_the_api_scores_a_translation_made_elsewhere_word_by_word_and_marks_what
     ("qqqxx zzzkw", "knows no word"),
     (" ".join(["hund"] * 400), "at most"),
     (17, "translation must be"),
+    (["hund", 3], "list of strings"),
 ])
 def test_what_cannot_be_scored_is_answered_with_the_reason(server, translation, says):
     event, answer = call(server, "v2/detach", json.dumps({"model": MODEL, "text": "A dog runs.",
                                                           "translation": translation}))
     assert event == "error" and says in answer
+
+
+def test_a_source_past_the_limit_is_refused_with_the_limit(server):
+    event, answer = call(server, "v2/detach", json.dumps({"model": MODEL, "text": "a dog runs . " * 80,
+                                                          "translation": "ein hund läuft ."}))
+    assert event == "error" and "reads at most" in answer
 
 
 def test_a_gru_model_says_it_has_no_source_share_and_scores_by_probability(services):

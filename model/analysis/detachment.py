@@ -35,6 +35,7 @@ import random
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -69,9 +70,12 @@ def scored(translator: Translator, pairs: list[tuple[str, list[str]]], what: str
 
 
 def own_translations(translator: Translator, texts: list[str], direction: dict | None = None) -> list[list[str]]:
-    """The model's greedy translations of `texts`, as target tokens ending with <eos>."""
+    """The model's greedy translations of `texts`, as target tokens ending with <eos> (but one cut at the length
+    limit of the model's positions)."""
     sentences = translator.src_tokenizer.tokenize_all(texts)
-    return [tokens + ["<eos>"] for tokens in translator.translate_tokens(sentences, **(direction or {}))]
+    room = translator.model.config.max_len - 1
+    return [tokens + ["<eos>"] * (len(tokens) < room)
+            for tokens in translator.translate_tokens(sentences, **(direction or {}))]
 
 
 def constructed(texts: list[str], own: list[list[str]]) -> dict[str, list[tuple[str, list[str]]]]:
@@ -108,7 +112,8 @@ def evaluation(translator: Translator, texts: list[str], direction: dict | None 
     perturbed_pairs, perturbed_detached = perturbed(translator, texts, own, direction=direction)
     results[PERTURBED] = scored(translator, perturbed_pairs, PERTURBED, direction)
     kept = [i for i in range(len(texts)) if all(not isinstance(results[kind][i], str) for kind in results)]
-    report = {"sentences": len(texts), "scored": len(kept), "kinds": {}}
+    reasons = Counter(result for kind in results for result in results[kind] if isinstance(result, str))
+    report = {"sentences": len(texts), "scored": len(kept), "unscored": dict(reasons.most_common(3)), "kinds": {}}
     for kind in (FULLY, PARTIALLY, SECOND_HALF, PERTURBED):
         if kind == PERTURBED:
             positives = [results[kind][i] for i in kept if perturbed_detached[i]]
@@ -139,6 +144,8 @@ def calibrated(own: list[Detachment]) -> dict:
 def print_evaluation(report: dict) -> None:
     print(f"{report['scored']} of {report['sentences']} sentences scored; ROC-AUC / precision at 90% recall "
           "(detached pairs against the model's own)")
+    for reason, count in report["unscored"].items():
+        print(f"  {count} pairs not scored: {reason}")
     print(f"{'':28s}" + "".join(f"{DETECTOR_LABELS[d]:>28s}" for d in DETECTORS))
     for kind, entry in report["kinds"].items():
         cells = [f"{e['auc']:.3f} / {e['precision_at_90_recall']:.3f}" if (e := entry["detectors"].get(d)) else "-"

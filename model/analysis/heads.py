@@ -6,10 +6,10 @@
 For each head (named kind.layer.head): the change in the mean teacher-forced log-likelihood per target token
 when that head alone is switched off (many heads per batched pass: model/explain/ablation.py), with
 `--bleu-per-head` the change in greedy BLEU (tokenized, lower-cased) too (the split decoded again per head, several
-heads per decoding, each in its own copy of the sentences), and
-its importance I_h = Σ_batches |∂L/∂ξ_h| at gates ξ = 1 (L: the batch's summed teacher-forced loss), normalised
-per layer (ℓ2). Then BLEU as heads are switched off in increasing importance (their Fig. 3). Writes heads.json into
-the checkpoint folder and prints the heads ranked by importance.
+heads per decoding, each in its own copy of the sentences), and its importance I_h = Σ_batches |∂L/∂ξ_h| at gates
+ξ = 1 (L: the batch's summed teacher-forced loss), normalised per layer (ℓ2). Then BLEU as heads are switched off
+in increasing importance (their Fig. 3). Writes heads.json into the checkpoint folder and prints the heads ranked by
+importance.
 
 Each head's statistics over the split (model/explain/head_stats.py: entropy, confidence, weight on <eos> and on
 punctuation, offset of the most attended key) are recorded beside its importance, read teacher-forced on the
