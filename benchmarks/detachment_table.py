@@ -47,7 +47,8 @@ def main() -> None:
         for name in args.models:
             folder = hub_model(Path(work)) if name == "hub" else ROOT / "checkpoints" / name
             translator = load_checkpoint(folder)
-            languages = ("en", "de") if name == "hub" else (translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
+            languages = ("en", "de") if name == "hub" else (translator.src_tokenizer.lang,
+                                                             translator.tgt_tokenizer.lang)
             texts = list(load_pairs(args.data, "val", *languages)["src"])[:args.sentences]
             print(f"\n{name}" + (" (random weights)" if name == "hub" else ""))
             report = evaluation(translator, texts)

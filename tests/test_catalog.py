@@ -51,7 +51,8 @@ def test_a_model_asked_for_at_once_by_many_is_loaded_once(hub_root, monkeypatch)
     catalog = Catalog(hub_root, lazy_bytes=0)
     loads = []
     load = catalog_module.load_checkpoint
-    monkeypatch.setattr(catalog_module, "load_checkpoint", lambda folder, device: loads.append(folder) or load(folder, device))
+    monkeypatch.setattr(catalog_module, "load_checkpoint",
+                        lambda folder, device: loads.append(folder) or load(folder, device))
     got = []
     threads = [threading.Thread(target=lambda: got.append(catalog["opus-b"])) for _ in range(6)]
     for thread in threads:

@@ -302,8 +302,8 @@ def test_the_api_page_lists_the_api_alone_and_each_answers_by_name(server, servi
 
 def test_every_endpoint_answers_junk_with_a_result_or_a_message(server, still_serving):
     offered = endpoints(server)
-    assert {"trace", "detach", "score", "beam", "attribute", "patch", "translate", "switch_model", "first_visit", "kind",
-            "layer", "head", "measure", "model_view", "units"} <= set(offered)
+    assert {"trace", "detach", "score", "beam", "attribute", "patch", "translate", "switch_model", "first_visit",
+            "kind", "layer", "head", "measure", "model_view", "units"} <= set(offered)
     for endpoint, count in offered.items():
         for name, junk in JUNK.items():
             data = junk * count

@@ -130,8 +130,8 @@ def endpoints(services: Services) -> list:
         log-probability, their combination and the cross-attention's mean peak (`scores`, higher: more attached);
         `detector`, the one the page marks by (the combination), with its `thresholds` and what they mean;
         `detached`, the sentence under its threshold; and per token (or word, `units` "words") its signals and
-        whether its combination is under the token threshold. Words the model cannot spell are scored as <unk> and listed in `unknown`. Heads of `mask`
-        switched off and languages as in `/trace`."""
+        whether its combination is under the token threshold. Words the model cannot spell are scored as <unk> and
+        listed in `unknown`. Heads of `mask` switched off and languages as in `/trace`."""
         check_model(services, model)
         if units not in (None, *UNITS):
             raise gr.Error(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")

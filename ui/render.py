@@ -200,10 +200,12 @@ def detachment_part(session: Session) -> dict | None:
     measured, thresholds, meaning = scored.measured, scored.thresholds, scored.threshold_meaning
     unit = "word" if trace.in_words else "token"
     score = measured.score(COMBINED)
-    verdict = f"Detached from its source? Score {score:.2f}" if detached else f"It rests on its source: score {score:.2f}"
+    verdict = (f"Detached from its source? Score {score:.2f}" if detached
+               else f"It rests on its source: score {score:.2f}")
     if measured.source_shares is not None:
-        said = [f"score {value:.2f}: {share:.0%} from the source, probability {math.exp(log_p):.2f}" for value, share,
-                log_p in zip(signals["combined"], signals["source_share"], signals["log_probability"])]
+        said = [f"score {value:.2f}: {share:.0%} from the source, probability {math.exp(log_p):.2f}"
+                for value, share, log_p in zip(signals["combined"], signals["source_share"],
+                                               signals["log_probability"])]
         verdict += (f", the geometric mean of the share of each token's prediction that came from the source "
                     f"({measured.score(SOURCE_SHARE):.0%} on average, ALTI+: Dale et al., 2023) and of its "
                     f"probability ({math.exp(measured.score(LOG_PROBABILITY)):.2f})")
@@ -230,7 +232,7 @@ def written_updates(page, session: Session, charted: bool = True) -> dict:
     updates = {page.masked_translation: None, page.mask_effect_plot: None, page.detachment: detachment_part(session)}
     if effect is not None:
         base, spans = words(effect.base_tokens, scheme)
-        updates = {page.masked_translation: token_differences(base, words(effect.new_tokens, scheme)[0]),
+        updates |= {page.masked_translation: token_differences(base, words(effect.new_tokens, scheme)[0]),
                    page.mask_effect_plot: figure_json(log_prob_change_figure(
                        base, summed(effect.change, spans), f"each {unit} of {effect.base}: log-probability with "
                        f"{plural(effect.heads_off, 'head')} off minus with them on"))}
@@ -308,9 +310,9 @@ def beam_updates(page, session: Session) -> dict:
 
 def cleared(page) -> dict:
     """Every view of a translation emptied, and what-if with nothing to work on."""
-    return {page.translation: "", page.detachment: None, page.attention: None, page.overview: None, page.compare_plot: None,
-            page.candidates: None, page.probabilities: None, page.step_text: None, page.source_tokens: None,
-            page.breadcrumb: gr.update(choices=[], value=None, visible=False), page.comparison: None,
+    return {page.translation: "", page.detachment: None, page.attention: None, page.overview: None,
+            page.compare_plot: None, page.candidates: None, page.probabilities: None, page.step_text: None,
+            page.source_tokens: None, page.breadcrumb: gr.update(choices=[], value=None, visible=False), page.comparison: None,
             page.comparison_plot: None, page.importance_plot: None,
             page.masked_translation: gr.update(value=None, visible=False),
             page.mask_effect_plot: None, page.n_best: None, page.beam_steps: None, page.branch_word: "",

@@ -90,7 +90,8 @@ class Prediction:
         batch = source.size(0)
         src, tgt = self.src.expand(batch, -1), self.tgt.expand(batch, -1)
         memory, src_mask, _ = self.model.encode(src, gates=self.gates, embedded=source)
-        last = torch.full((batch,), tgt.size(1) - 1, device=self.device)  # step t's prediction: the output layer there alone
+        # step t's prediction: the output layer there alone
+        last = torch.full((batch,), tgt.size(1) - 1, device=self.device)
         logits, _ = self.model.decode(tgt, memory, src_mask, gates=self.gates, embedded=target, positions=last)
         log_probs = next_token_logits(logits).log_softmax(-1)
         score = log_probs[:, self.token]
@@ -157,7 +158,8 @@ def attribute_steps(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
                 for i, t in enumerate(rows.tolist())]
 
     results = []
-    for rows in torch.arange(count, device=prediction.device).chunk(PASSES if progress is not None else 1):  # each pass's rows over the cores
+    passes = torch.arange(count, device=prediction.device).chunk(PASSES if progress is not None else 1)
+    for rows in passes:  # each pass's rows over the cores
         for attributed in shared([functools.partial(rows_attributed, part) for part in rows.chunk(parts())]):
             results += attributed
         if progress is not None:

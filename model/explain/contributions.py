@@ -133,7 +133,8 @@ def alti_plus_pass(model: Transformer, src_ids: list[int], tgt_ids: list[int], g
         encoder = block @ encoder
         encoder_layers.append(encoder)
     sources, targets = len(src_ids), len(tgt_ids)
-    flow, decoder_layers = torch.eye(sources + targets, device=device), []  # rows: source tokens (fixed), then decoder positions
+    # rows: source tokens (fixed), then decoder positions
+    flow, decoder_layers = torch.eye(sources + targets, device=device), []
     for i, layer in enumerate(model.decoder_layers):
         stream = recorded.decoder_stream[i, 0]  # (4, T, d): entering, after self-, after cross-attention, output
         mixing = block_contributions(gated(gates, DECODER, i, recorded.decoder[i, 0]),

@@ -532,7 +532,8 @@ class TraceBatch:
                 caches[i] = torch.cat(kept + [torch.zeros(empty, device=self.device)])
         new = len(self.waiting)
         none = torch.empty(0, dtype=torch.long, device=self.device)
-        self.previous = torch.cat([self.previous if self.rows else none, torch.full((new,), SOS_ID, device=self.device)])
+        self.previous = torch.cat([self.previous if self.rows else none,
+                                   torch.full((new,), SOS_ID, device=self.device)])
         self.positions = torch.cat([self.positions if self.rows else none,
                                     torch.zeros(new, dtype=torch.long, device=self.device)])
         self.rows, self.waiting = rows, []
@@ -570,5 +571,5 @@ class TraceBatch:
                 setattr(self, attribute, None)
             else:
                 shape = self.model.heads()[kind]
-                setattr(self, attribute, torch.stack([torch.ones(shape, device=self.device) if gate is None else gate for gate in gates],
-                                                     dim=1))
+                setattr(self, attribute, torch.stack([torch.ones(shape, device=self.device) if gate is None else gate
+                                                      for gate in gates], dim=1))
