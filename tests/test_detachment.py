@@ -139,9 +139,11 @@ def test_the_page_marks_a_detached_translation_and_says_its_threshold(events):
     out = events.translate("A dog runs in the park.")
     session = out["session"]
     assert "It rests on its source" in out["detachment"]["verdict"] and "not calibrated" in out["detachment"]["verdict"]
-    # A decoding made from it (a branch) is scored in its turn.
+    # Each decoding made from it (a branch, heads off) is scored in its turn, its line drawn beside the rest.
     branched = events.run(operations.branch, session, "kind")
     assert branched["session"].current.detachment is not None and branched["detachment"]["verdict"]
+    masked = events.run(operations.set_mask, session, ["cross.1.1", "cross.2.3"])
+    assert masked["session"].current.mask and masked["detachment"]["verdict"] and masked["mask_effect_plot"]
 
 
 def test_the_command_ranks_pairs_most_detached_first_and_writes_csv_and_json(toy_checkpoints, tmp_path):
