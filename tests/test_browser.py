@@ -110,6 +110,7 @@ def test_a_first_visit_shows_a_translated_example(page, services):
     steps = len(services.translators[MODEL].trace(example).target_tokens)
     step = min(FIRST_STEP, steps)
     assert f"step {step} of {steps}" in wait_for_step(page, step)["title"]
+    assert "score" in page.locator("#detachment .detachment-verdict").inner_text()  # scored as every decoding is
 
 
 @pytest.mark.parametrize("kind,head", [(CROSS, MEAN), (DECODER, 2), (ENCODER, 0), (CROSS, ALL_HEADS),

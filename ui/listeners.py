@@ -482,7 +482,8 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
         return stale(page)
     if revisions.latest != revision:  # the user translated (or pressed Stop) before the page's first answer came
         return stale(page)
-    session = replace(session, revision=revision) if session is not None else None
+    if session is not None:  # as `answer` does for every other event's decoding
+        session = replace(operations.with_detachment(services, session), revision=revision)
     updates = {**render(page, services, None, session, message), page.session: packed(session, revisions),
                page.revision: revision}
     if session is not None and session.compare is not None:  # a link that compares opens on Compare models

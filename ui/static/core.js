@@ -3,9 +3,9 @@
 // with the revision of the state it belongs to and the parts an answer changed ("translation", "status",
 // "detachment": a verdict line and the translation's tokens or words, each [text, marked, what it scored],
 // "steps": every step's line, "attention" and "candidates": figures' JSON); parts it leaves out stay as they are.
-// Text is set as text, never as HTML. An answer of an older revision than the one
-// drawn is dropped: a late answer never draws over a newer state. The figures are drawn by the page's shared
-// figures (ui/static/figures.js), at the page's step, and again on every "attention-inspector-step" event.
+// Text is set as text, never as HTML. An answer of an older revision than the one drawn is dropped: a late answer
+// never draws over a newer state. The figures are drawn by the page's shared figures (ui/static/figures.js), at
+// the page's step, and again on every "attention-inspector-step" event.
 const inspector = window.attentionInspector;
 const figures = inspector.figures;
 const shown = { revision: -1, translation: "", status: "", steps: [], attention: null, candidates: null };
