@@ -90,3 +90,28 @@ def test_a_wheel_installed_in_a_fresh_venv_outside_the_checkout_runs_its_command
     assert "2 pairs scored" in ranked.stdout and (away / "ranked.csv").read_text().count("\n") == 3
     unserved = run("serve")  # no checkout beside the installed packages, none here: it says where to look
     assert unserved.returncode != 0 and "No checkpoints found" in unserved.stderr and "--checkpoints" in unserved.stderr
+
+
+def test_the_python_api_answers_as_the_http_api_does(server, toy_checkpoints):
+    import json
+
+    import attention_inspector
+    from tests.test_http_api import call
+
+    model = attention_inspector.load(toy_checkpoints[0] / "toy-en-de")
+    text, other = "A man plays with a red ball.", "A woman plays with a red ball."
+    tokens = model.trace(text)["target_tokens"]
+    asked = {"trace": ({"text": text, "mask": ["cross.1.2"], "units": "words"}),
+             "detach": ({"text": text, "translation": "ein mann spielt mit ball ."}),
+             "score": ({"text": text, "target_tokens": tokens}),
+             "beam": ({"text": text, "beam_size": 2}),
+             "attribute": ({"text": text, "method": "saliency", "step": 2}),
+             "patch": ({"text": text, "counterfactual": other})}
+    for endpoint, arguments in asked.items():
+        event, answer = call(server, f"v2/{endpoint}", json.dumps({"model": "toy-en-de", **arguments}))
+        assert event == "complete", (endpoint, answer)
+        assert json.loads(json.dumps(getattr(model, endpoint)(**arguments))) == answer[0], endpoint
+    with pytest.raises(ValueError, match="empty"):
+        model.trace("   ")
+    with pytest.raises(ValueError, match="No checkpoint 'nowhere'"):
+        attention_inspector.load("nowhere")

@@ -1,0 +1,88 @@
+"""The Python API: a checkpoint asked as the JSON API is asked, without a server.
+
+    import attention_inspector
+
+    model = attention_inspector.load("en-de")            # a shipped checkpoint by name, or a checkpoint folder
+    result = model.trace("A dog runs in the park.")      # the same dict as POST /trace answers
+    model.detach("A dog runs in the park.", "Ein Hund rennt im Park.")
+    model.score(text, tokens), model.beam(text), model.attribute(text), model.patch(text, counterfactual)
+
+Each method takes its endpoint's arguments (docs/api.md), the model's name aside, and returns the endpoint's
+answer, the same values (ui/api.py computes both). A bad argument raises ValueError with the endpoint's message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from model.nets.devices import chosen_device
+from model.serving.checkpoint import load_checkpoint
+from model.serving.translator import Translator
+from ui.api import endpoints
+from ui.serve import CHECKOUT_CHECKPOINTS
+from ui.services import Services
+
+
+class Model:
+    """One checkpoint and the JSON API's answers about it (`load`)."""
+
+    def __init__(self, translator: Translator, name: str):
+        self.name, self.translator = name, translator
+        self._endpoints = {function.__name__: function for function in endpoints(Services({name: translator}))}
+
+    def __repr__(self) -> str:
+        return f"<attention_inspector.Model {self.name!r}: {self.translator.parameters / 1e6:.1f}M parameters>"
+
+    def _answer(self, endpoint: str, *arguments, **options) -> dict:
+        try:
+            return self._endpoints[endpoint](self.name, *arguments, **options)
+        except gr.Error as error:
+            raise ValueError(error.message) from None
+
+    def trace(self, text: str, force: list[str] | None = None, mask: list[str] | None = None,
+              contributions: bool | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
+              units: str | None = None) -> dict:
+        """The greedy translation of `text`, every attention map and its detachment: `/trace`."""
+        return self._answer("trace", text, force, mask, contributions, src_lang, tgt_lang, units)
+
+    def detach(self, text: str, translation: str | list[str], mask: list[str] | None = None,
+               src_lang: str | None = None, tgt_lang: str | None = None, units: str | None = None) -> dict:
+        """Whether `translation` rests on `text`: `/detach`."""
+        return self._answer("detach", text, translation, mask, src_lang, tgt_lang, units)
+
+    def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None, src_lang: str | None = None,
+              tgt_lang: str | None = None) -> dict:
+        """The teacher-forced log-probability of each of `target_tokens`: `/score`."""
+        return self._answer("score", text, target_tokens, mask, src_lang, tgt_lang)
+
+    def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None,
+             src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
+        """Beam search, the n-best list and the beam after every step: `/beam`."""
+        return self._answer("beam", text, beam_size, mask, src_lang, tgt_lang)
+
+    def attribute(self, text: str, method: str = "integrated_gradients", step: int | None = None,
+                  contrast: str | None = None, units: str | None = None, mask: list[str] | None = None,
+                  src_lang: str | None = None, tgt_lang: str | None = None,
+                  target: str | list[str] | None = None) -> dict:
+        """Gradient attributions of one step or every step: `/attribute`."""
+        return self._answer("attribute", text, method, step, contrast, units, mask, src_lang, tgt_lang, target)
+
+    def patch(self, text: str, counterfactual: str, step: int | None = None, target: str | list[str] | None = None,
+              token: str | None = None, contrast: str | None = None, src_lang: str | None = None,
+              tgt_lang: str | None = None) -> dict:
+        """Activation patching per head against `counterfactual`: `/patch`."""
+        return self._answer("patch", text, counterfactual, step, target, token, contrast, src_lang, tgt_lang)
+
+
+def load(name_or_folder: str | Path, device: str | None = None) -> Model:
+    """A checkpoint: a shipped one by name ("en-de", from a checkout's checkpoints/) or a checkpoint folder (a
+    converted Hub model's too), on `device` (cpu, cuda, cuda:N; default: `DEVICE`, else a GPU where there is one)."""
+    folder = Path(name_or_folder)
+    if not folder.is_dir() and (CHECKOUT_CHECKPOINTS / str(name_or_folder)).is_dir():
+        folder = CHECKOUT_CHECKPOINTS / str(name_or_folder)
+    if not folder.is_dir():
+        raise ValueError(f"No checkpoint {str(name_or_folder)!r}: give a checkpoint folder, or the name of one in "
+                         f"{CHECKOUT_CHECKPOINTS}")
+    return Model(load_checkpoint(folder, chosen_device(device)), folder.name)
