@@ -48,7 +48,8 @@ def checkpoints_folder(given: str | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None, name: str = "app.py") -> None:
-    parser = argparse.ArgumentParser(prog=name, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=name, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", help="the folder of checkpoint folders (default: CHECKPOINTS, else the "
                                               "checkout's checkpoints/, else ./checkpoints)")
     args = parser.parse_args(argv)
