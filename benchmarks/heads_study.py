@@ -88,14 +88,9 @@ def main() -> None:
     loop_s, looped = timed(loop)
     worst = max(abs(batched[name] - looped[name]) for name in names)
 
-    def bleus_together() -> dict[str, float]:  # --bleu-per-head now: several heads per decoding
-        together = {}
-        for first in range(0, len(names), args.heads_per_decoding):
-            group = names[first:first + args.heads_per_decoding]
-            together |= dict(zip(group, heads.greedy_bleus(translator, sources, references,
-                                                           [head_gates(translator.model, [n]) for n in group])))
-        return together
-    together_s, together = timed(bleus_together)
+    # --bleu-per-head now: several heads per decoding
+    together_s, together = timed(lambda: heads.bleus_per_head(translator, sources, references, names,
+                                                              args.heads_per_decoding))
     bleu_worst = max(abs(together[name] - looped_bleus[name]) for name in names)
     print("| part | seconds |")
     print("|---|---|")

@@ -29,6 +29,7 @@ import datetime
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,21 @@ def greedy_bleus(translator: Translator, sources: list[list[str]], references: l
     mine = [sources[i] for i in ranks.block(len(sources))]
     translated = translator.greedy_tokens(mine, gate_sets, **(direction or {}))
     return [score(translator, ranks.gather(tokens), references)["bleu_tok_lc"] for tokens in translated]
+
+
+def bleus_per_head(translator: Translator, sources: list[list[str]], references: list[str], names: list[str],
+                   per_decoding: int = HEADS_PER_DECODING, ranks: Ranks = Ranks(), direction: dict | None = None,
+                   advance: Callable[[dict[str, float]], None] = lambda measured: None) -> dict[str, float]:
+    """`greedy_bleu` with each head of `names` switched off alone, `per_decoding` heads per decoding (each in its
+    own copy of the sentences); `advance` told each decoding's heads' BLEUs as they come."""
+    bleus = {}
+    for first in range(0, len(names), per_decoding):
+        group = names[first:first + per_decoding]
+        gate_sets = [head_gates(translator.model, [name]) for name in group]
+        measured = dict(zip(group, greedy_bleus(translator, sources, references, gate_sets, ranks, direction)))
+        bleus |= measured
+        advance(measured)
+    return bleus
 
 
 def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ranks()) -> dict[str, float]:
@@ -345,12 +361,11 @@ def main(argv: list[str] | None = None) -> None:
     pending = [name for name in names if name not in bleus] if args.bleu_per_head else []
     with tqdm(total=len(pending), desc="BLEU, one head off", unit="head", file=sys.stderr,
               disable=not ranks.main or not pending) as bar:
-        for first in range(0, len(pending), args.heads_per_decoding):
-            group = pending[first:first + args.heads_per_decoding]
-            gate_sets = [head_gates(translator.model, [name]) for name in group]
-            bleus |= dict(zip(group, greedy_bleus(translator, sources, references, gate_sets, ranks, direction)))
+        def kept(measured: dict[str, float]) -> None:  # each decoding's BLEUs into the resume file
+            bleus.update(measured)
             progress.put("bleu", bleus)
-            bar.update(len(group))
+            bar.update(len(measured))
+        bleus_per_head(translator, sources, references, pending, args.heads_per_decoding, ranks, direction, kept)
     for name in names if args.bleu_per_head else []:
         heads[name]["bleu_change"] = round(bleus[name] - base_bleu, 2)
     order = sorted(names, key=lambda name: importance[name])  # least important first

@@ -24,7 +24,6 @@ combination is the geometric mean of the token's source share and its probabilit
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,9 +59,7 @@ class Detachment:
         if detector == ATTENTION:
             return float(self.attention_peaks.mean())
         if detector == COMBINED:
-            probability = math.exp(float(self.log_probabilities.mean()))
-            share = self.score(SOURCE_SHARE)
-            return probability if share is None else math.sqrt(max(share, 0.0) * probability)
+            return float(combined(self.score(SOURCE_SHARE), self.score(LOG_PROBABILITY)))
         raise ValueError(f"detector must be one of {', '.join(DETECTORS)}, not {detector!r}")
 
     def scores(self) -> dict[str, float | None]:
@@ -79,8 +76,9 @@ class Detachment:
         return self.score(COMBINED) < thresholds["sentence"], self.token_signal() < thresholds["token"]
 
 
-def combined(shares: np.ndarray | None, log_probabilities: np.ndarray) -> np.ndarray:
-    """Per token (or word: its pieces' mean share and summed log-probability), √(share × probability)."""
+def combined(shares: np.ndarray | float | None, log_probabilities: np.ndarray | float) -> np.ndarray:
+    """Per token (or word: its pieces' mean share and summed log-probability; or sentence: its means),
+    √(share × probability)."""
     probability = np.exp(log_probabilities)
     return probability if shares is None else np.sqrt(np.clip(shares, 0.0, None) * probability)
 

@@ -352,10 +352,11 @@ class Translator:
         model can spell no word of, or one past the length limit."""
         tokens = self.source_tokens(text, src_lang, tgt_lang)
         given = self.in_pieces(checked_strings(translation, "translation"))
-        if not [token for token in given if token != "<eos>"]:
+        written = [token for token in given if token != "<eos>"]
+        if not written:
             raise InputError("Give a translation to score: it is empty.")
         unknown = [token for token in given if token not in self.tgt_vocab]
-        if len(unknown) == len([token for token in given if token != "<eos>"]):
+        if len(unknown) == len(written):
             raise InputError(f"The model knows no word of this translation ({', '.join(map(repr, unknown[:5]))}"
                              f"{', ...' if len(unknown) > 5 else ''}): it cannot say how the translation rests on "
                              "the source. Is it in the model's target language?")
