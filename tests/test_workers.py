@@ -86,7 +86,6 @@ def test_at_exit_the_workers_are_stopped_and_none_is_forked_to_replace_them(toy_
     hook kills them; killed, their readers used to fork replacements while the interpreter shut down."""
     script = ("import atexit, os, torch; from model.serving.checkpoint import load_all; "
               "from model.serving.workers import TracePool; "
-              "torch.set_num_threads(1); "  # a fork after torch's threads have run may hang the worker
               "report = lambda: print(pool.worker_pids() == pids, *map(alive, pids), flush=True); "
               "alive = lambda pid: os.path.exists(f'/proc/{pid}') and "
               "open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'; "
@@ -97,6 +96,21 @@ def test_at_exit_the_workers_are_stopped_and_none_is_forked_to_replace_them(toy_
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "False"]  # the same workers, both ended
+
+
+def test_a_worker_forked_after_torch_has_run_its_threads_traces(toy_checkpoints):
+    """Workers are forked again after the app has computed (a model loaded, a dead worker replaced). A forked child
+    inherits the parent's OpenMP thread pool without its threads, and its first parallel matrix product waited for
+    them for ever: the page's translations hung. A worker traces on one thread, as it has one core to itself."""
+    script = ("import torch; from model.serving.checkpoint import load_all; "
+              "from model.serving.workers import TracePool; "
+              "torch.set_num_threads(2); torch.nn.Linear(512, 512)(torch.randn(512, 512)); "
+              f"pool = TracePool(load_all({str(toy_checkpoints[0])!r})[0], 1); "
+              "print(pool.trace('toy-en-de', 'A dog runs in the park with a red ball.').text, flush=True)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
 
 
 def test_concurrent_requests_decoded_together_get_their_own_traces(toy_checkpoints):

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 
+import torch
+
 from model.serving.translator import TracedTranslation, Translator
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,12 @@ def _exit_with_parent(parent: int) -> None:
 
 def _serve(connection: Connection, parent: int) -> None:
     """A worker's loop: take every request that has arrived (waiting for one only when nothing is being decoded),
-    then advance each checkpoint's batch by one step and answer the requests that finished."""
+    then advance each checkpoint's batch by one step and answer the requests that finished.
+
+    A worker computes on one thread: it has a core to itself (`load_services`), and a forked process inherits
+    its parent's OpenMP thread pool without the threads, so its first parallel matrix product would wait for them
+    for ever (as PyTorch's DataLoader workers do; a step of a batch is no faster on two threads here)."""
+    torch.set_num_threads(1)
     _exit_with_parent(parent)
     held = _held()
     batches = {name: translator.trace_batch() for name, translator in held.items()
