@@ -30,7 +30,8 @@ class Model:
 
     def __init__(self, translator: Translator, name: str):
         self.name, self.translator = name, translator
-        self._endpoints = {function.__name__: function for function in endpoints(Services({name: translator}))}
+        self.services = Services({name: translator})
+        self._endpoints = {function.__name__: function for function in endpoints(self.services)}
 
     def __repr__(self) -> str:
         return f"<attention_inspector.Model {self.name!r}: {self.translator.parameters / 1e6:.1f}M parameters>"
@@ -68,6 +69,13 @@ class Model:
                   target: str | list[str] | None = None) -> dict:
         """Gradient attributions of one step or every step: `/attribute`."""
         return self._answer("attribute", text, method, step, contrast, units, mask, src_lang, tgt_lang, target)
+
+    def show(self, text: str, **options):
+        """The greedy translation of `text` in the page's core view, inline in a notebook or as a page
+        (attention_inspector/notebook.py `show`, which says the options)."""
+        from attention_inspector.notebook import show
+
+        return show(self, text, **options)
 
     def patch(self, text: str, counterfactual: str, step: int | None = None, target: str | list[str] | None = None,
               token: str | None = None, contrast: str | None = None, src_lang: str | None = None,

@@ -1,0 +1,242 @@
+"""Views in a notebook: the page's core view (translation, status, whether it rests on its source, the step bar,
+the heatmap, the step's line and its candidates; kind, layer and head menus) inline in Jupyter, Colab or VS Code, or
+saved as one HTML file that opens offline. No server: the page's own scripts (ui/static/core.js, figures.js,
+step.js) draw it from one value, and ui/static/notebook.js stands in for Gradio.
+
+    import attention_inspector as ai
+
+    model = ai.load("en-de")
+    ai.show(model, "A dog runs in the park.")                 # step with ←/→ or the slider; kind, layer, head
+    ai.head_view(model, "A dog runs in the park.", layer=2)   # every head of a layer side by side
+    ai.model_view(model, "A dog runs in the park.")           # every layer x head
+    ai.show_trace("trace.json")                               # a trace file, or what model.trace(...) answers
+    ai.show(model, "A dog runs.").write_html("view.html")     # one file, plotly.js inside
+
+Layers and heads count from 1, as the page and the JSON API name them. A view holds the figures of every layer of
+every kind (each head, their mean, all side by side, and every layer x head) up to `FIGURES` of them; a larger model's
+holds the layer it opens on (`layers=[...]` chooses others), and its menus say which layers it holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import html
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import plotly
+
+from model.keys import ALL_HEADS, CROSS, KIND_LABELS, MEAN, choices
+from model.serving.inspect import load_trace
+from model.text.words import BPE, PIECES, SENTENCEPIECE, WHOLE, WORDS
+from ui.operations import drawn, head_menu, set_mask, translate, with_detachment
+from ui.plots import CORE_TEMPLATE, PLOTLY_JS, STATIC
+from ui.render import detachment_part, file_stem
+from ui.session import View
+from viz.views import TraceArrays, translation_frames, view_frames
+
+FIGURES = 200  # the most figures a view holds of every layer; a larger model's holds its chosen layers
+FRAME_PX = 760  # a view's height in a notebook before its page has drawn (then as tall as what it draws)
+CONTROLS = """<div class="notebook-controls">
+<div class="step-bar"><button id="first" type="button" title="First step (Home)">&#xAB;</button>
+<button id="previous" type="button" title="Previous step (&#x2190;)">&#x2039; Prev</button>
+<input id="step" type="range" min="1" step="1" aria-label="Step">
+<button id="next" type="button" title="Next step (&#x2192;)">Next &#x203A;</button>
+<button id="last" type="button" title="Last step (End)">&#xBB;</button><span id="step-number"></span></div>
+<label>Attention <select id="kind"></select></label><label>Layer <select id="layer"></select></label>
+<label>Head <select id="head"></select></label>
+<label><input id="model-view" type="checkbox"> Every layer &#xD7; head</label>
+<p id="notebook-note" class="notebook-note"></p></div>"""
+
+
+@dataclass(frozen=True)
+class NotebookView:
+    """One view, drawn inline by a notebook (`_repr_html_`) or written as a page (`to_html`, `write_html`).
+
+    `value` is what the page draws (ui/static/notebook.js says its parts); `include_plotlyjs` True puts plotly.js
+    inside the page (it opens offline), "cdn" loads it from plotly's CDN (a smaller file, online only)."""
+
+    value: dict
+    title: str
+    include_plotlyjs: bool | str = True
+
+    def to_html(self) -> str:
+        """The view as a whole HTML page."""
+        static = {name: (STATIC / name).read_text() for name in ("style.css", "notebook.css", "figures.js",
+                                                                  "core.js", "step.js", "notebook.js")}
+        packed = base64.b64encode(gzip.compress(json.dumps(self.value).encode(), mtime=0)).decode()
+        return "".join([
+            '<!doctype html><html lang="en"><head><meta charset="utf-8">',
+            f"<title>{html.escape(self.title)}</title>",
+            f"<style>{static['style.css']}{static['notebook.css']}</style>", self._plotly(),
+            f"<script>{static['figures.js']}</script></head><body>",
+            f'<div id="core">{CORE_TEMPLATE.replace("@children", CONTROLS)}</div>',
+            f'<script type="application/octet-stream" id="inspector-value">{packed}</script>',
+            f"<script>const coreView = (element, props, watch) => {{\n{static['core.js']}\n}};\n",
+            f"const stepTo = {static['step.js']};\n{static['notebook.js']}</script></body></html>"])
+
+    def write_html(self, path: str | Path) -> Path:
+        """The view as a page in the file `path`, which opens offline in any browser."""
+        path = Path(path)
+        path.write_text(self.to_html(), encoding="utf-8")
+        return path
+
+    def _repr_html_(self) -> str:
+        """The view in a notebook: its page in a frame of its own (two views never share a step)."""
+        return (f'<iframe srcdoc="{html.escape(self.to_html(), quote=True)}" title="{html.escape(self.title)}" '
+                f'style="width: 100%; height: {FRAME_PX}px; border: 0;"></iframe>')
+
+    def _plotly(self) -> str:
+        if self.include_plotlyjs == "cdn":
+            return f'<script src="https://cdn.plot.ly/plotly-{plotly.offline.get_plotlyjs_version()}.min.js"></script>'
+        if self.include_plotlyjs is True:
+            return f"<script>{PLOTLY_JS.read_text(encoding='utf-8')}</script>"
+        raise ValueError(f"include_plotlyjs must be True or 'cdn', not {self.include_plotlyjs!r}")
+
+
+def show(model, text: str, *, kind: str = CROSS, layer: int | None = None, head: int | str | None = None,
+         step: int | None = None, units: str = PIECES, mask: list[str] | None = None, src_lang: str | None = None,
+         tgt_lang: str | None = None, model_view: bool = False, layers: list[int] | None = None,
+         include_plotlyjs: bool | str = True) -> NotebookView:
+    """The greedy translation of `text` by `model` (what `attention_inspector.load` gives, or a name or folder it
+    takes) in the page's core view, opened on `kind` ("encoder", "decoder", "cross"), `layer` and `head` (from 1,
+    or "mean" or "all"; default: the head the page opens on), at `step` (from 1), in `units` ("pieces" or
+    "words"), with the heads of `mask` switched off (["cross.2.5", ...]), every layer x head with `model_view`.
+    A ValueError says what is wrong with an argument, as the page would."""
+    from attention_inspector.api import Model, load
+
+    model = model if isinstance(model, Model) else load(model)
+    services = model.services
+    session, said = translate(services, None, model.name, text, src_lang=src_lang, tgt_lang=tgt_lang)
+    if session is None:
+        raise ValueError(said)
+    if mask:
+        session, said = set_mask(services, session, list(mask))
+        if not session.current.mask:
+            raise ValueError(said)
+    session = with_detachment(services, session)
+    session = session.with_view(_chosen(session.trace, session.view, kind, layer, head, step, units))
+    trace, _, _ = drawn(session)
+    return _view(trace, session.current.text, said, detachment_part(session), session.view, model_view, layers,
+                 file_stem(session), f"{model.name}: {text}", include_plotlyjs)
+
+
+def head_view(model, text: str, *, layer: int | None = None, kind: str = CROSS, **options) -> NotebookView:
+    """Every head of one layer side by side (`show` with head "all"), stepping through the decoding."""
+    return show(model, text, kind=kind, layer=layer, head=ALL_HEADS, **options)
+
+
+def model_view(model, text: str, *, kind: str = CROSS, **options) -> NotebookView:
+    """Every layer x head of one kind of attention at once (`show` with `model_view`), stepping through the
+    decoding."""
+    return show(model, text, kind=kind, model_view=True, **options)
+
+
+def show_trace(trace, *, kind: str = CROSS, layer: int | None = None, head: int | str | None = None, step: int = 1,
+               units: str = PIECES, model_view: bool = False, layers: list[int] | None = None,
+               include_plotlyjs: bool | str = True) -> NotebookView:
+    """A trace in the core view: a trace file the page exported or model/serving/inspect.py wrote (its path, or
+    what `load_trace` read from it), or what `Model.trace` (the JSON API's /trace) answered, in pieces. Opens on
+    `kind`, `layer` (default the last), `head` and `step` as `show` does."""
+    record = load_trace(trace) if isinstance(trace, (str, Path)) else trace
+    if not isinstance(record, dict) or "cross_attention" not in record:
+        raise ValueError("show_trace takes a trace file, what load_trace read from one, or what Model.trace "
+                         f"answered, not {type(trace).__name__}")
+    if record.get("units", PIECES) == WORDS and "words" not in record:
+        raise ValueError("This trace's maps are merged into words: ask Model.trace without units and show it with "
+                         "units='words'.")
+    arrays = {name: None if record[name] is None else np.asarray(record[name], dtype=np.float32)
+              for name in ("probabilities", "top_probabilities", "encoder_attention", "decoder_attention",
+                           "cross_attention")}
+    scheme = record["words"]["scheme"] if "words" in record else _scheme(record["source_tokens"])
+    arrays_trace = TraceArrays(
+        source_tokens=record["source_tokens"], decoder_tokens=record["decoder_input_tokens"],
+        target_tokens=record["target_tokens"], probabilities=arrays["probabilities"], top_tokens=record["top_tokens"],
+        top_probabilities=arrays["top_probabilities"], encoder=arrays["encoder_attention"],
+        decoder=arrays["decoder_attention"], cross=arrays["cross_attention"],
+        switched_off=frozenset(record.get("mask") or ()), forced=int(record.get("forced") or 0), scheme=scheme,
+        units=PIECES)
+    view = _chosen(arrays_trace, View(CROSS, arrays_trace.layers(CROSS) - 1), kind, layer, head, step, units)
+    arrays_trace = replace(arrays_trace, units=view.units)
+    name = record.get("checkpoint") or "trace"
+    source = record.get("source") or " ".join(record["source_tokens"])
+    said = (f"A trace{f' of {name}' if record.get('checkpoint') else ''}: {arrays_trace.steps} steps"
+            + (f", heads off: {', '.join(sorted(record['mask']))}" if record.get("mask") else "") + ".")
+    stem = f"{name}_{'-'.join(re.findall(r'[a-z0-9]+', source.lower())[:4]) or 'trace'}"
+    return _view(arrays_trace, record.get("translation", ""), said, None, view, model_view, layers, stem,
+                 f"{name}: {source}", include_plotlyjs)
+
+
+def _view(trace: TraceArrays, translation: str, status: str, detachment: dict | None, view, model_view: bool,
+          layers: list[int] | None, stem: str, title: str, include_plotlyjs: bool | str) -> NotebookView:
+    """The value the page draws: the core view's parts as the page's answer gives them, and every view's figure
+    the menus can open, built as the page builds them (viz/views.py `view_frames`)."""
+    kinds = trace.available()
+    every = sum(trace.layers(k) * len(head_menu(trace, k, 0)) for k in kinds) <= FIGURES
+    most = max(trace.layers(k) for k in kinds)
+    chosen = None if layers is None else sorted({_counted(layer, "layer", most) for layer in layers})
+    embedded = {k: list(range(trace.layers(k))) if chosen is None and every
+                else [layer for layer in (chosen or [view.layer]) if layer < trace.layers(k)]
+                or [trace.layers(k) - 1] for k in kinds}
+    figures = {}
+    for k in kinds:
+        for layer in embedded[k]:
+            for index, (_, head) in enumerate(head_menu(trace, k, 0)):
+                frames = view_frames(trace, k, layer, head, model_view=index == 0 and layer == embedded[k][0],
+                                     file_stem=stem)
+                figures[f"{k}/{layer}/{head}"] = frames["attention"]
+                if frames["overview"] is not None:
+                    figures[f"{k}/model"] = frames["overview"]
+    held = [f"{KIND_LABELS[k].lower()}: layer{'s' * (len(embedded[k]) > 1)} "
+            f"{', '.join(str(layer + 1) for layer in embedded[k])}" for k in kinds
+            if len(embedded[k]) < trace.layers(k)]
+    note = ("This view holds " + "; ".join(held) + ". show(..., layers=[...]) holds others (a larger file)."
+            if held else "")
+    shown_layer = view.layer if view.layer in embedded[view.kind] else embedded[view.kind][-1]
+    key = f"{view.kind}/model" if model_view else f"{view.kind}/{shown_layer}/{view.head}"
+    frames = translation_frames(trace)
+    core = {"revision": 1, "translation": translation, "status": status, "detachment": detachment,
+            "steps": frames["description"], "candidates": frames["candidates"], "attention": figures[key]}
+    value = {"core": core, "note": note, "figures": figures, "embedded": embedded,
+             "view": {"kind": view.kind, "layer": shown_layer, "head": view.head, "step": view.step,
+                      "model": bool(model_view)},
+             "menus": {"kinds": choices(KIND_LABELS, kinds),
+                       **{k: {"layers": [(f"Layer {i + 1}", i) for i in range(trace.layers(k))],
+                              "heads": head_menu(trace, k, 0)} for k in kinds}}}
+    return NotebookView(value, title, include_plotlyjs)
+
+
+def _chosen(trace: TraceArrays, view: View, kind: object, layer: object, head: object, step: object,
+            units: object) -> View:
+    """`view` with what was asked (layers, heads and steps from 1; None keeps the view's), or a ValueError saying
+    what the trace has."""
+    if kind not in trace.available():
+        raise ValueError(f"kind is one of {', '.join(trace.available())} for this model, not {kind!r}")
+    if units not in (PIECES, WORDS):
+        raise ValueError(f"units is 'pieces' or 'words', not {units!r}")
+    heads = [MEAN, ALL_HEADS] * (trace.heads(kind) > 1)
+    if head is not None and head not in heads:
+        head = _counted(head, "head", trace.heads(kind), f"; or one of {', '.join(heads)}" if heads else "")
+    return replace(view, kind=kind, layer=view.layer if layer is None else _counted(layer, "layer",
+                                                                                    trace.layers(kind)),
+                   head=view.head if head is None else head, units=units,
+                   step=view.step if step is None else _counted(step, "step", trace.steps) + 1).normalize(trace)
+
+
+def _counted(number: object, what: str, count: int, besides: str = "") -> int:
+    """A layer, head or step counted from 1 (of `count`), as an index."""
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= count:
+        raise ValueError(f"{what} counts from 1 to {count} here{besides}, not {number!r}")
+    return number - 1
+
+
+def _scheme(tokens: list[str]) -> str:
+    """How a trace's tokens make words, where it does not say (what /trace answers): sentencepiece pieces start a
+    word with "▁", byte-pair pieces go on with "@@"."""
+    if any(token.startswith("▁") for token in tokens):
+        return SENTENCEPIECE
+    return BPE if any(token.endswith("@@") for token in tokens) else WHOLE

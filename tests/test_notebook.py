@@ -1,0 +1,227 @@
+"""The notebook views (attention_inspector/notebook.py): the page's own figures and parts in one value, drawn by the
+page's own scripts in Chromium from a file and from a notebook's output, stepping with → and the menus; the example
+notebook executed as a user runs it; bad arguments refused with a reason."""
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attention_inspector as ai
+from attention_inspector import notebook
+from model.serving.inspect import encode, load_trace, trace_record
+from tests.conftest import CHROMIUM, CHROMIUM_ARGS
+from viz.views import OFF
+
+TEXT = "A dog runs in the park."
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def toy(toy_checkpoints):
+    return ai.load(toy_checkpoints[0] / "toy-en-de")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not shutil.which(CHROMIUM) and not os.environ.get("CI"):
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def expect(locator):
+    from playwright.sync_api import expect as expected
+
+    return expected(locator)
+
+
+def opened(browser, path: Path):
+    """A page of `path`, once its view has drawn; the script errors it met are in `page.errors`."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.goto(path.as_uri())
+    return page
+
+
+def title(frame) -> str:
+    return frame.locator("#attention .gtitle").first.text_content()
+
+
+def test_the_view_is_the_pages_own_answer(toy, events):
+    """The core view's parts and the heatmap are the page's answer for the same sentence and view, and every entry
+    of the menus opens a figure the page would draw."""
+    answer = events.translate(TEXT, view=("cross", 1, "mean", "weights", 2, False, "pieces"))
+    view = toy.show(TEXT, kind="cross", layer=2, head="mean", step=2)
+    core, value = view.value["core"], view.value
+    assert core["translation"] == answer["translation"]
+    assert core["attention"] == answer["attention"]
+    assert core["candidates"] == answer["candidates"] and json.dumps(core["steps"]) == answer["step_text"]
+    assert core["detachment"]["verdict"].startswith(("It rests on its source", "Detached from its source?"))
+    assert value["view"] == {"kind": "cross", "layer": 1, "head": "mean", "step": 2, "model": False}
+    trace = answer["session"].trace
+    for kind in trace.available():
+        assert value["embedded"][kind] == list(range(trace.layers(kind)))  # a small model: every layer
+        for layer in range(trace.layers(kind)):
+            for _, head in value["menus"][kind]["heads"]:
+                assert json.loads(value["figures"][f"{kind}/{layer}/{head}"])["data"]
+        assert f"{kind}/model" in value["figures"]
+    shown = events.view(answer["session"], "decoder", 0, 1, "weights", 2, False, "pieces")
+    assert value["figures"]["decoder/0/1"] == shown["attention"]
+
+
+def test_words_heads_off_and_the_views_of_every_head(toy):
+    words = toy.show(TEXT, units="words", mask=["cross.1.1"], layer=1, head=1)
+    assert words.value["core"]["status"].startswith("1 head off")
+    assert OFF in words.value["core"]["attention"]  # the head switched off, as the page says it
+    head_view = ai.head_view(toy, TEXT, layer=1)
+    assert head_view.value["core"]["attention"] == head_view.value["figures"]["cross/0/all"]
+    model_view = ai.model_view(toy, TEXT, kind="encoder")
+    assert model_view.value["view"]["model"] and model_view.value["view"]["kind"] == "encoder"
+    assert model_view.value["core"]["attention"] == model_view.value["figures"]["encoder/model"]
+
+
+def test_a_large_model_holds_the_layer_it_opens_on_and_says_so(toy, monkeypatch):
+    monkeypatch.setattr(notebook, "FIGURES", 10)
+    view = toy.show(TEXT, layer=2)
+    assert view.value["embedded"]["cross"] == [1] and set(view.value["embedded"]) == {"encoder", "decoder", "cross"}
+    assert "show(..., layers=[...])" in view.value["note"] and "layer 2" in view.value["note"]
+    chosen = toy.show(TEXT, layers=[1, 2])
+    assert chosen.value["embedded"]["cross"] == [0, 1] and "cross/0/mean" in chosen.value["figures"]
+
+
+def test_a_trace_file_and_the_apis_trace_show_as_the_model_does(toy, tmp_path):
+    shown = toy.show(TEXT, layer=2, head=1, step=3)
+    asked = toy.trace(TEXT)
+    from_api = ai.show_trace(asked, layer=2, head=1, step=3)
+    translator = toy.translator
+    traced = translator.trace(TEXT)
+    record = trace_record("toy-en-de", translator.model.config.to_dict(), TEXT, traced.text,
+                          source_tokens=traced.source_tokens, target_tokens=traced.target_tokens,
+                          top_tokens=traced.top_tokens, probabilities=traced.trace.probabilities,
+                          top_probabilities=traced.trace.top_probabilities,
+                          encoder_attention=traced.trace.encoder_attention,
+                          decoder_attention=traced.trace.decoder_attention,
+                          cross_attention=traced.trace.cross_attention, scheme=traced.scheme)
+    (tmp_path / "trace.npz").write_bytes(encode(record, "npz"))
+    from_file = ai.show_trace(tmp_path / "trace.npz", layer=2, head=1, step=3)
+    assert load_trace(tmp_path / "trace.npz")["translation"] == traced.text
+    expected = json.loads(shown.value["core"]["attention"])
+    for view in (from_api, from_file):
+        assert view.value["core"]["translation"] == shown.value["core"]["translation"]
+        figure = json.loads(view.value["core"]["attention"])
+        assert figure["layout"]["meta"]["titles"] == expected["layout"]["meta"]["titles"]
+        assert figure["data"][0]["x"] == expected["data"][0]["x"]
+        np.testing.assert_allclose(figure["data"][0]["z"], expected["data"][0]["z"], atol=1e-4)  # /trace rounds
+
+
+@pytest.mark.parametrize("arguments, said", [
+    ({"kind": "self"}, "kind is one of encoder, decoder, cross"),
+    ({"layer": 0}, "layer counts from 1 to 2"), ({"layer": 9}, "layer counts from 1 to 2"),
+    ({"head": 99}, "head counts from 1 to"), ({"head": "every"}, "or one of mean, all"),
+    ({"units": "letters"}, "units is 'pieces' or 'words'"), ({"step": 0}, "step counts from 1"),
+    ({"layers": [7]}, "layer counts from 1 to 2"), ({"mask": ["cross.9.9"]}, "cross.9.9"),
+])
+def test_a_bad_argument_is_refused_with_its_reason(toy, arguments, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        toy.show(TEXT, **arguments)
+
+
+def test_bad_sentences_and_traces_are_refused_with_their_reason(toy, toy_checkpoints):
+    with pytest.raises(ValueError, match="empty"):
+        toy.show("   ")
+    with pytest.raises(ValueError, match="show_trace takes a trace file"):
+        ai.show_trace(42)
+    with pytest.raises(ValueError, match="merged into words"):
+        ai.show_trace(toy.trace(TEXT, units="words"))
+    with pytest.raises(ValueError, match="kind is one of cross"):
+        ai.show(toy_checkpoints[0] / "toy-rnn", TEXT, kind="encoder")  # a GRU has cross-attention only
+    with pytest.raises(ValueError, match="include_plotlyjs"):
+        toy.show(TEXT, include_plotlyjs="inline").to_html()
+
+
+def test_user_text_is_never_html(toy):
+    page = toy.show("<script>alert(1)</script> A dog.").to_html()
+    assert "<script>alert(1)</script>" not in page  # the title escaped, the value packed
+
+
+@pytest.mark.slow
+def test_the_page_draws_steps_and_switches_views_in_chromium(toy, browser, tmp_path):
+    view = toy.show(TEXT, layer=2, head=1, step=2)
+    page = opened(browser, view.write_html(tmp_path / "view.html"))
+    page.wait_for_selector("body[data-ready=true]")
+    page.wait_for_selector("#attention .main-svg")
+    trace = toy.trace(TEXT)
+    assert page.locator("#translation textarea").input_value() == trace["translation"]
+    assert "layer 2, head 1" in title(page) and "step 2 of" in title(page)
+    keys = page.locator("#attention .xtick text").all_text_contents()
+    assert keys == [token for token in trace["source_tokens"]]
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#step-number")).to_have_text(re.compile("^Step 3 of"))
+    expect(page.locator("#attention .gtitle").first).to_contain_text("step 3 of")
+    expect(page.locator("#step-text .step-text")).to_have_text(re.compile("^step 3 of"))
+    assert page.locator("#step").input_value() == "3"
+    page.select_option("#kind", "encoder")
+    expect(page.locator("#attention .gtitle").first).to_have_text(re.compile("^Encoder self-attention, layer 2"))
+    page.check("#model-view")
+    expect(page.locator("#attention .gtitle").first).to_contain_text("all layers x heads")
+    assert page.locator("#head").is_disabled() and page.locator("#layer").is_disabled()
+    assert page.errors == []
+
+
+@pytest.mark.slow
+def test_a_notebook_runs_the_example_and_its_view_draws_inline(browser, tmp_path, monkeypatch):
+    """docs/notebook.ipynb executed as Jupyter runs it (nbclient, a fresh kernel): its views are its outputs, and
+    the first, put in a page as a notebook puts it, draws in its frame, grows to its height and steps with →."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    book = nbformat.read(ROOT / "docs" / "notebook.ipynb", as_version=4)
+    nbclient.NotebookClient(book, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    views = [output["data"]["text/html"] for cell in book.cells if cell.cell_type == "code"
+             for output in cell.get("outputs", []) if "text/html" in output.get("data", {})]
+    assert len(views) >= 4 and all(view.startswith("<iframe srcdoc=") for view in views)
+    assert (tmp_path / "view.html").stat().st_size > 1e6  # the example writes one as a file, plotly.js inside
+    host = tmp_path / "notebook-output.html"
+    host.write_text(f"<!doctype html><html><body><h1>Out[3]</h1>{views[0]}</body></html>", encoding="utf-8")
+    page = opened(browser, host)
+    frame = page.frame_locator("iframe")
+    frame.locator("body[data-ready=true]").wait_for()
+    frame.locator("#attention .main-svg").first.wait_for()
+    sentence = re.search(r'SENTENCE = "(.*)"', "".join(cell.source for cell in book.cells)).group(1)
+    source = ai.load("en-de").trace(sentence)["source_tokens"]
+    assert frame.locator("#attention .xtick text").all_text_contents() == source
+    height = page.locator("iframe").evaluate("frame => frame.getBoundingClientRect().height")
+    assert height >= frame.locator("#candidates").evaluate("box => box.getBoundingClientRect().bottom")
+    step = int(frame.locator("#step-number").text_content().split()[1])
+    frame.locator("#next").click()
+    expect(frame.locator("#step-number")).to_have_text(re.compile(f"^Step {step + 1} of"))
+    frame.locator("body").press("ArrowRight")
+    expect(frame.locator("#step-text .step-text")).to_have_text(re.compile(f"^step {step + 2} of"))
+    assert page.errors == []
+
+
+def test_a_converted_hub_model_shows_in_the_languages_asked(tmp_path):
+    """A tiny random NLLB model converted into the project (tests/hub_models.py): its view in French, in words."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).parent))
+    import hub_models
+    from model.hub.convert_hf import convert
+
+    folder = convert(str(hub_models.nllb(tmp_path / "nllb")), tmp_path / "checkpoints" / "nllb")
+    view = ai.show(folder, TEXT, tgt_lang="fra_Latn", units="words", kind="decoder", head="all")
+    assert view.value["core"]["steps"][0].startswith('step 1 of') and "fra_Latn" in view.value["core"]["steps"][0]
+    assert view.value["view"]["kind"] == "decoder" and json.loads(view.value["core"]["attention"])["data"]
+    with pytest.raises(ValueError, match="xx_Latn"):
+        ai.show(folder, TEXT, tgt_lang="xx_Latn")
