@@ -152,7 +152,7 @@ def test_the_counterfactual_tab_suggests_a_swap_draws_both_grids_and_a_head_clic
     page.wait_for_function("""() => document.querySelector('#counterfactual textarea, #counterfactual input')
         ?.value === 'A woman plays with a red ball in the park.'""", timeout=15000)
     page.click("#patch")
-    status_starts(page, "Step ")
+    status_starts(page, "Patched at step ")
     text = page.locator("#counterfactual-text .answer-text").text_content()
     assert text.startswith("Sentence:       A man plays") and "Counterfactual: A woman plays" in text
     page.wait_for_function("() => document.querySelector('#patching-grid .js-plotly-plot')?.on", timeout=15000)
@@ -323,3 +323,136 @@ def test_an_emptied_answer_figure_is_hidden_and_the_next_one_drawn_over_it(page,
     assert page.evaluate("() => document.querySelector('#source-share .main-svg') === window.firstSvg")
     ticks = page.evaluate("() => window.firstPlot.layout.xaxis.ticktext || window.firstPlot.data[0].x")
     assert any("hund" in str(tick).lower() for tick in ticks), ticks
+
+
+COUNTERFACTUAL = "A woman plays with a red ball in the park."
+
+
+def parting_step(services, text: str, other: str) -> int:
+    """The step (from 1) where the toy model's translations of `text` and `other` part."""
+    ours, theirs = (services.translators[MODEL].trace(sentence).target_tokens for sentence in (text, other))
+    return next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b) + 1
+
+
+def patched(page, counterfactual: str, said: str) -> str:
+    """Patch `counterfactual` in its tab (open) and wait for the status line that starts with `said`."""
+    page.fill("#counterfactual textarea", counterfactual)
+    page.click("#patch")
+    return status_starts(page, said)
+
+
+def test_a_counterfactual_is_patched_first_where_the_translations_part_then_at_the_step_on_screen(page, services):
+    """Issue 57: the page patched the step on screen, where both translations wrote the same word (a grid of noise
+    around 0); `/patch` patches where they part, and now so does the page's first patching, stepping there."""
+    translate(page, services, SENTENCE)
+    parted = parting_step(services, SENTENCE, COUNTERFACTUAL)
+    page.click("#last")
+    page.wait_for_function("(parted) => Number(document.querySelector('#step input[type=number]').value) !== parted",
+                           arg=parted)
+    open_tab(page, "Counterfactual")
+    said = patched(page, COUNTERFACTUAL, f"Patched at step {parted}, where the two translations part")
+    assert "the view steps there" in said
+    page.wait_for_function("(parted) => Number(document.querySelector('#step input[type=number]').value) === parted",
+                           arg=parted)
+    page.wait_for_function("""(parted) => document.querySelector('#patching-grid .gtitle')?.textContent
+        .startsWith(`Patching each head at step ${parted}:`)""", arg=parted)
+    assert page.locator("#counterfactual-answers .answers-note").is_hidden()  # about the step on screen
+    page.click("#next")
+    page.wait_for_function("(step) => Number(document.querySelector('#step input[type=number]').value) === step",
+                           arg=parted + 1)
+    page.click("#patch")  # the same counterfactual again: the step on screen
+    status_starts(page, f"Step {parted + 1}, ")
+
+
+def test_a_counterfactual_that_barely_moves_the_score_says_so_with_no_share(page, services):
+    """Issue 57: "-737% of the whole" of a change of -0.00. Past the end of the sentence both translations write
+    <eos> for the same reason: the line says the counterfactual barely moves it, and where they part."""
+    translate(page, services, SENTENCE)
+    parted = parting_step(services, SENTENCE, COUNTERFACTUAL)
+    open_tab(page, "Counterfactual")
+    patched(page, COUNTERFACTUAL, f"Patched at step {parted}")
+    page.click("#last")
+    page.wait_for_function("(parted) => Number(document.querySelector('#step input[type=number]').value) > parted",
+                           arg=parted)
+    said = patched(page, COUNTERFACTUAL, "Step ")
+    assert "the counterfactual barely moves" in said and "% of the whole" not in said
+    assert f"the translations part at step {parted}:" in said
+
+
+def test_suggest_a_swap_with_no_word_to_swap_says_so(page, services):
+    translate(page, services, "People sit inside a train.")
+    open_tab(page, "Counterfactual")
+    page.fill("#counterfactual textarea", "")
+    page.click("#suggest-swap")
+    said = status_starts(page, "This sentence has no word the page knows a swap for")
+    assert "type a counterfactual source yourself" in said
+    assert page.input_value("#counterfactual textarea") == ""
+
+
+def test_sources_of_other_lengths_say_why_in_the_encoders_panel(page, services):
+    """Issue 57: the encoder's panel was a blank area labelled "encoder", the reason only in the status line."""
+    translate(page, services, SENTENCE)
+    open_tab(page, "Counterfactual")
+    page.fill("#counterfactual textarea", "A young woman plays with a red ball in the park.")
+    page.click("#patch")
+    page.wait_for_function("""() => [...document.querySelectorAll('#patching-grid .annotation-text')]  // its lines
+        .some(note => note.textContent.replaceAll(' ', '').includes('encoderheadsworkatsourcepositions'))""")
+    assert page.locator("#patching-grid .annotation-text").first.text_content().startswith("The sentence has ")
+
+
+def test_a_refused_patching_fades_the_answers_of_the_counterfactual_before(page, services):
+    """Issue 57: refused, a patching left the last answers under the new text, unmarked."""
+    translate(page, services, SENTENCE)
+    open_tab(page, "Counterfactual")
+    patched(page, COUNTERFACTUAL, "Patched at step ")
+    for refused, said in ((SENTENCE, "The counterfactual is the sentence itself"),
+                          ("", "Type a counterfactual source first")):
+        patched(page, refused, said)
+        note = page.locator("#counterfactual-answers .answers-note")
+        note.wait_for(state="visible")
+        assert note.text_content().startswith(f'These answers are about the counterfactual "{COUNTERFACTUAL}"')
+        assert page.evaluate("() => getComputedStyle(document.querySelector('#patching-grid')).opacity") < "1"
+    patched(page, COUNTERFACTUAL, "Step ")  # answered again: the note goes
+    page.locator("#counterfactual-answers .answers-note").wait_for(state="hidden")
+
+
+def test_on_a_phone_the_patching_grids_stand_one_under_another_in_the_width(page, services):
+    """Issue 57: at 390 px only the encoder grid and part of the decoder's showed; the cross grid, the colour bar
+    and the title's end were off the right edge, and "Both translations" was cut."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        translate(page, services, SENTENCE)
+        open_tab(page, "Counterfactual")
+        patched(page, COUNTERFACTUAL, "Patched at step ")
+        page.wait_for_function("() => document.querySelectorAll('#patching-grid .heatmaplayer').length === 3")
+        page.wait_for_function("() => document.querySelector('#patching-stream .js-plotly-plot')")
+        boxes = page.evaluate("""() => {
+            const box = (element) => { const r = element.getBoundingClientRect(); return [r.left, r.right, r.top]; };
+            const grid = document.querySelector('#patching-grid');
+            return {width: document.documentElement.clientWidth,
+                    panels: [...grid.querySelectorAll('.heatmaplayer')].map(box),
+                    bar: box(grid.querySelector('.colorbar')), title: box(grid.querySelector('.gtitle')),
+                    streamTitle: box(document.querySelector('#patching-stream .gtitle')),
+                    text: [...document.querySelectorAll('#counterfactual-text .answer-text')].map(
+                        (pre) => pre.scrollWidth - pre.clientWidth)};
+        }""")
+        for left, right, _ in [*boxes["panels"], boxes["bar"], boxes["title"], boxes["streamTitle"]]:
+            assert 0 <= left and right <= boxes["width"], boxes
+        tops = [top for _, _, top in boxes["panels"]]
+        assert tops == sorted(tops) and len(set(tops)) == 3  # one under another
+        assert boxes["text"] == [0]  # wrapped, nothing cut
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 900})
+
+
+def test_the_hub_id_loads_on_enter_and_the_nine_tabs_fit_one_line_on_a_laptop(page, services):
+    """Issue 57: Enter in the Hub tab's id box did nothing, and at 1400 x 900 the ninth tab wrapped under the bar."""
+    translate(page, services, SENTENCE)
+    tops = page.evaluate("""() => [...document.querySelectorAll('#what-if .tab-wrapper button')]
+        .filter((button) => button.offsetParent && !button.closest('.visually-hidden'))  // Gradio's measuring copy
+        .map((button) => Math.round(button.getBoundingClientRect().top))""")
+    assert len(tops) == 9 and len(set(tops)) == 1, tops
+    open_tab(page, "Models from the Hub")
+    page.fill("#hub-id textarea, #hub-id input", "  ")
+    page.press("#hub-id textarea, #hub-id input", "Enter")
+    status_starts(page, "Type the id of a model on the Hub")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from model.analysis.patching import gender_pairs, main
-from model.explain.patching import HeadHooks, Replace, patch_heads, patched_scores, recorded_run, score
+from model.explain.patching import HeadHooks, Patching, Replace, patch_heads, patched_scores, recorded_run, score
 from model.keys import CROSS, DECODER, ENCODER
 from model.serving.checkpoint import load_checkpoint
 from model.serving.translator import InputError
@@ -296,3 +296,26 @@ def test_a_link_keeps_the_counterfactual_and_opens_its_tab(events):
     assert out[events.page.tabs].selected == COUNTERFACTUAL_TAB
     (plain,), _ = link_query(events.services, session, 2, "  ")
     assert "counterfactual" not in plain
+
+
+@pytest.mark.parametrize("original, counterfactual, effect, said", [
+    (-1.0, -3.0, -1.0, "(-1.00, 50% of the whole)."),
+    (-1.0, -2.0, -1.5, "(-1.50, 150% of the whole; more than the whole, as other heads move it back: heads that "
+                       "cancel)."),
+    (-1.0, -2.0, 0.5, "(+0.50, -50% of the whole; against the whole, which other heads outweigh: heads that cancel)."),
+])
+def test_a_heads_share_of_the_whole_says_why_it_is_above_100_or_below_0(original, counterfactual, effect, said):
+    from ui.tabs.counterfactual import patching_said
+
+    result = Patching(0, 0, None, original, counterfactual, {CROSS: np.array([[effect, 0.0]])})
+    assert patching_said(result, 3, "auf", 'log p("auf")', None).endswith(said)
+
+
+def test_a_counterfactual_that_barely_moves_the_score_gets_no_share():
+    """Issue 57: "-737% of the whole" of a change of -0.00, at a step where both translations write "auf"."""
+    from ui.tabs.counterfactual import patching_said
+
+    result = Patching(3, 0, None, -0.51, -0.512, {CROSS: np.array([[0.02, -0.01]])})
+    said = patching_said(result, 4, "auf", 'log p("auf")', "step 1: ein / eine")
+    assert "barely moves" in said and "%" not in said and said.endswith("the translations part at step 1: ein / "
+                                                                         "eine: step there and patch again.")

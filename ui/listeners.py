@@ -343,7 +343,8 @@ def measure_computed(services: Services, session: Session) -> tuple[Session, str
 
 
 def tab_answer(page: Page, services: Services, function: Callable, inputs: list, outputs: list, api_name: str,
-               trigger: Callable, answers: gr.HTML | None = None, progress: str | None = None, **options):
+               trigger: Callable, answers: gr.HTML | None = None, progress: str | None = None,
+               steps_view: bool = False, aside: Callable[[Session], str | None] | None = None, **options):
     """Wire a tab's question: `function(services, session, *values)` is an `operations.operation` that returns
     (its outputs' values, message), dropped where the user has moved on to another state meanwhile (`answer`).
     With `answers` (a tab's answers about the decoding on screen, ui/plots.py `answers_view`), `outputs` are the
@@ -351,7 +352,10 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
     it is a queued event that shows Gradio's progress above the answers as `function(..., told=told)` reports each
     stage to `told(done, total)`, and stops at its next stage once the user has moved on (or pressed Stop); its
     function may then answer in stages (an iterator of (values, message) in place of the values: each drawn as it
-    comes, the last one whole). A function may return the session as a third value, with what it computed kept."""
+    comes, the last one whole). A function may return the session as a third value, with what it computed kept.
+    With `steps_view`, that session's step is the step its answers are about, and the page steps there. With
+    `aside`, a refused question leaves the answers on screen faded under what `aside(session)` says they are about
+    (None: nothing)."""
     def answered(state, values: tuple, tracker: Callable | None) -> Iterator[dict]:
         session, revisions = unpacked(state)
         revision = read_revision(session, revisions)
@@ -366,8 +370,13 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
                 if revisions.latest != revision:
                     break
                 updates = {page.session: packed(kept[0], revisions)} if kept else {}
+                if kept and steps_view:
+                    asked_at = updates[page.step] = kept[0].view.step
                 if not isinstance(results, tuple):  # nothing translated yet, or a refused input
                     updates[page.status] = message
+                    said = aside(session) if aside is not None and session is not None else None
+                    if said and answers is not None:
+                        updates[answers] = answers_value(revision, {}, aside=said)
                 elif answers is not None:
                     updates.update({answers: answers_value(revision, dict(zip(outputs, results)), asked_at),
                                     page.status: message})
@@ -397,7 +406,8 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
     options.setdefault("show_progress_on", [answers.progress if answers is not None else page.progress])
     options.setdefault("show_progress", "hidden" if progress is None else "minimal")
     options.setdefault("api_visibility", PAGE_EVENT)
-    return trigger(run, [page.session, *inputs], [page.session, *shown, page.core], api_name=api_name, **options)
+    return trigger(run, [page.session, *inputs], [page.session, *shown, page.core, *[page.step] * steps_view],
+                   api_name=api_name, **options)
 
 
 @operations.operation

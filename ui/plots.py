@@ -106,16 +106,19 @@ def answers_view(elem_id: str, *answers: Answer) -> gr.HTML:
     return view
 
 
-def answers_value(revision: int, answers: dict[str, object], step: int | None = None) -> str:
+def answers_value(revision: int, answers: dict[str, object], step: int | None = None, aside: str | None = None
+                  ) -> str:
     """A tab's answers' value: the revision of the state they answer, and the answers an event gave by name (a
     figure's JSON, a table, a text; None empties one); the answers it leaves out stay as they are. A number that is
     not finite in a table is an empty cell. `step`: the step they are about, where they are about one (the page
-    marks them while it shows another)."""
+    marks them while it shows another). `aside`: the answers on screen are not about what was last asked (it was
+    refused): they are faded under this note until the next answer."""
     def cell(value):
         return None if isinstance(value, float) and not math.isfinite(value) else value
     answers = {name: {**value, "rows": [[cell(v) for v in row] for row in value["rows"]]}
                if isinstance(value, dict) and "rows" in value else value for name, value in answers.items()}
-    return json.dumps({"revision": revision, "answers": answers, **({"step": step} if step is not None else {})})
+    return json.dumps({"revision": revision, "answers": answers, **({"step": step} if step is not None else {}),
+                       **({"aside": aside} if aside else {})})
 
 
 def figure_json(figure) -> str | None:

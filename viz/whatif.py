@@ -6,6 +6,7 @@ Plotly figures (or table rows) out.
 from __future__ import annotations
 
 import difflib
+import textwrap
 
 import numpy as np
 
@@ -104,10 +105,12 @@ def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]]
     return head_grid_figure(values, title, unit, signed=key in SIGNED)
 
 
-def patching_figure(effects: dict[str, np.ndarray], title: list[str], unit: str) -> PlainFigure:
+def patching_figure(effects: dict[str, np.ndarray], title: list[str], unit: str,
+                    skipped: dict[str, str] | None = None) -> PlainFigure:
     """Activation patching per head (model/explain/patching.py): each head's effect, patched − original, on a
-    red-white-blue scale around zero (blank where a kind could not be patched); a click opens a head."""
-    return head_grid_figure(effects, title, unit, signed=True)
+    red-white-blue scale around zero; a kind that could not be patched is blank, with why (`skipped`) in its panel.
+    A click opens a head."""
+    return head_grid_figure(effects, title, unit, signed=True, notes=skipped)
 
 
 def stream_figure(stream: np.ndarray, source_tokens: list[str], title: list[str], unit: str) -> PlainFigure:
@@ -115,15 +118,20 @@ def stream_figure(stream: np.ndarray, source_tokens: list[str], title: list[str]
     each layer (rows; the first: the embeddings) taken from the counterfactual, red-white-blue around zero."""
     rows = ["embeddings"] + [f"after layer {layer}" for layer in range(1, stream.shape[0])]
     span = float(np.abs(stream).max(initial=0)) or 1.0
-    return attention_heatmap(stream, rows, source_tokens, title, query_label="encoder stream",
-                             key_label="source position", value_label=unit, zmax=span, signed=True,
-                             height=title_room(title) + 60 + 28 * len(rows) + X_LABEL_ROOM)
+    below_title = 60 + 28 * len(rows) + X_LABEL_ROOM
+    figure = attention_heatmap(stream, rows, source_tokens, title, query_label="encoder stream",
+                               key_label="source position", value_label=unit, zmax=span, signed=True,
+                               height=title_room(title) + below_title)
+    figure.layout["meta"] = {"narrow": narrowed(title, below_title)}
+    return figure
 
 
-def head_grid_figure(values: dict[str, np.ndarray], title: list[str], unit: str, signed: bool) -> PlainFigure:
+def head_grid_figure(values: dict[str, np.ndarray], title: list[str], unit: str, signed: bool,
+                     notes: dict[str, str] | None = None) -> PlainFigure:
     """A layers x heads heatmap per attention kind (`values`: kind key -> (L, H), NaN blank), side by side on one
-    colour scale (red-white-blue around zero where `signed`); each cell carries its head's name (customdata), so
-    a click can open that head."""
+    colour scale (red-white-blue around zero where `signed`), a kind's `notes` written in its panel; each cell
+    carries its head's name (customdata), so a click can open that head. Narrower than `NARROW_PX` (a phone), the
+    panels are drawn one under another, the title's lines wrapped (`layout.meta.narrow`, ui/static/figures.js)."""
     kinds = [kind for kind in KINDS if kind in values]
     finite = np.concatenate([v[np.isfinite(v)] for v in values.values()] + [np.zeros(1)])
     span = float(np.abs(finite).max()) or 1.0
@@ -131,7 +139,7 @@ def head_grid_figure(values: dict[str, np.ndarray], title: list[str], unit: str,
         dict(colorscale=COLORSCALE, cmin=0.0, cmax=span)
     gap = 0.06
     width = (1 - gap * (len(kinds) - 1)) / len(kinds)
-    data, layout = [], {}
+    data, layout, annotations = [], {}, []
     for i, kind in enumerate(kinds):
         suffix = "" if i == 0 else str(i + 1)
         layers, count = values[kind].shape
@@ -145,10 +153,41 @@ def head_grid_figure(values: dict[str, np.ndarray], title: list[str], unit: str,
         layout[f"xaxis{suffix}"] = dict(domain=[x0, x0 + width], anchor=f"y{suffix}", tickfont=dict(size=9),
                                         title=dict(text=kind, font=dict(size=11)))
         layout[f"yaxis{suffix}"] = dict(anchor=f"x{suffix}", autorange="reversed", tickfont=dict(size=9))
-    layout.update(title=title_layout(title),
+        if kind in (notes or {}):
+            annotations.append(dict(text="<br>".join(map(escape_text, textwrap.wrap(notes[kind], 34))), x=0.5, y=0.5,
+                                    xref=f"x{suffix} domain", yref=f"y{suffix} domain", showarrow=False,
+                                    font=dict(size=11, color="#555")))
+    layout.update(title=title_layout(title), annotations=annotations,
                   coloraxis=dict(**scale, colorbar=dict(thickness=12, title=dict(text=escape_text(unit)))),
-                  height=260 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room(title), b=10), plot_bgcolor="white")
+                  height=260 + MODEBAR_ROOM, margin=dict(l=10, r=10, t=title_room(title), b=10), plot_bgcolor="white",
+                  meta={"narrow": stacked(kinds, max(grid.shape[0] for grid in values.values()), title)})
     return plain_figure(data, layout)
+
+
+NARROW_PX = 600  # a grid of panels drawn in a box narrower than this puts them one under another
+NARROW_TITLE_CHARS = 46  # a title line's characters there
+
+
+def narrowed(title: list[str], below_title: int, axes: dict | None = None) -> dict:
+    """How a figure is drawn in a box narrower than `NARROW_PX` (a phone; ui/static/figures.js puts it in place):
+    its title's lines wrapped, `below_title` pixels under them, its `axes` (name -> fields) changed."""
+    lines = [part for line in title for part in textwrap.wrap(line, NARROW_TITLE_CHARS)]
+    return {"below": NARROW_PX, "height": title_room(lines) + below_title, "top": title_room(lines),
+            "title": title_text(lines), "axes": axes or {}}
+
+
+def stacked(kinds: list[str], rows: int, title: list[str]) -> dict:
+    """How a grid of panels side by side (`head_grid_figure`) is drawn in a narrow box: one panel under another,
+    each as wide as the box, under the title with its lines wrapped."""
+    panel, below = 40 + 16 * rows, 44  # a panel's plot area, and the room for its x axis and its name under it
+    area = len(kinds) * (panel + below)
+    axes = {}
+    for i in range(len(kinds)):
+        suffix = "" if i == 0 else str(i + 1)
+        top = 1 - i * (panel + below) / area
+        axes[f"xaxis{suffix}"] = {"domain": [0, 1]}
+        axes[f"yaxis{suffix}"] = {"domain": [top - panel / area, top]}
+    return narrowed(title, area + 10, axes)
 
 
 def n_best_rows(hypotheses: list[tuple[str, float, float, int]], greedy: str) -> list[list]:

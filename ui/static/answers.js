@@ -3,19 +3,23 @@
 // leaves out stay as they are. They are about the decoding on screen: once the core view draws another decoding
 // (ui/static/core.js: "attention-inspector-decoding"), every answer of an older revision is emptied, and an answer
 // of an older revision than that decoding is never drawn. Answers about one step (`step`) are faded, with a note
-// saying so, while the page shows another step.
+// saying so, while the page shows another step; answers left on screen by a refused question (`aside`: what they
+// are about) are faded under that note until the next answer.
 const inspector = window.attentionInspector;
 const figures = inspector.figures;
 let revision = -1;
 let askedAt = null; // the step the answers are about, if they are about one
+let aside = null; // what the answers on screen are about, where a question since was refused
 const note = Object.assign(document.createElement("div"), { className: "answers-note", hidden: true });
 element.prepend(note);
 
 function markStep() {
-  const other = askedAt !== null && !!element.querySelector(".answer:not(.empty)") && askedAt !== inspector.step;
-  element.classList.toggle("other-step", other);
-  note.hidden = !other;
-  if (other) note.textContent = `About step ${askedAt}; the view shows step ${inspector.step}: ask again for it.`;
+  const shown = !!element.querySelector(".answer:not(.empty)");
+  const other = shown && askedAt !== null && askedAt !== inspector.step;
+  element.classList.toggle("other-step", other || (shown && !!aside));
+  note.hidden = !(other || (shown && aside));
+  if (shown && aside) note.textContent = aside;
+  else if (other) note.textContent = `About step ${askedAt}; the view shows step ${inspector.step}: ask again for it.`;
 }
 const figuresShown = {}; // each figure's JSON, and what it does on a step (figures.draw's answer)
 const placed = {}; // where each figure is (figures.placed: in sight, out of sight, in a closed tab)
@@ -89,6 +93,8 @@ function update() {
   const value = JSON.parse(props.value);
   if (value.revision < Math.max(revision, inspector.decoding ?? -1)) return; // about a state the page has left
   revision = value.revision;
+  aside = value.aside ?? null;
+  if (aside) return markStep(); // a refused question: the answers as they are, marked
   askedAt = value.step ?? null;
   let below = false;
   for (const box of element.querySelectorAll(".answer")) { // in the order they show

@@ -107,10 +107,19 @@
     // A heatmap of one map, and a bar chart, name every key: they are drawn at least wide enough for them; a grid of
     // maps (the model view, two models compared) as wide as a laptop draws it, its labels apart. (Its box scrolls
     // sideways.)
+    // A grid of panels side by side that has a narrow layout (viz/whatif.py `stacked`) is drawn in it in a box
+    // narrower than it asks (a phone): one panel under another, as wide as the box.
+    const narrow = meta.narrow && (target.parentElement?.clientWidth ?? Infinity) < meta.narrow.below;
+    if (narrow) {
+      for (const [name, fields] of Object.entries(meta.narrow.axes)) Object.assign(figure.layout[name], fields);
+      Object.assign(figure.layout, { height: meta.narrow.height });
+      Object.assign(figure.layout.margin, { t: meta.narrow.top });
+      figure.layout.title.text = meta.narrow.title;
+    }
     const [first] = figure.data;
     const keys = first && first.x ? first.x.length : 0;
     const least = first?.type === "bar" ? KEY_PX * keys + BAR_SIDES
-      : first?.type !== "heatmap" ? 0 : figure.layout.xaxis2 ? GRID_PX : KEY_PX * keys + HEATMAP_SIDES;
+      : first?.type !== "heatmap" || narrow ? 0 : figure.layout.xaxis2 ? GRID_PX : KEY_PX * keys + HEATMAP_SIDES;
     target.style.minWidth = least ? `${least}px` : "";
     const steps = meta.titles ? meta.titles.length : meta.bars ? meta.bars.length : 0;
     const t = steps ? Math.min(Math.max(Math.round(inspector.step) || 1, 1), steps) - 1 : 0;

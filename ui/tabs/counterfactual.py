@@ -1,36 +1,40 @@
 """Counterfactual: a second source beside the sentence on screen, both translations with the words that differ
-marked and the first step where they part, and activation patching per head at the step on screen (which heads
-carry the difference, model/explain/patching.py)."""
+marked and the first step where they part, and activation patching per head (which heads carry the difference,
+model/explain/patching.py): first at the step where the two translations part, then at the step on screen."""
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 
 import gradio as gr
 
 from model.explain.faithfulness import Told
-from model.explain.patching import suggested_swap
-from model.keys import KIND_LABELS
+from model.explain.patching import Patching, suggested_swap
+from model.keys import ENCODER, KIND_LABELS
 from model.serving.inspect import patching_record
 from ui.listeners import COUNTERFACTUAL_TAB, on, tab_answer
 from ui.operations import operation
 from ui.page import Page
 from ui.plots import Answer, answers_view, figure_json
 from ui.services import Services
-from ui.session import Session, clamp, unpacked
+from ui.session import Session, clamp
 from viz.attention import visible
 from viz.whatif import patching_figure, stream_figure
+
+BARELY = 0.05  # nats: a counterfactual that moves the score less than this leaves no difference to share out
 
 
 def build(page: Page, services: Services) -> None:
     with gr.Tab("Counterfactual", id=COUNTERFACTUAL_TAB, elem_id="counterfactual-tab"):
         gr.Markdown("Why this word and not that one, by cause. Type a second source that differs from the "
                     "sentence in a word (or let the page suggest a swap: man↔woman, he↔she, one noun for another), "
-                    "then patch every head at the step on screen: the sentence is run again with one head's output "
-                    "taken from the counterfactual's run, teacher-forced on the same translation so far, and the "
-                    "grid shows how far that alone moves the word's log-probability (activation patching: Vig et "
-                    "al. 2020, Meng et al. 2022). Name a second word to score the choice between the two (e.g. "
-                    "*der* against *die*). Click a head to open it.")
+                    "then patch every head: first at the step where the two translations part (the view steps "
+                    "there), then at the step on screen. The sentence is run again with one head's output taken "
+                    "from the counterfactual's run, teacher-forced on the same translation so far, and the grid "
+                    "shows how far that alone moves the word's log-probability (activation patching: Vig et al. "
+                    "2020, Meng et al. 2022). Name a second word to score the choice between the two (e.g. *der* "
+                    "against *die*). Click a head to open it.")
         with gr.Row(equal_height=True):
             page.counterfactual = gr.Textbox(label="Counterfactual source", elem_id="counterfactual", scale=4,
                                              placeholder="e.g. the sentence with one word swapped")
@@ -38,7 +42,7 @@ def build(page: Page, services: Services) -> None:
         with gr.Row(equal_height=True):
             page.patch_contrast = gr.Textbox(label="…and not (a second word; optional)", placeholder="e.g. frau",
                                              elem_id="patch-contrast", scale=2, min_width=140)
-            page.patch = gr.Button("Patch every head at this step", variant="primary", elem_id="patch", scale=2,
+            page.patch = gr.Button("Patch every head", variant="primary", elem_id="patch", scale=2,
                                    min_width=160)
             page.stop_patch = gr.Button("Stop", elem_id="stop-patch", scale=1, min_width=80)
         page.counterfactual_answers = answers_view(
@@ -56,67 +60,102 @@ def marked(tokens: list[str], other: list[str]) -> str:
 @operation
 def patch_at_step(services: Services, session: Session, counterfactual: object, step: object, contrast: object,
                   told: Told = lambda done, total: None) -> tuple[tuple, str, Session]:
-    """Both translations side by side, and patching per head at `step` of the decoding on screen (the patched runs
-    told to `told(done, total)` batch by batch), kept with the decoding for its exports."""
+    """Both translations side by side, and patching per head (the patched runs told to `told(done, total)` batch by
+    batch), kept with the decoding for its exports. A counterfactual's first patching is at the step where the two
+    translations part, as `/patch`'s (the view steps there); the same counterfactual again, at `step`, the step on
+    screen."""
     if not isinstance(counterfactual, str) or not counterfactual.strip():
         return session, "Type a counterfactual source first (or press Suggest a swap)."
     decoding, trace = session.current, session.current.trace
-    step = clamp(step, 1, trace.steps, 1)
+    on_screen = clamp(step, 1, trace.steps, 1)
     contrast = contrast.strip() if isinstance(contrast, str) and contrast.strip() else None
     if counterfactual.strip() == session.source.strip():
         return session, ("The counterfactual is the sentence itself: patching it in changes nothing. Change a word of "
                          "it (or press Suggest a swap).")
-    if contrast is not None and contrast == trace.target_tokens[step - 1]:
-        return session, (f'"{visible(contrast)}" is the word step {step} wrote: it cannot be its own contrast. Name '
-                         'another word in "…and not", or leave it empty.')
     translator = services.translators[session.model]
     other = services.trace(session.model, counterfactual, **session.direction)
-    result = translator.patching(session.source, counterfactual, trace.target_tokens, step - 1, contrast=contrast,
-                                 told=told, **session.direction)
     ours, theirs = trace.target_tokens, other.target_tokens
-    parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)  # None: one begins the other
+    first = decoding.patched is None or decoding.patched["counterfactual"] != counterfactual
+    step = parted + 1 if first and parted is not None else on_screen
+    if contrast is not None and contrast == ours[step - 1]:
+        return session, (f'"{visible(contrast)}" is the word step {step} writes: it cannot be its own contrast. Name '
+                         'another word in "…and not", or leave it empty.')
+    result = translator.patching(session.source, counterfactual, ours, step - 1, contrast=contrast, told=told,
+                                 **session.direction)
+    end = min(len(ours), len(theirs)) if parted is None else parted
+    parting = (f"step {end + 1}: {visible(ours[end]) if end < len(ours) else '(end)'} / "
+               f"{visible(theirs[end]) if end < len(theirs) else '(end)'}")
     text = "\n".join([
         f"Sentence:       {session.source}", f"  → {marked(ours, theirs)}",
         f"Counterfactual: {counterfactual}", f"  → {marked(theirs, ours)}",
-        f"They part at step {parted + 1}: {visible(ours[parted]) if parted < len(ours) else '(end)'} / "
-        f"{visible(theirs[parted]) if parted < len(theirs) else '(end)'}." if ours != theirs else
-        "The two translations are the same."])
+        f"They part at {parting}." if ours != theirs else "The two translations are the same."])
     chosen = visible(ours[step - 1])
     asked = f'log p("{chosen}")' + (f' − log p("{visible(contrast)}")' if contrast else "")
     title = [f"Patching each head at step {step}: the change in {asked}, patched − original",
              f"original {result.original:+.2f}, counterfactual {result.counterfactual:+.2f}; red: that head alone "
              "lowers it, blue: raises it"]
-    figure = patching_figure(result.effects, title, "Δ score")
+    notes = {kind: reason + (" Nor is the encoder's stream (causal tracing) patched." if kind == ENCODER else "")
+             for kind, reason in result.skipped.items()}
+    figure = patching_figure(result.effects, title, "Δ score", notes)
     stream = None if result.stream is None else figure_json(stream_figure(
         result.stream, trace.source_tokens, [f"The encoder's stream at one source position after one layer, from the "
                                              f"counterfactual: the change in {asked}"], "Δ score"))
-    [(name, effect)] = result.ranked(1) or [("none", 0.0)]
-    notes = "".join(f" {KIND_LABELS[kind]}: {reason}" for kind, reason in result.skipped.items())
+    said = (f"Patched at step {step}, where the two translations part: the view steps there. Step elsewhere and press "
+            "again to patch that step. " if step != on_screen else "")
+    said += patching_said(result, step, chosen, asked, parting if parted is not None and parted + 1 != step else None)
+    said += "".join(f" {KIND_LABELS[kind]}: {reason}" for kind, reason in result.skipped.items())
     if decoding.mask:
-        notes += " (Patched with every head on.)"
-    shift = result.counterfactual - result.original
-    said = (f'Step {step}, "{chosen}": the counterfactual moves {asked} by {shift:+.2f}; the head that moves it most '
-            f"alone is {name} ({effect:+.2f}{f', {effect / shift:.0%} of the whole' if abs(shift) > 1e-6 else ''})."
-            + notes)
+        said += " (Patched with every head on.)"
     kept = patching_record(counterfactual, other.text, result, ours[step - 1], contrast)
-    return (text, figure_json(figure), stream), said, session.with_current(patched=kept)
+    session = session.with_current(patched=kept)
+    return (text, figure_json(figure), stream), said, session.with_view(replace(session.view, step=step))
 
 
-def suggest(state) -> str:
-    """The sentence on screen with its first swappable word swapped (the field left as it is where it has none)."""
-    session, _ = unpacked(state)
-    if session is None:
-        return gr.update()
+def patching_said(result: Patching, step: int, chosen: str, asked: str, parting: str | None) -> str:
+    """What patching at `step` found, in a line: how far the counterfactual moves the score and the head that moves
+    it most alone, with its share of the whole; where the whole is next to nothing (under `BARELY`), that there is
+    nothing to share out, and where the translations part (`parting`, where that is another step)."""
+    shift = result.counterfactual - result.original
+    if abs(shift) < BARELY:
+        return (f'Step {step}, "{chosen}": the counterfactual barely moves {asked} ({shift:+.2f}, under {BARELY} '
+                "nats), so no head carries a difference here"
+                + (f"; the translations part at {parting}: step there and patch again." if parting else "."))
+    [(name, effect)] = result.ranked(1) or [("none", 0.0)]
+    share = effect / shift
+    why = ("; more than the whole, as other heads move it back: heads that cancel" if share > 1 else
+           "; against the whole, which other heads outweigh: heads that cancel" if share < 0 else "")
+    return (f'Step {step}, "{chosen}": the counterfactual moves {asked} by {shift:+.2f}; the head that moves it most '
+            f"alone is {name} ({effect:+.2f}, {share:.0%} of the whole{why}).")
+
+
+def patched_before(session: Session) -> str | None:
+    """What the patching answers on screen are about (the note over them once a patching is refused)."""
+    patched = session.current.patched
+    if patched is None:
+        return None
+    return (f'These answers are about the counterfactual "{visible(patched["counterfactual"])}" patched at step '
+            f'{patched["step"]}, not about what was asked now.')
+
+
+@operation
+def suggest(services: Services, session: Session) -> tuple[tuple, str] | tuple[Session, str]:
+    """The sentence on screen with its first swappable word swapped, or why there is none."""
     swapped = suggested_swap(session.source)
-    return swapped if swapped is not None else gr.update()
+    if swapped is None:
+        return session, ("This sentence has no word the page knows a swap for (man↔woman, he↔she, one noun for "
+                         "another): type a counterfactual source yourself, the sentence with a word changed.")
+    return (swapped,), "A swap: patch every head to see which carry the difference."
 
 
 def wire(page: Page, services: Services) -> None:
-    page.suggest_swap.click(suggest, [page.session], [page.counterfactual], queue=False, api_visibility="private")
+    tab_answer(page, services, suggest, [], [page.counterfactual], "suggest_swap", page.suggest_swap.click,
+               queue=False)
     # One patched run per head (576 for NLLB-600M), in batches: with progress, stopped by Stop or by any new state.
     tab_answer(page, services, patch_at_step, [page.counterfactual, page.step, page.patch_contrast],
                ["counterfactual-text", "patching-grid", "patching-stream"], "patch_view", page.patch.click,
-               answers=page.counterfactual_answers, progress="Patching each head", **services.trace_queue)
+               answers=page.counterfactual_answers, progress="Patching each head", steps_view=True,
+               aside=patched_before, **services.trace_queue)
     on(page, services, [page.stop_patch.click], stop_patching, [], ["stop_patch"],
        outputs=[page.session, page.revision, page.core], queued=False)
 

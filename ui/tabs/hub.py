@@ -38,8 +38,10 @@ def wire(page: Page, services: Services) -> None:
         return folded(page, {page.status: f"{hub_id} is ready as {name}: translating with it.",
                              page.model: gr.update(choices=services.model_choices(), value=name)}, revision)
 
-    loaded = page.hub_load.click(load, [page.session, page.hub_id], [page.core, page.model], api_name="load_from_hub",
-                                 api_visibility=PAGE_EVENT, concurrency_id="hub", concurrency_limit=1)
+    # The button, or Enter in the id box.
+    loaded = gr.on([page.hub_load.click, page.hub_id.submit], load, [page.session, page.hub_id],
+                   [page.core, page.model], api_name="load_from_hub", api_visibility=PAGE_EVENT,
+                   concurrency_id="hub", concurrency_limit=1)
     # Then the sentence on screen with the new model (nothing happens where the menu did not change).
     on(page, services, [loaded.then], translate_or_example, [page.model, page.source], ["load_from_hub_translate"],
        outputs=session_outputs(page), queued=False)
