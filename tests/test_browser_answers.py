@@ -414,6 +414,8 @@ def test_a_refused_patching_fades_the_answers_of_the_counterfactual_before(page,
         assert page.evaluate("() => getComputedStyle(document.querySelector('#patching-grid')).opacity") < "1"
     patched(page, COUNTERFACTUAL, "Step ")  # answered again: the note goes
     page.locator("#counterfactual-answers .answers-note").wait_for(state="hidden")
+    page.click("#stop-patch")  # with nothing running, Stop says so (it said "the heads are not patched")
+    status_starts(page, f'Nothing to stop: the patching of "{COUNTERFACTUAL}" at step ')
 
 
 def test_on_a_phone_the_patching_grids_stand_one_under_another_in_the_width(page, services):

@@ -93,6 +93,49 @@ def test_a_slow_measures_progress_shows_beside_stop_over_nothing(page, services,
                            timeout=15000)
 
 
+def test_a_tabs_answer_while_a_slow_measure_computes_leaves_stop_and_its_progress_in_sight(page, services,
+                                                                                          monkeypatch):
+    """Issue 57's walk: a tab's answer (the head statistics here) arriving while integrated gradients at every step
+    computed hid Stop computing and the progress with it (the row showed only while the status said "Computing"),
+    and the computation went on out of reach."""
+    slow_attributions(services, monkeypatch)
+    translate(page, services, LONG)
+    choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
+    page.wait_for_function(
+        "() => /step \\d+ of/.test(document.querySelector('#progress .progress-level')?.textContent)", timeout=15000)
+    open_tab(page, "Head statistics")
+    page.click("#head-statistics")
+    page.wait_for_function("() => !document.querySelector('#status textarea').value.startsWith('Computing')",
+                           timeout=15000)
+    assert page.locator("#stop-measure").is_visible() and page.locator("#progress .progress-level").is_visible()
+    page.click("#stop-measure")
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Stopped')",
+                           timeout=15000)
+    page.locator("#stop-measure").wait_for(state="hidden")
+
+
+def test_on_a_phone_a_slow_measures_progress_has_a_line_of_its_own_above_stop(page, services, monkeypatch):
+    """Issue 57's walk: at 390 px the progress's count and its timer were drawn over each other in a box of 126 px
+    beside Stop."""
+    slow_attributions(services, monkeypatch)
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        translate(page, services, LONG)
+        choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
+        page.wait_for_function(
+            "() => /step \\d+ of/.test(document.querySelector('#progress .progress-level')?.textContent)",
+            timeout=15000)
+        boxes = page.evaluate("""() => Object.fromEntries(['#progress', '#stop-measure'].map(
+            selector => [selector, document.querySelector(selector).getBoundingClientRect().toJSON()]))""")
+        assert boxes["#progress"]["width"] >= 300 and boxes["#stop-measure"]["top"] >= boxes["#progress"]["bottom"]
+        assert not page.locator("#progress .meta-text").is_visible()  # the timer, drawn over the count
+        page.click("#stop-measure")
+        page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Stopped')",
+                               timeout=15000)
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 2200})
+
+
 def test_of_quick_translations_the_last_one_stays(page, services, monkeypatch):
     """Four sentences translated in quick succession, the first made slow (its answer comes last): the box and the
     translation are the fourth's."""

@@ -361,6 +361,8 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
         revision = read_revision(session, revisions)
         asked_at = (clamp(values[inputs.index(page.step)], 1, session.trace.steps, 1)  # answers about one step
                     if page.step in inputs and session is not None else None)
+        if tracker is not None:  # a slow question computing: its Stop says whether there is anything to stop
+            revisions.working[api_name] = revision
         try:
             # (Gradio's tracker is falsy: it has a length.)
             asked = {} if tracker is None else {"told": claimed_progress(
@@ -387,6 +389,9 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
                 return
         except Stopped:
             pass
+        finally:
+            if revisions.working.get(api_name) == revision:
+                del revisions.working[api_name]
         yield stale(page)
 
     if progress is None:

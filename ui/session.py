@@ -166,6 +166,7 @@ class Revisions:
     def __init__(self):
         self.latest = time.time_ns() // 1000  # below 2 ** 53: exact in the page's numbers
         self._lock = threading.Lock()
+        self.working: dict[str, int] = {}  # the slow questions computing now (by name), each with its revision
 
     def claim(self) -> int:
         """The next revision, now the only current one."""

@@ -22,6 +22,7 @@ from ui.session import Session, clamp
 from viz.attention import visible
 from viz.whatif import patching_figure, stream_figure
 
+PATCHING = "patch_view"  # the event's name (its API name, private)
 BARELY = 0.05  # nats: a counterfactual that moves the score less than this leaves no difference to share out
 
 
@@ -153,7 +154,7 @@ def wire(page: Page, services: Services) -> None:
                queue=False)
     # One patched run per head (576 for NLLB-600M), in batches: with progress, stopped by Stop or by any new state.
     tab_answer(page, services, patch_at_step, [page.counterfactual, page.step, page.patch_contrast],
-               ["counterfactual-text", "patching-grid", "patching-stream"], "patch_view", page.patch.click,
+               ["counterfactual-text", "patching-grid", "patching-stream"], PATCHING, page.patch.click,
                answers=page.counterfactual_answers, progress="Patching each head", steps_view=True,
                aside=patched_before, **services.trace_queue)
     on(page, services, [page.stop_patch.click], stop_patching, [], ["stop_patch"],
@@ -162,6 +163,12 @@ def wire(page: Page, services: Services) -> None:
 
 @operation
 def stop_patching(services: Services, session: Session) -> tuple[Session, str]:
-    """Stop patching (the event claims a new revision, which stops it after its batch)."""
-    return session, "Stopped: the heads are not patched."
+    """Stop patching (the event claims a new revision, which stops it after its batch), or say that none is
+    running."""
+    if PATCHING in session.revisions.working:
+        return session, "Stopped: the heads are not patched."
+    patched = session.current.patched
+    return session, ("Nothing to stop: no patching is running." if patched is None else
+                     f'Nothing to stop: the patching of "{visible(patched["counterfactual"])}" at step '
+                     f'{patched["step"]} is whole.')
 

@@ -30,6 +30,7 @@ COMPARING = ("Comparing the explanations with {model}: every method but integrat
 # The end of a first answer without integrated gradients: the page, once it has drawn that answer, starts the queued
 # event that adds them (ui/static/page.js), so they are not computed while it draws; a large model's come in the
 # event that gave the first answer (`ON_THE_WAY`).
+INTEGRATING = "faithfulness_integrated"  # the comparison's queued event (its API name, private)
 FOLLOW = " Integrated gradients, the slowest method, follow."
 ON_THE_WAY = " Integrated gradients, the slowest method, are on their way."
 ATTRIBUTION_LABELS = {SALIENCY: "saliency (gradient norm)", INPUT_X_GRADIENT: "input × gradient",
@@ -236,7 +237,7 @@ def wire(page: Page, services: Services) -> None:
     curves = ["faithfulness-curves", "faithfulness-table"]
     tab_answer(page, services, explanations_compared, [page.step], curves, "faithfulness_view", page.faithfulness.click,
                answers=page.faithfulness_answers, queue=False)
-    tab_answer(page, services, explanations_integrated, [page.step], curves, "faithfulness_integrated",
+    tab_answer(page, services, explanations_integrated, [page.step], curves, INTEGRATING,
                page.faithfulness_queued.click, answers=page.faithfulness_answers, progress="Comparing the explanations",
                api_visibility="private", trigger_mode="always_last", **services.trace_queue)
     on(page, services, [page.stop_faithfulness.click], stop_comparing, [], ["stop_faithfulness"],
@@ -249,7 +250,8 @@ def stop_comparing(services: Services, session: Session) -> tuple[Session, str]:
     what the tab keeps of the comparison: all of it, all but integrated gradients, or none."""
     kept = session.current.faithful
     if not kept:
-        return session, "Stopped: the explanations are not compared."
+        return session, ("Stopped: the explanations are not compared." if INTEGRATING in session.revisions.working
+                         else "Nothing to stop: no comparison is running.")
     if INTEGRATED_GRADIENTS in kept[1].scores:
         return session, f"Nothing to stop: the comparison for step {kept[0]} is whole, integrated gradients included."
     return session, (f"Stopped: the comparison for step {kept[0]} shows every method but integrated gradients; ask "
