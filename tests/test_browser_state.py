@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from model.keys import INTEGRATED_GRADIENTS, MEASURE_LABELS, WEIGHTS
+from model.keys import DECODER, INTEGRATED_GRADIENTS, KIND_LABELS, MEASURE_LABELS, WEIGHTS
 from tests.pages import open_tab
 from tests.test_browser import LONG, MODEL, choose, translate
 
@@ -134,6 +134,22 @@ def test_on_a_phone_a_slow_measures_progress_has_a_line_of_its_own_above_stop(pa
                                timeout=15000)
     finally:
         page.set_viewport_size({"width": 1400, "height": 2200})
+
+
+def test_a_view_chosen_while_a_slow_measure_computes_is_the_one_it_is_drawn_in(page, services, monkeypatch):
+    """Issue 57's walk: decoder self-attention chosen while integrated gradients at every step computed snapped back
+    to cross-attention once they were computed (drawn in the view they were asked in)."""
+    slow_attributions(services, monkeypatch)
+    translate(page, services, LONG)
+    choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Computing')",
+                           timeout=15000)
+    choose(page, "kind", KIND_LABELS[DECODER])
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.endsWith('computed.')",
+                           timeout=60000)
+    page.wait_for_timeout(500)
+    assert page.input_value("#kind input") == KIND_LABELS[DECODER]
+    assert title(page).startswith("Attribution of each step's prediction to the target prefix")
 
 
 def test_of_quick_translations_the_last_one_stays(page, services, monkeypatch):

@@ -351,12 +351,16 @@ def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradien
 
 
 def test_stop_says_what_the_tab_keeps_of_the_comparison(events):
-    """Stop on *Which explanation to trust*: nothing compared yet, the first answer alone (integrated gradients
-    stopped), or the whole comparison already on screen (nothing left to stop)."""
-    from ui.tabs.sources import explanations_compared, explanations_integrated, stop_comparing
+    """Stop on *Which explanation to trust*: nothing running (it said "not compared" all the same), nothing compared
+    yet, the first answer alone (integrated gradients stopped), or the whole comparison already on screen (nothing
+    left to stop)."""
+    from ui.tabs.sources import INTEGRATING, explanations_compared, explanations_integrated, stop_comparing
 
     session = translated(events)
+    assert events.run(stop_comparing, session)["status"] == "Nothing to stop: no comparison is running."
+    session.revisions.working[INTEGRATING] = session.revision  # the comparison's queued event computing
     assert events.run(stop_comparing, session)["status"] == "Stopped: the explanations are not compared."
+    del session.revisions.working[INTEGRATING]
     first = explanations_compared(events.services, session, 2)[2]
     assert events.run(stop_comparing, first)["status"].startswith(
         "Stopped: the comparison for step 2 shows every method but integrated gradients")

@@ -107,7 +107,7 @@ def view_outputs(page: Page, writes: bool = True, words: bool = True) -> list:
 
 
 def answer(page: Page, services: Services, operation: Callable, outputs: list, extras: int,
-           writes: bool = True, stepped_later: bool = False) -> Callable:
+           writes: bool = True, stepped_later: bool = False, latest_view: bool = False) -> Callable:
     """An event's function: `(state, *extras, *settings) -> updates`. The page's view settings are taken first
     (the step lives in the browser), then `operation(services, session, *extras)` runs, then `render`.
 
@@ -118,7 +118,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
     page showed when it sent them: sent from an older one, they were chosen for another state.
     With `stepped_later`, a stepped measure's maps (integrated gradients) are left to `measure_event` (the weights
     drawn meanwhile); `progress` is told of a measure's steps. Work that stops (`Stopped`, raised by a `told` or
-    `progress` once the user has moved on) answers as a stale one does."""
+    `progress` once the user has moved on) answers as a stale one does. With `latest_view` (a measure computed for
+    seconds), the answer is drawn in the view the page last asked for meanwhile, not the one it was asked in."""
     def run(state, *values, progress: Callable[[int, int], None] | None = None) -> dict:
         session, revisions = unpacked(state)
         try:
@@ -129,6 +130,7 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
         before, note = session, ""
         if session is not None and asked_of in (None, session.revision):
             session, note = operations.with_view(session, view)
+            revisions.view = (session.revision, view)
         try:  # work told step by step (`told`, `progress`) stops once the user has moved on
             after, message = operation(services, session, *arguments)
             if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
@@ -136,6 +138,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
                                                                                       stepped_later))
         except Stopped:
             return stale(page)
+        if latest_view and after is not None and revisions.view and revisions.view[0] == after.revision:
+            after, _ = operations.with_view(after, replace(revisions.view[1], step=after.view.step))
         if not message and note:  # what the view could not show, where the operation itself says nothing
             message = note
         if stepped_later and after is not None and operations.pending(services, after):
@@ -148,8 +152,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
         updates[page.session] = packed(after, revisions)
         if writes:
             updates[page.revision] = revision
-        if updates.get(page.step) == view.step:  # the step the page sent: sent back, it could only undo a step
-            del updates[page.step]                # taken in the browser while this request ran (a slow measure)
+        if updates.get(page.step) == view.step or latest_view:  # the step the page sent: sent back, it could only
+            updates.pop(page.step, None)       # undo a step taken in the browser while this request ran (a measure)
         return folded(page, {component: value for component, value in updates.items()
                              if component in outputs or component in page.parts}, revision)
     run.__name__ = getattr(operation, "__name__", "run")  # as Gradio's messages name the event
@@ -270,7 +274,8 @@ def measure_event(page: Page, services: Services) -> Callable:
     """The function that computes the stepped measure a view change left pending (`answer`'s `stepped_later`),
     step by step with Gradio's progress, and draws it. It stops at the next step once the user has moved to another
     state (another model, sentence or decoding, or Stop), and does nothing where nothing is pending."""
-    run = answer(page, services, measure_computed, view_outputs(page, writes=False, words=False), 0, writes=False)
+    run = answer(page, services, measure_computed, view_outputs(page, writes=False, words=False), 0, writes=False,
+                 latest_view=True)
 
     def computed(state, kind, layer, head, measure, step, model_view, units, revision=None,
                  progress=gr.Progress()) -> dict:

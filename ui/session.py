@@ -167,6 +167,7 @@ class Revisions:
         self.latest = time.time_ns() // 1000  # below 2 ** 53: exact in the page's numbers
         self._lock = threading.Lock()
         self.working: dict[str, int] = {}  # the slow questions computing now (by name), each with its revision
+        self.view: tuple[int, object] | None = None  # the view the page last asked for, and the revision it was of
 
     def claim(self) -> int:
         """The next revision, now the only current one."""
