@@ -178,12 +178,12 @@ def test_switching_the_model_keeps_the_view_where_the_new_model_has_it_and_says_
     gru = events.run(translate_or_example, at, "toy-rnn", text, view=(DECODER, 1, 2, WEIGHTS, 3, False))
     view = gru["session"].view
     assert (view.kind, view.step) == (CROSS, 3)  # the GRU has cross-attention only
-    assert "toy-rnn has no such view: decoder self-attention → cross-attention." in gru["status"]
+    assert "toy-rnn shows the nearest view it has: decoder self-attention → cross-attention." in gru["status"]
     at = events.view(gru["session"], CROSS, 0, 1, WEIGHTS, 4, False)["session"]
     back = events.run(translate_or_example, at, "toy-en-de", text, view=(CROSS, 0, 1, WEIGHTS, 4, False))
     view = back["session"].view
     assert (view.kind, view.layer, view.head, view.step) == (CROSS, 0, 1, 4)  # all of it kept
-    assert "has no such view" not in back["status"] and back["layer"]["value"] == 0
+    assert "the nearest view it has" not in back["status"] and back["layer"]["value"] == 0
 
 
 def test_a_first_visit_shows_a_translated_example_at_a_view_with_structure(events, services, monkeypatch):

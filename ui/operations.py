@@ -179,7 +179,7 @@ def carried_view(view: View, trace: TraceArrays, model: str) -> tuple[View, str]
         changes.append(f"step {view.step} → {carried.step}")
     if not changes:
         return carried, ""
-    return carried, f" {model} has no such view: {', '.join(changes)}."
+    return carried, f" {model} shows the nearest view it has: {', '.join(changes)}."
 
 
 def with_view(session: Session | None, view: View) -> tuple[Session | None, str]:
