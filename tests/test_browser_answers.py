@@ -458,3 +458,35 @@ def test_the_hub_id_loads_on_enter_and_the_nine_tabs_fit_one_line_on_a_laptop(pa
     page.fill("#hub-id textarea, #hub-id input", "  ")
     page.press("#hub-id textarea, #hub-id input", "Enter")
     status_starts(page, "Type the id of a model on the Hub")
+
+
+def test_on_a_phone_a_tabs_progress_started_at_the_foot_of_the_screen_comes_into_sight(page, services, monkeypatch):
+    """Issue 57's walk: at 390 x 844, Patch pressed at the foot of the screen started its progress below it, out of
+    sight, and nothing scrolled to it."""
+    import time
+
+    translator = services.translators[MODEL]
+    patching = translator.patching
+
+    def slowly(*args, told=None, **options):  # a large model's patching: batch after batch
+        def batch(done, total):
+            time.sleep(0.4)
+            told(done, total)
+        return patching(*args, told=batch, **options)
+    monkeypatch.setattr(translator, "patching", slowly)
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        translate(page, services, SENTENCE)
+        open_tab(page, "Counterfactual")
+        page.fill("#counterfactual textarea", COUNTERFACTUAL)
+        page.evaluate("""() => { const button = document.querySelector('#patch');  // at the foot of the screen
+            window.scrollBy(0, button.getBoundingClientRect().bottom - window.innerHeight + 4); }""")
+        page.click("#patch")
+        page.wait_for_function("""() => {
+            const bar = document.querySelector('#counterfactual-answers-progress .wrap.minimal:not(.hide)');
+            if (!bar) return false;
+            const box = bar.getBoundingClientRect();
+            return box.top >= 0 && box.bottom <= window.innerHeight; }""", timeout=15000)
+        status_starts(page, "Patched at step ")
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 900})

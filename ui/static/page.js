@@ -154,5 +154,24 @@
   };
   document.addEventListener("input", (event) => { if (event.target.closest?.("#source")) edited(); });
   document.addEventListener("attention-inspector-sentence", () => requestAnimationFrame(edited));
-  new MutationObserver(() => { bind(); watchStatus(); }).observe(document.body, {childList: true, subtree: true});
+  // A tab's progress (ui/plots.py `answers_view`: right above its answers) shows where the user looks: a button
+  // pressed at the foot of a phone's screen started it below the screen, out of sight.
+  const watchedProgress = new WeakSet();
+  const watchProgress = () => {
+    for (const box of document.querySelectorAll(".answers-progress")) {
+      if (watchedProgress.has(box)) continue;
+      watchedProgress.add(box);
+      let running = false;
+      new MutationObserver(() => {
+        const now = !!box.querySelector(".wrap.minimal:not(.hide)");
+        if (now && !running) {
+          const { top, bottom } = box.getBoundingClientRect();
+          if (top < 0 || bottom > window.innerHeight) box.scrollIntoView({ block: "nearest" });
+        }
+        running = now;
+      }).observe(box, { attributes: true, attributeFilter: ["class"], childList: true, subtree: true });
+    }
+  };
+  new MutationObserver(() => { bind(); watchStatus(); watchProgress(); }).observe(document.body,
+                                                                                {childList: true, subtree: true});
 }
