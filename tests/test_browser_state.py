@@ -152,6 +152,25 @@ def test_a_view_chosen_while_a_slow_measure_computes_is_the_one_it_is_drawn_in(p
     assert title(page).startswith("Attribution of each step's prediction to the target prefix")
 
 
+def test_a_beam_search_run_while_a_slow_measure_computes_is_answered_and_says_the_measure_stopped(page, services,
+                                                                                                   monkeypatch):
+    """Issue 57's walk: Run beam search while integrated gradients at every step computed waited for them (its new
+    state computed them again, the measure's own event stopped out of sight), and Stop computing then dropped the
+    beam search without a word."""
+    slow_attributions(services, monkeypatch)
+    translate(page, services, LONG)
+    choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
+    page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Computing')",
+                           timeout=15000)
+    open_tab(page, "Beam search")
+    page.click("#beam")
+    page.wait_for_function("() => document.querySelector('#status textarea').value.includes('at every step stopped')",
+                           timeout=5000)  # at once, not after the measure's steps
+    assert page.locator("#n-best tbody tr").count() > 0
+    assert page.input_value("#measure input") == MEASURE_LABELS[WEIGHTS]
+    page.locator("#stop-measure").wait_for(state="hidden")
+
+
 def test_of_quick_translations_the_last_one_stays(page, services, monkeypatch):
     """Four sentences translated in quick succession, the first made slow (its answer comes last): the box and the
     translation are the fourth's."""

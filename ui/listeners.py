@@ -133,6 +133,11 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
             revisions.view = (session.revision, view)
         try:  # work told step by step (`told`, `progress`) stops once the user has moved on
             after, message = operation(services, session, *arguments)
+            measure = operations.pending(services, after) if writes and session is not None else None
+            if measure and after.current is session.current:  # claiming a revision, this stopped the measure's event
+                after = after.with_view(replace(after.view, measure=WEIGHTS))
+                label = operations.capitalized(MEASURE_LABELS[measure])
+                message = f"{message or ''} {label} at every step stopped (the weights are shown): choose it again."
             if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
                 after = operations.with_detachment(services, operations.with_measures(services, after, progress,
                                                                                       stepped_later))
