@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
@@ -119,8 +120,10 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
     With `stepped_later`, a stepped measure's maps (integrated gradients) are left to `measure_event` (the weights
     drawn meanwhile); `progress` is told of a measure's steps. Work that stops (`Stopped`, raised by a `told` or
     `progress` once the user has moved on) answers as a stale one does. With `latest_view` (a measure computed for
-    seconds), the answer is drawn in the view the page last asked for meanwhile, not the one it was asked in."""
+    seconds), the answer is drawn in the view the page last asked for meanwhile, not the one it was asked in, and
+    leaves the status line to a tab that has answered meanwhile."""
     def run(state, *values, progress: Callable[[int, int], None] | None = None) -> dict:
+        began = time.monotonic()
         session, revisions = unpacked(state)
         try:
             arguments, (view, asked_of) = values[:extras], view_of(*values[extras:])
@@ -145,6 +148,8 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
             return stale(page)
         if latest_view and after is not None and revisions.view and revisions.view[0] == after.revision:
             after, _ = operations.with_view(after, replace(revisions.view[1], step=after.view.step))
+        if latest_view and revisions.told > began:
+            message = None
         if not message and note:  # what the view could not show, where the operation itself says nothing
             message = note
         if stepped_later and after is not None and operations.pending(services, after):
@@ -384,6 +389,7 @@ def tab_answer(page: Page, services: Services, function: Callable, inputs: list,
                 updates = {page.session: packed(kept[0], revisions)} if kept else {}
                 if kept and steps_view:
                     asked_at = updates[page.step] = kept[0].view.step
+                revisions.told = time.monotonic()  # a slow measure's "computed" leaves this in the status line
                 if not isinstance(results, tuple):  # nothing translated yet, or a refused input
                     updates[page.status] = message
                     said = aside(session) if aside is not None and session is not None else None

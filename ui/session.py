@@ -168,6 +168,7 @@ class Revisions:
         self._lock = threading.Lock()
         self.working: dict[str, int] = {}  # the slow questions computing now (by name), each with its revision
         self.view: tuple[int, object] | None = None  # the view the page last asked for, and the revision it was of
+        self.told = 0.0  # when a tab's answer last spoke in the status line (time.monotonic)
 
     def claim(self) -> int:
         """The next revision, now the only current one."""
