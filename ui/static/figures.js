@@ -104,18 +104,18 @@
     }
     const figure = JSON.parse(json); // a step works on a copy: the JSON as sent stays whole for the next step
     const meta = figure.layout.meta || {};
-    // A heatmap of one map, and a bar chart, name every key: they are drawn at least wide enough for them; a grid of
-    // maps (the model view, two models compared) as wide as a laptop draws it, its labels apart. (Its box scrolls
-    // sideways.)
-    // A grid of panels side by side that has a narrow layout (viz/whatif.py `stacked`) is drawn in it in a box
-    // narrower than it asks (a phone): one panel under another, as wide as the box.
+    // A figure that has a narrow layout (viz/whatif.py `narrowed`: the patching grids, the stream) is drawn in it in
+    // a box narrower than it asks (a phone): its title's lines wrapped, a grid's panels one under another.
     const narrow = meta.narrow && (target.parentElement?.clientWidth ?? Infinity) < meta.narrow.below;
     if (narrow) {
       for (const [name, fields] of Object.entries(meta.narrow.axes)) Object.assign(figure.layout[name], fields);
-      Object.assign(figure.layout, { height: meta.narrow.height });
-      Object.assign(figure.layout.margin, { t: meta.narrow.top });
+      figure.layout.height = meta.narrow.height;
+      figure.layout.margin = { ...figure.layout.margin, t: meta.narrow.top };
       figure.layout.title.text = meta.narrow.title;
     }
+    // A heatmap of one map, and a bar chart, name every key: they are drawn at least wide enough for them; a grid of
+    // maps (the model view, two models compared) as wide as a laptop draws it, its labels apart. (Its box scrolls
+    // sideways.)
     const [first] = figure.data;
     const keys = first && first.x ? first.x.length : 0;
     const least = first?.type === "bar" ? KEY_PX * keys + BAR_SIDES

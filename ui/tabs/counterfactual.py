@@ -77,7 +77,7 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     other = services.trace(session.model, counterfactual, **session.direction)
     ours, theirs = trace.target_tokens, other.target_tokens
     parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)  # None: one begins the other
-    first = decoding.patched is None or decoding.patched["counterfactual"] != counterfactual
+    first = decoding.patched is None or decoding.patched["counterfactual"].strip() != counterfactual.strip()
     step = parted + 1 if first and parted is not None else on_screen
     if contrast is not None and contrast == ours[step - 1]:
         return session, (f'"{visible(contrast)}" is the word step {step} writes: it cannot be its own contrast. Name '
