@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from model.keys import DECODER, INTEGRATED_GRADIENTS, KIND_LABELS, MEASURE_LABELS, WEIGHTS
+from model.keys import DECODER, ENCODER, INTEGRATED_GRADIENTS, KIND_LABELS, MEASURE_LABELS, WEIGHTS
 from tests.pages import open_tab
 from tests.test_browser import LONG, MODEL, choose, translate
 
@@ -138,12 +138,16 @@ def test_on_a_phone_a_slow_measures_progress_has_a_line_of_its_own_above_stop(pa
 
 def test_a_view_chosen_while_a_slow_measure_computes_is_the_one_it_is_drawn_in(page, services, monkeypatch):
     """Issue 57's walk: decoder self-attention chosen while integrated gradients at every step computed snapped back
-    to cross-attention once they were computed (drawn in the view they were asked in)."""
+    to cross-attention once they were computed (drawn in the view they were asked in); encoder self-attention
+    chosen meanwhile became cross-attention without the reason the page gives at other times."""
     slow_attributions(services, monkeypatch)
     translate(page, services, LONG)
     choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
     page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Computing')",
                            timeout=15000)
+    choose(page, "kind", KIND_LABELS[ENCODER])  # gradients explain predictions: not in the encoder's view, and why
+    page.wait_for_function("""() => document.querySelector('#status textarea')?.value.startsWith('Computing')
+        && document.querySelector('#status textarea').value.includes("not in the encoder's view")""", timeout=15000)
     choose(page, "kind", KIND_LABELS[DECODER])
     page.wait_for_function("() => document.querySelector('#status textarea')?.value.endsWith('computed.')",
                            timeout=60000)
