@@ -27,10 +27,10 @@ ATTRIBUTING = ("Computing attributions with {model}: integrated gradients of ste
 # event that the page starts on reading this: `explanations_integrated`).
 COMPARING = ("Comparing the explanations with {model}: every method but integrated gradients, then with them. Their "
              "progress shows here; Stop, or a new sentence, stops it.")
+INTEGRATING = "faithfulness_integrated"  # the comparison's queued event (its API name, private)
 # The end of a first answer without integrated gradients: the page, once it has drawn that answer, starts the queued
 # event that adds them (ui/static/page.js), so they are not computed while it draws; a large model's come in the
 # event that gave the first answer (`ON_THE_WAY`).
-INTEGRATING = "faithfulness_integrated"  # the comparison's queued event (its API name, private)
 FOLLOW = " Integrated gradients, the slowest method, follow."
 ON_THE_WAY = " Integrated gradients, the slowest method, are on their way."
 ATTRIBUTION_LABELS = {SALIENCY: "saliency (gradient norm)", INPUT_X_GRADIENT: "input × gradient",
