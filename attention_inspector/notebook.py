@@ -176,7 +176,8 @@ def _view(trace: TraceArrays, translation: str, status: str, detachment: dict | 
     """The value the page draws: the core view's parts as the page's answer gives them, and every view's figure
     the menus can open, built as the page builds them (viz/views.py `view_frames`)."""
     kinds = trace.available()
-    every = sum(trace.layers(k) * len(head_menu(trace, k, 0)) for k in kinds) <= FIGURES
+    heads = {k: head_menu(trace, k, 0) for k in kinds}  # the head menu's entries, (label, head)
+    every = sum(trace.layers(k) * len(heads[k]) for k in kinds) <= FIGURES
     most = max(trace.layers(k) for k in kinds)
     chosen = None if layers is None else sorted({_counted(layer, "layer", most) for layer in layers})
     embedded = {k: list(range(trace.layers(k))) if chosen is None and every
@@ -185,7 +186,7 @@ def _view(trace: TraceArrays, translation: str, status: str, detachment: dict | 
     figures = {}
     for k in kinds:
         for layer in embedded[k]:
-            for index, (_, head) in enumerate(head_menu(trace, k, 0)):
+            for index, (_, head) in enumerate(heads[k]):
                 frames = view_frames(trace, k, layer, head, model_view=index == 0 and layer == embedded[k][0],
                                      file_stem=stem)
                 figures[f"{k}/{layer}/{head}"] = frames["attention"]
@@ -206,7 +207,7 @@ def _view(trace: TraceArrays, translation: str, status: str, detachment: dict | 
                       "model": bool(model_view)},
              "menus": {"kinds": choices(KIND_LABELS, kinds),
                        **{k: {"layers": [(f"Layer {i + 1}", i) for i in range(trace.layers(k))],
-                              "heads": head_menu(trace, k, 0)} for k in kinds}}}
+                              "heads": heads[k]} for k in kinds}}}
     return NotebookView(value, title, include_plotlyjs)
 
 

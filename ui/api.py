@@ -12,6 +12,7 @@ import numpy as np
 
 from model.explain.attribution import INTEGRATED_GRADIENTS
 from model.explain.detachment import COMBINED
+from model.explain.patching import parting
 from model.serving.translator import InputError, ScoredDetachment
 from model.text.words import scheme as word_scheme
 from model.text.words import PIECES, UNITS, WORDS, merge, summed, word_spans, words
@@ -260,7 +261,7 @@ def endpoints(services: Services) -> list:
             traced = services.trace(model, text, force, None, src_lang, tgt_lang)
             other = services.trace(model, counterfactual, None, None, src_lang, tgt_lang)
             ours, theirs = traced.target_tokens, other.target_tokens
-            parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+            parted = parting(ours, theirs)
             at = (parted if parted is not None else 0) if step is None else step - 1
             result = translator.patching(text, counterfactual, ours, at, token, contrast, src_lang, tgt_lang)
         except InputError as error:

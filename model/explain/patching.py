@@ -347,6 +347,11 @@ SWAPS = dict(pair for a, b in [
 ] for pair in ((a, b), (b, a)))
 
 
+def parting(ours: list[str], theirs: list[str]) -> int | None:
+    """The first step (0-based) where two translations' tokens differ; None where one begins the other."""
+    return next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+
+
 def suggested_swap(text: str) -> str | None:
     """`text` with its first word of `SWAPS` swapped (the first letter's case kept), or None where it has none."""
     pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, SWAPS), key=len, reverse=True)) + r")\b",

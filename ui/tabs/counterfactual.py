@@ -10,7 +10,7 @@ from dataclasses import replace
 import gradio as gr
 
 from model.explain.faithfulness import Told
-from model.explain.patching import Patching, suggested_swap
+from model.explain.patching import Patching, parting, suggested_swap
 from model.keys import ENCODER, KIND_LABELS
 from model.serving.inspect import patching_record
 from ui.listeners import COUNTERFACTUAL_TAB, on, tab_answer
@@ -76,7 +76,7 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     translator = services.translators[session.model]
     other = services.trace(session.model, counterfactual, **session.direction)
     ours, theirs = trace.target_tokens, other.target_tokens
-    parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)  # None: one begins the other
+    parted = parting(ours, theirs)  # None: one begins the other
     first = decoding.patched is None or decoding.patched["counterfactual"].strip() != counterfactual.strip()
     step = parted + 1 if first and parted is not None else on_screen
     if contrast is not None and contrast == ours[step - 1]:
@@ -85,12 +85,12 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     result = translator.patching(session.source, counterfactual, ours, step - 1, contrast=contrast, told=told,
                                  **session.direction)
     end = min(len(ours), len(theirs)) if parted is None else parted
-    parting = (f"step {end + 1}: {visible(ours[end]) if end < len(ours) else '(end)'} / "
+    where = (f"step {end + 1}: {visible(ours[end]) if end < len(ours) else '(end)'} / "
                f"{visible(theirs[end]) if end < len(theirs) else '(end)'}")
     text = "\n".join([
         f"Sentence:       {session.source}", f"  → {marked(ours, theirs)}",
         f"Counterfactual: {counterfactual}", f"  → {marked(theirs, ours)}",
-        f"They part at {parting}." if ours != theirs else "The two translations are the same."])
+        f"They part at {where}." if ours != theirs else "The two translations are the same."])
     chosen = visible(ours[step - 1])
     asked = f'log p("{chosen}")' + (f' − log p("{visible(contrast)}")' if contrast else "")
     title = [f"Patching each head at step {step}: the change in {asked}, patched − original",
@@ -104,7 +104,7 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
                                              f"counterfactual: the change in {asked}"], "Δ score"))
     said = (f"Patched at step {step}, where the two translations part: the view steps there. Step elsewhere and press "
             "again to patch that step. " if step != on_screen else "")
-    said += patching_said(result, step, chosen, asked, parting if parted is not None and parted + 1 != step else None)
+    said += patching_said(result, step, chosen, asked, where if parted is not None and parted + 1 != step else None)
     said += "".join(f" {KIND_LABELS[kind]}: {reason}" for kind, reason in result.skipped.items())
     if decoding.mask:
         said += " (Patched with every head on.)"
