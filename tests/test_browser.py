@@ -219,6 +219,36 @@ def test_buttons_keys_slider_and_number_box_agree_with_the_view(page, services):
         assert f"step {clamped} of {steps}" in wait_for_step(page, clamped)["title"]
 
 
+def test_a_step_button_draws_its_step_in_its_own_click_and_the_server_reads_that_step(page, services):
+    """A press of a step button redraws the heatmap before the click returns (ui/static/page.js), not after a
+    Gradio event of its own; quick presses each draw their own step, and none draws an earlier one back when the
+    slider's values catch up; the slider then holds the step, and the server reads it (the link it makes)."""
+    translate(page, services, LONG)
+    page.click("#first")
+    wait_for_step(page, 1)
+    title = page.evaluate("""() => { document.querySelector('#next').click();
+        return document.querySelector('#attention .js-plotly-plot').layout.title.text; }""")
+    assert "step 2 of" in title
+    drawn = page.evaluate("""async () => {
+        const drawn = [];
+        const log = () => drawn.push(window.attentionInspector.step);
+        document.addEventListener('attention-inspector-step', log);
+        for (const button of ['#next', '#next', '#next', '#previous', '#next', '#next']) {
+            document.querySelector(button).click();
+            await new Promise((resolve) => setTimeout(resolve, 2));
+        }
+        await new Promise((resolve) => setTimeout(resolve, 1000)); // the slider's values have caught up
+        document.removeEventListener('attention-inspector-step', log);
+        return drawn;
+    }""")
+    assert drawn == [3, 4, 5, 4, 5, 6]
+    assert wait_for_step(page, 6)["step"] == 6
+    open_tab(page, "Share and export")
+    page.click("#copy-link")
+    page.wait_for_function("() => document.querySelector('#link textarea, #link input')?.value.includes('step=6')",
+                           timeout=15000)
+
+
 def test_the_model_view_follows_the_step(page, services):
     translate(page, services, LONG)
     page.click("#first")

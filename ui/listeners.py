@@ -47,14 +47,6 @@ COMPUTING = ("Computing {} at every step: the weights are shown meanwhile; stepp
 # A new step: the core view and every plot redraw themselves in the browser (ui/static/core.js, plot.js).
 STEP_JS = (STATIC / "step.js").read_text()
 RANGE_JS = (STATIC / "range.js").read_text()
-# The step buttons: the slider's new value (the core view keeps the number of steps: ui/static/core.js), counted
-# from the step the last press asked for while the slider is on its way there (ui/static/page.js `moved`).
-STEPS = "(window.attentionInspector?.steps || 0)"
-MOVES = {name: f"(s) => window.attentionInspector.moved(s, {move})" for name, move in (
-    ("first", "() => 1"), ("previous", "(s) => Math.max(1, s - 1)"),
-    ("next", f"(s) => ({STEPS} ? Math.min({STEPS}, s + 1) : s)"), ("last", f"(s) => ({STEPS} || s)"))}
-
-
 VIEW_SETTINGS = ("kind", "layer", "head", "measure", "step", "model_view", "units")
 
 
@@ -571,11 +563,9 @@ def wire(page: Page, services: Services) -> None:
     on(page, services, [page.stop_measure.click], operations.stop_measure, [], ["stop_measure"],
        outputs=view_outputs(page, words=False), queued=False)
 
-    # Stepping: the buttons move the slider, and every change of the slider (buttons, drag, keyboard, its number
-    # box) redraws the step in the browser, the slider itself kept within the steps. Every press counts, however
-    # quick (Gradio's default would drop a press that comes while the last one's value is being applied).
-    for button in page.step_buttons:
-        button.click(None, page.step, page.step, js=MOVES[button.elem_id], trigger_mode="multiple")
+    # Stepping: the buttons step in the page and move the slider (ui/static/page.js), and every change of the
+    # slider (drag, keyboard, its number box, the server) redraws the step in the browser, the slider itself kept
+    # within the steps.
     page.step.change(None, page.step, page.step, js=STEP_JS)
     for changed in (page.demo.load, page.core.change):  # the slider's range: from the page's load on
         changed(None, None, page.step, js=RANGE_JS)
