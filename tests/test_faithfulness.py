@@ -104,3 +104,30 @@ def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
         assert {"input × gradient", "random ranking (control)"} <= names == set(table["headers"][1:])
         assert not any("_" in name for name in names) and "_" not in said.split(": ", 2)[-1]
         assert len(rows) == methods and all(row[1 + i] == 1.0 for i, row in enumerate(rows))
+
+
+def test_the_pages_first_answer_reads_the_decodings_maps_and_gives_what_a_pass_of_its_own_gives(events, monkeypatch):
+    """The first answer of which explanation to trust reads the attention maps of the decoding's trace and the
+    ALTI+ contributions its detachment was scored from, instead of a pass and an ALTI+ of its own: the same scores
+    and deletion curves (1e-5). A decoding with heads off has none to give."""
+    from model.explain import faithfulness as measures
+    from ui.tabs.sources import explained_word, seen
+
+    session = events.translate("A dog runs in the park with a ball.", model="toy-en-de")["session"]
+    model, src_ids, tgt_ids, step = explained_word(events.services, session, 3)
+    held = seen(session)
+    assert held is not None and held.contributions is not None and held.fits(len(src_ids), len(tgt_ids))
+    fresh = measures.quick_faithfulness(model, src_ids, tgt_ids, step - 1, (0, 1))
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("ALTI+ computed again")
+
+    monkeypatch.setattr(measures, "alti_plus", no_pass)
+    read = measures.quick_faithfulness(model, src_ids, tgt_ids, step - 1, (0, 1), seen=held)
+    assert set(read.scores) == set(fresh.scores) == set(METHODS) - {"integrated_gradients"}
+    for method in fresh.scores:
+        np.testing.assert_allclose(read.scores[method], fresh.scores[method], atol=1e-5)
+        np.testing.assert_allclose(read.comprehensiveness[method], fresh.comprehensiveness[method], atol=1e-5)
+        np.testing.assert_allclose(read.sufficiency[method], fresh.sufficiency[method], atol=1e-5)
+    assert seen(session.with_current(mask=("cross.1.1",))) is None
+    assert not held.fits(len(src_ids) + 1, len(tgt_ids))  # another sentence's: a pass of its own

@@ -37,7 +37,7 @@ import torch
 
 from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps,
                                        gradient_scores_at)
-from model.explain.contributions import alti_plus, rollout
+from model.explain.contributions import Contributions, alti_plus, rollout
 from model.keys import ROLLOUT
 from model.nets.cores import parts, shared
 from model.nets.decoding import next_token_logits
@@ -87,6 +87,22 @@ class StepFaithfulness:
                 for i, a in enumerate(names) for b in names[i + 1:]}
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What a decoding already holds of a pass over its translation with every head on, read instead of a pass of
+    the methods' own: the cross- and encoder self-attention, (L, H, T, S) and (L, H, S, S) (None for a GRU), of
+    its trace, and the ALTI+ contributions its detachment was scored from (None where it has none)."""
+
+    cross: np.ndarray
+    encoder: np.ndarray | None
+    contributions: Contributions | None = None
+
+    def fits(self, sources: int, targets: int) -> bool:
+        """Whether it is of a sentence of `sources` tokens and a translation of `targets`."""
+        return self.cross.shape[-2:] == (targets, sources) and (
+            self.contributions is None or self.contributions.decoder.shape == (targets, sources + targets))
+
+
 def removable_count(k: int | float, removable: int) -> int:
     return min(removable, k if isinstance(k, int) else max(1, math.ceil(k * removable)))
 
@@ -110,27 +126,37 @@ def log_probabilities(model: Seq2Seq, sources: torch.Tensor, prefix: list[int], 
 
 def method_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], best_head: tuple[int, int] | None,
                   steps: int = 32, only: int | None = None, gradients: tuple[str, ...] = GRADIENT_METHODS,
-                  told: Told = lambda done, total: None) -> dict[str, list[np.ndarray]]:
+                  told: Told = lambda done, total: None, seen: Seen | None = None) -> dict[str, list[np.ndarray]]:
     """Every method's score of every source token, for every step of the translation `tgt_ids` (`only`: the
-    gradients of that step alone, the other steps' left empty; `gradients`: the gradient methods to run).
-    `told(done, total)` hears of each stage as it is done: attention, rollout and ALTI+ together (and saliency and
-    input × gradient, from one gradient computed beside them, where `only` asks for both), then each gradient method
-    (it may raise to stop)."""
+    gradients of that step alone, the other steps' left empty; `gradients`: the gradient methods to run; `seen`:
+    what the decoding holds already, where it fits). `told(done, total)` hears of each stage as it is done:
+    attention, rollout and ALTI+ together (and saliency and input × gradient, from one gradient computed beside
+    them, where `only` asks for both), then each gradient method (it may raise to stop)."""
     stages = 1 + len(gradients)
+    if seen is None or not seen.fits(len(src_ids), len(tgt_ids)):
+        seen = None
 
     def attended() -> dict[str, list[np.ndarray]]:  # what the attention weights give, and ALTI+
-        device = device_of(model)
-        src, tgt_in = torch.tensor([src_ids], device=device), torch.tensor([[SOS_ID] + tgt_ids[:-1]], device=device)
-        with torch.inference_mode():
-            _, attention = model(src, tgt_in, need_weights=True)
-        cross = attention.cross[:, 0].cpu().numpy()  # (L, H, T, S)
+        if seen is not None:
+            cross, encoder = seen.cross, seen.encoder
+        else:
+            device = device_of(model)
+            src = torch.tensor([src_ids], device=device)
+            tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]], device=device)
+            with torch.inference_mode():
+                _, attention = model(src, tgt_in, need_weights=True)
+            cross = attention.cross[:, 0].float().cpu().numpy()  # (L, H, T, S)
+            encoder = None if attention.encoder is None else attention.encoder[:, 0].float().cpu().numpy()
         scores = {ATTENTION: list(cross[-1].mean(0))}
         if best_head is not None:
             layer, head = best_head
             scores[BEST_HEAD] = list(cross[layer, head])
         if isinstance(model, Transformer):  # through every layer, as the views' last layer shows them: (T, S)
-            scores[ROLLOUT] = list((attention.cross[-1, 0].mean(0) @ rollout(attention.encoder[:, 0])).cpu().numpy())
-            scores[ALTI_PLUS] = list(alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)])
+            scores[ROLLOUT] = list(cross[-1].mean(0) @ rollout(torch.from_numpy(encoder)).numpy())
+            contributions = seen.contributions if seen is not None else None
+            if contributions is None:
+                contributions = alti_plus(model, src_ids, tgt_ids)
+            scores[ALTI_PLUS] = list(contributions.decoder[:, :len(src_ids)])
         return scores
 
     pending = list(gradients)
@@ -163,15 +189,15 @@ def gradient_scores(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], meth
 
 
 def quick_faithfulness(model: Seq2Seq, src_ids: list[int], tgt_ids: list[int], step: int,
-                       best_head: tuple[int, int] | None = None, told: Told = lambda done, total: None
-                       ) -> StepFaithfulness:
+                       best_head: tuple[int, int] | None = None, told: Told = lambda done, total: None,
+                       seen: Seen | None = None) -> StepFaithfulness:
     """The faithfulness of every method but integrated gradients (the slowest by far: `integrated_faithfulness`)
-    for the word at `step` alone: the app's first answer, asked live. `told(done, total)` hears of each stage (the
-    methods' scores, then the deletion curves) as it is done."""
+    for the word at `step` alone: the app's first answer, asked live, reading what the decoding holds (`seen`).
+    `told(done, total)` hears of each stage (the methods' scores, then the deletion curves) as it is done."""
     quick = GRADIENT_METHODS[:-1]
     total = len(quick) + 2
     scores = method_scores(model, src_ids, tgt_ids, best_head, only=step, gradients=quick,
-                           told=lambda done, _: told(done, total))
+                           told=lambda done, _: told(done, total), seen=seen)
     measured = step_faithfulness(model, src_ids, tgt_ids, step, {m: v[step] for m, v in scores.items()})
     told(total, total)
     return measured

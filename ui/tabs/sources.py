@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import gradio as gr
 
 from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
-from model.explain.faithfulness import (KS, METHOD_LABELS, StepFaithfulness, Told, integrated_faithfulness, k_label,
-                                        quick_faithfulness, removable_count)
+from model.explain.faithfulness import (KS, METHOD_LABELS, Seen, StepFaithfulness, Told, integrated_faithfulness,
+                                        k_label, quick_faithfulness, removable_count)
 from model.nets.seq2seq import Seq2Seq
+from model.serving.translator import ScoredDetachment
 from model.text.words import WORDS, summed, words
 from ui.listeners import Stopped, on, tab_answer
 from ui.operations import large, operation, shown
@@ -182,6 +183,17 @@ def explained_word(services: Services, session: Session, step: object) -> tuple[
     return translator.model, src_ids, tgt_ids, step
 
 
+def seen(session: Session) -> Seen | None:
+    """What the decoding on screen holds for the explanations, read instead of a pass of their own (its attention
+    maps, and the ALTI+ contributions its detachment was scored from), where it ran with every head on."""
+    decoding = session.current
+    if decoding.mask:
+        return None
+    scored = decoding.detachment  # or why it could not be scored
+    return Seen(decoding.trace.cross, decoding.trace.encoder,
+                scored.contributions if isinstance(scored, ScoredDetachment) else None)
+
+
 @operation
 def explanations_compared(services: Services, session: Session, step: object) -> tuple[tuple, str, Session]:
     """How faithful each explanation method but integrated gradients is for the word chosen at `step`: its deletion
@@ -195,7 +207,8 @@ def explanations_compared(services: Services, session: Session, step: object) ->
     elif large(services, session.model):
         return session, COMPARING.format(model=session.model)
     else:
-        measured = quick_faithfulness(model, src_ids, tgt_ids, step - 1, services.best_head(session.model))
+        measured = quick_faithfulness(model, src_ids, tgt_ids, step - 1, services.best_head(session.model),
+                                      seen=seen(session))
     return *faithfulness_answer(session, step, measured), session.with_current(faithful=(step, measured))
 
 
@@ -216,7 +229,8 @@ def explanations_integrated(services: Services, session: Session, step: object, 
         raise Stopped
 
     def stages() -> Iterator[tuple[tuple, str]]:
-        first = quick_faithfulness(model, src_ids, tgt_ids, step - 1, services.best_head(session.model), told=told)
+        first = quick_faithfulness(model, src_ids, tgt_ids, step - 1, services.best_head(session.model), told=told,
+                                   seen=seen(session))
         yield faithfulness_answer(session, step, first, ON_THE_WAY)
         yield faithfulness_answer(session, step, integrated_faithfulness(model, src_ids, tgt_ids, step - 1, first,
                                                                          progress=told))
