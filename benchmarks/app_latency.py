@@ -138,7 +138,7 @@ def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     for method in METHODS:
         ms = median_ms(lambda method=method: attribute_step(services, session, step, method, ""), runs)
         print(f"| {method} | {ms:.1f} | {ms / translation:.2f} |")
-    first = median_ms(lambda: explanations_compared(services, session, step), max(3, runs // 3))  # nothing kept
+    first = median_ms(lambda: explanations_compared(services, session, step), runs)  # nothing kept
     print(f"| which explanation to trust: its first answer (7 rankings, ERASER at 5 k) | {first:.1f} | "
           f"{first / translation:.2f} |")
     asked = explanations_compared(services, session, step)[2]  # the first answer kept with the decoding
