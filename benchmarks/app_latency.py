@@ -47,13 +47,21 @@ SENTENCES = [  # about 5, 20 and 40 tokens
 
 
 def median_ms(fn, runs: int) -> float:
-    fn()  # warm-up
-    times = []
+    return alternating_ms([fn], runs)[0]
+
+
+def alternating_ms(fns, runs: int) -> list[float]:
+    """Each call's median milliseconds over `runs` rounds, the calls taking turns in each round, so that a machine
+    slower for a while slows each of them alike (a ratio of two timed apart moved by a third from run to run)."""
+    for fn in fns:
+        fn()  # warm-up
+    times = [[] for _ in fns]
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+        for fn, taken in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            taken.append((time.perf_counter() - start) * 1000)
+    return [statistics.median(taken) for taken in times]
 
 
 class Page:
@@ -130,7 +138,8 @@ def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     session = page.translate(checkpoint, sentence)[page.page.session]
     step = session.trace.steps // 2 + 1
     services = page.services
-    translation = median_ms(lambda: page.translate(checkpoint, sentence, session), runs)
+    translation, first = alternating_ms([lambda: page.translate(checkpoint, sentence, session),
+                                         lambda: explanations_compared(services, session, step)], runs)  # nothing kept
     print(f"\nattributions of step {step} of {session.trace.steps} (server side)")
     print("| request | ms | x a translation |")
     print("|---|---|---|")
@@ -138,7 +147,6 @@ def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     for method in METHODS:
         ms = median_ms(lambda method=method: attribute_step(services, session, step, method, ""), runs)
         print(f"| {method} | {ms:.1f} | {ms / translation:.2f} |")
-    first = median_ms(lambda: explanations_compared(services, session, step), runs)  # nothing kept
     print(f"| which explanation to trust: its first answer (7 rankings, ERASER at 5 k) | {first:.1f} | "
           f"{first / translation:.2f} |")
     asked = explanations_compared(services, session, step)[2]  # the first answer kept with the decoding
@@ -173,14 +181,14 @@ def patching(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
 
     counterfactual = suggested_swap(sentence) or sentence
     session = page.translate(checkpoint, sentence)[page.page.session]
-    translation = median_ms(lambda: page.translate(checkpoint, sentence, session), runs)
     step = session.trace.steps // 2 + 1
     translator = page.services.translators[checkpoint]
     heads = sum(layers * count for layers, count in translator.model.heads().values())
     src_ids, tgt_ids = translator.given_translation(sentence, session.trace.target_tokens)
     counterfactual_ids = translator.encode_source(translator.source_tokens(counterfactual))
-    heads_only = median_ms(lambda: patch_heads(translator.model, src_ids, counterfactual_ids, tgt_ids, step - 1,
-                                               stream=False), runs)
+    translation, heads_only = alternating_ms([
+        lambda: page.translate(checkpoint, sentence, session),
+        lambda: patch_heads(translator.model, src_ids, counterfactual_ids, tgt_ids, step - 1, stream=False)], runs)
     grid = median_ms(lambda: translator.patching(sentence, counterfactual, session.trace.target_tokens, step - 1),
                      runs)
     tab = median_ms(lambda: patch_at_step(page.services, session, counterfactual, step, ""), runs)
