@@ -27,7 +27,9 @@ the decoding), saliency and integrated gradients chosen in *Show* (every step's 
 *Words* (-> the heatmap in words), each timed by the page's clock from its input event (the click, or the option
 chosen in a menu) to the frame its result is drawn; each line gives p50 and p95 as multiples of a translation's by
 the same clock. Last, the first translations again (three times each), after the what-if actions (14 per
-sentence): the page must not get slower with use.
+sentence): the page must not get slower with use. Against the first translations, minutes before, and against a
+new page opened then, the two pages taking turns at each sentence (what the goal is read from: a machine slower for
+a while slows both alike).
 """
 
 from __future__ import annotations
@@ -117,10 +119,17 @@ def wait_translated(page, translator, text: str) -> None:
 def page_translations(page, translator, sentences: list[str], rounds: int = 3) -> list[float]:
     """Translate -> heatmap by the page's clock, as for the minimal page: every sentence `rounds` times, each one
     differing from the last (five samples moved the ratio of two such series by ~0.2 from run to run)."""
-    times = []
+    return in_turns([page], translator, sentences, rounds)[0]
+
+
+def in_turns(pages: list, translator, sentences: list[str], rounds: int = 3) -> list[list[float]]:
+    """`page_translations` of each page, the pages taking turns at each sentence, so that a machine slower for a
+    while slows each of them alike."""
+    times = [[] for _ in pages]
     for text in sentences * rounds:
-        page.fill("#source textarea", text)
-        times.append(page.evaluate(CLICK_UNTIL, ["#translate", TRANSLATED, list(expected_view(translator, text))]))
+        for page, taken in zip(pages, times):
+            page.fill("#source textarea", text)
+            taken.append(page.evaluate(CLICK_UNTIL, ["#translate", TRANSLATED, list(expected_view(translator, text))]))
     return times
 
 
@@ -380,6 +389,18 @@ def main() -> None:
             print(f"translate -> heatmap after the what-if actions, the page's clock: {percentiles(used)}; p50 "
                   f"{statistics.median(used) / statistics.median(in_page):.2f}x, p95 {p95(used) / p95(in_page):.2f}x "
                   "the first translations")
+            # The same against a new page at the same time: the used page and the new one take turns (the first
+            # translations were minutes before, and the machine's speed moves by a fifth over minutes).
+            new = browser.new_page(viewport={"width": 1400, "height": 900})
+            new.goto(f"http://127.0.0.1:{port}/")
+            new.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
+                                  ".includes('step ')", timeout=120000)
+            shown = {page.evaluate("() => document.visibilityState"), new.evaluate("() => document.visibilityState")}
+            used, fresh = in_turns([page, new], translator, sentences[1:])
+            print(f"translate -> heatmap, the used page and a new one taking turns: used {percentiles(used)}, new "
+                  f"{percentiles(fresh)}; p50 {statistics.median(used) / statistics.median(fresh):.2f}x, p95 "
+                  f"{p95(used) / p95(fresh):.2f}x the new page's (pages {', '.join(sorted(shown))})")
+            new.close()
 
             page.evaluate(CLICK_UNTIL_STEP, ["#first", 1, ["attention"]])
             for _ in range(10):

@@ -6,6 +6,7 @@ loading, statistics and the pruning curve's decodings included). Then a projecti
 from that cost.
 
     python benchmarks/heads_at_size.py [--pairs 20] [--processes 2] [--family nllb-600m|marian] [--device cpu]
+                                       [--torchrun-only]
 
 Needs the dev requirements (transformers). `--family marian` takes opus-mt-en-de's sizes (384 heads, 58k tokens)
 for a quicker run.
@@ -64,6 +65,8 @@ def main() -> None:
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the head report's own choice)")
     parser.add_argument("--data", type=Path, default=Path(DEFAULT_DATA))
     parser.add_argument("--work", type=Path, default=Path("/tmp/heads-at-size"))
+    parser.add_argument("--torchrun-only", action="store_true",
+                        help="the run under torchrun alone (the one process's measured before, in another run)")
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     sizes = hub_models.NLLB_600M if args.family == "nllb-600m" else hub_models.OPUS_MT_EN_DE
@@ -80,11 +83,13 @@ def main() -> None:
     print("| run | wall s | peak memory per process | wall s per sentence per head |")
     print("|---|---|---|---|")
     per_head = {}
-    for processes in (1, args.processes):
+    for processes in (args.processes,) if args.torchrun_only else (1, args.processes):
         seconds, peaks = report(checkpoint, pairs, processes, args.device)
         per_head[processes] = seconds / (args.pairs * heads)
         print(f"| {'one process' if processes == 1 else f'torchrun, {processes} processes'} | {seconds:,.0f} | "
               f"{' / '.join(megabytes(peak) for peak in peaks)} | {per_head[processes]:.4f} |")
+    if 1 not in per_head:
+        return
     device = args.device or "the default device"
     print(f"projection, not a measurement: 1,000 pairs at the one-process wall time per sentence per head take "
           f"{per_head[1] * 1000 * heads / 3600:.1f} h on one process on {device}, and "
