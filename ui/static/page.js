@@ -51,9 +51,9 @@
   const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
   // The step buttons (and ←/→, Home, End, which press them) step in the page: the core view and every plot redraw at
   // the new step in the click's own task (ui/static/step.js's event), then the slider is moved as a user moves it,
-  // so that the server reads that step with the next request. (Through a Gradio event of its own, each press's new
-  // value took ~27 ms to come back as the slider's change: Next took a p50 of 32 ms to its heatmap, 5 ms now.) Each
-  // press counts from the step on screen, however quick. With nothing translated, nothing happens.
+  // so that the server reads that step with the next request (a Gradio event of their own drew the step only once
+  // the slider's change had come back). Each press counts from the step on screen, however quick. With nothing
+  // translated, nothing happens.
   const moves = { first: () => 1, previous: (t) => t - 1, next: (t) => t + 1, last: () => inspector.steps };
   document.addEventListener("click", (event) => {
     const button = event.target instanceof Element && event.target.closest("#first, #previous, #next, #last");
