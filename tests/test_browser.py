@@ -249,6 +249,29 @@ def test_a_step_button_draws_its_step_in_its_own_click_and_the_server_reads_that
                            timeout=15000)
 
 
+
+def test_steps_that_come_before_the_paint_redraw_each_bar_chart_once_at_the_last_of_them(page, services):
+    """Eight presses of Next in one task (→ held down): the heatmap is redrawn at each, the candidates and the
+    translation's probabilities once each, after the paint, at the last step (ui/static/figures.js `redrawn`)."""
+    translate(page, services, LONG)
+    page.click("#first")
+    wait_for_step(page, 1)
+    bars_shown(page, "candidates", 1)
+    page.evaluate("""() => {
+        window.barDraws = 0;
+        const figures = window.attentionInspector.figures, draw = figures.draw;
+        figures.draw = (target, json) => {
+            if (target.closest('#candidates, #probabilities')) window.barDraws += 1;
+            return draw(target, json);
+        };
+        for (let i = 0; i < 8; i++) document.querySelector('#next').click();
+    }""")
+    trace = to_arrays(services.translators[MODEL].trace(LONG))
+    assert bars_shown(page, "candidates", 9) == python_bars(candidates_figure(trace, 8))
+    assert bars_shown(page, "probabilities", 9) == python_bars(translation_figure(trace, 8))
+    page.wait_for_timeout(500)
+    assert page.evaluate("() => window.barDraws") == 2
+
 def test_the_model_view_follows_the_step(page, services):
     translate(page, services, LONG)
     page.click("#first")

@@ -77,7 +77,9 @@ function update() {
 // A new step: the step's line and the heatmap at once, the candidates once the browser has painted them.
 document.addEventListener("attention-inspector-step", () => {
   stepLine();
-  for (const name of ["attention", "candidates"]) figures.redrawn(drawn[name], () => drawFigure(name));
+  for (const name of ["attention", "candidates"]) {
+    figures.redrawn(drawn[name], () => drawFigure(name), element.querySelector(`#${name}`));
+  }
 });
 watch("value", update);
 for (const name of ["attention", "candidates"]) figures.fitting(element.querySelector(`#${name}`));

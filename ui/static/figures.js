@@ -174,10 +174,19 @@
   }
 
   // What a drawn figure does on a new step (`draw`'s answer): a heatmap is redrawn at once, a bar chart once the
-  // browser has painted the heatmaps, any other figure stays as it is.
-  function redrawn(steps, redraw) {
+  // browser has painted the heatmaps, any other figure stays as it is. A bar chart waiting for the paint is redrawn
+  // once, at the step of the time it is drawn, however many steps come meanwhile (→ held down: each chart once per
+  // paint, not once per step behind it). `plot`: the chart's element.
+  const barsDue = new Set();
+  function redrawn(steps, redraw, plot) {
     if (steps === "heatmap") redraw();
-    else if (steps === "bars") afterPaint(redraw);
+    else if (steps === "bars" && !barsDue.has(plot)) {
+      barsDue.add(plot);
+      afterPaint(() => {
+        barsDue.delete(plot);
+        redraw();
+      });
+    }
   }
 
   // Where a figure is, for when to draw it (`target`: the figure's box, hidden while empty; `shownBy`: an element
@@ -211,7 +220,7 @@
       },
       step(steps, work) {
         if (!width) unseen = steps ? work : unseen;
-        else redrawn(steps, work);
+        else redrawn(steps, work, target);
       },
     };
   }
