@@ -226,3 +226,17 @@ def test_traces_written_by_two_processes_are_those_of_one(toy_checkpoints, tmp_p
     assert files == sorted(path.name for path in (tmp_path / "two").iterdir()) and len(files) == 4
     for name in files:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+
+
+def test_items_sorted_by_length_are_dealt_to_the_ranks_in_turn_each_share_alike_in_length():
+    """`Ranks.share`, as the head report shares its batches (sorted by length): every item once, and each rank's
+    lengths add up to within one item of the others', where contiguous blocks gave the last rank the longest."""
+    lengths = sorted(torch.randint(5, 90, (41,), generator=torch.Generator().manual_seed(0)).tolist())
+    for world_size in (2, 3):
+        shares = [distributed.Ranks(rank=rank, world_size=world_size).share(lengths) for rank in range(world_size)]
+        assert sorted(sum(shares, [])) == lengths
+        totals = [sum(share) for share in shares]
+        assert max(totals) - min(totals) <= max(lengths)
+        blocks = [[lengths[i] for i in distributed.Ranks(rank=rank, world_size=world_size).block(len(lengths))]
+                  for rank in range(world_size)]
+        assert max(map(sum, blocks)) - min(map(sum, blocks)) > 3 * max(lengths)

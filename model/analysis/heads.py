@@ -118,7 +118,7 @@ class Progress:
 
     def __init__(self, folder: Path, ranks: Ranks, arguments: list[str]):
         self.path = Path(folder) / f"heads.partial.{ranks.rank}.json"
-        self.key = {"arguments": arguments, "processes": ranks.world_size}
+        self.key = {"arguments": arguments, "processes": ranks.world_size, "batches": "dealt"}
         saved = read_json(self.path) if self.path.is_file() else {}
         self.state = saved if saved.get("key") == self.key else {"key": self.key}
         self.resumed = len(self.state) > 1
@@ -141,12 +141,13 @@ def log_likelihood_changes(translator: Translator, sources: list[list[str]], tar
                            ) -> tuple[float, dict[str, float]]:
     """The mean teacher-forced log-likelihood per reference token with every head on, and its change with each head
     switched off alone, by name: many heads per batched pass (model/explain/ablation.py), in batches sized for
-    the device (`pass_tokens`), each rank taking a block of them; with `progress`, the sums kept after each batch
-    and taken up again from there."""
+    the device (`pass_tokens`), dealt to the ranks in turn (`Ranks.share`: they are sorted by length, and contiguous
+    blocks gave the last rank the longest sentences); with `progress`, the sums kept after each batch and taken up
+    again from there."""
     heads = every_head_of(translator.model)
     batches = teacher_forced_batches(translator, sources, targets, pass_tokens(len(translator.tgt_vocab),
                                                                                translator.device), direction)
-    batches = [batches[i] for i in ranks.block(len(batches))]
+    batches = ranks.share(batches)
     kept = progress.get("likelihood", {}) if progress else {}
     done, totals, tokens = kept.get("batches", 0), np.array(kept.get("totals", np.zeros(1 + len(heads)))), \
         kept.get("tokens", 0)
@@ -343,10 +344,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"statistics of {len(statistics)} heads over {len(sources)} sentences of {args.split} added to "
               f"{Path(args.checkpoint) / HEADS}")
         return
-    # The batches of one process, a block of them per rank: importance sums |gradient| per batch, which depends on
-    # how sentences are grouped.
-    batches = teacher_forced_batches(translator, sources, targets, direction=direction)
-    batches = [batches[i] for i in ranks.block(len(batches))]
+    # The batches of one process, dealt to the ranks in turn (sorted by length: each rank's alike in length):
+    # importance sums |gradient| per batch, which depends on how sentences are grouped.
+    batches = ranks.share(teacher_forced_batches(translator, sources, targets, direction=direction))
     names = every_head(translator)
     progress = Progress(args.checkpoint, ranks, measured_arguments(argv if argv is not None else sys.argv[1:]))
     if progress.resumed and ranks.main:

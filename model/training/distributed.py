@@ -40,10 +40,10 @@ class Ranks:
         return torch.device(f"cuda:{self.local_rank}" if self.backend == "nccl" else
                             "cuda" if torch.cuda.is_available() and self.backend is None else "cpu")
 
-    def share(self, indices: list[int]) -> list[int]:
-        """This rank's sentences of a batch: every world_size-th (a batch is sorted by length, so the shares are
-        alike in length)."""
-        return indices[self.rank::self.world_size]
+    def share(self, items: list) -> list:
+        """This rank's items of a list sorted by length (the sentences of a batch, a split's batches): every
+        world_size-th, so that the shares are alike in length."""
+        return items[self.rank::self.world_size]
 
     def block(self, count: int) -> range:
         """This rank's part of `count` items taken in order (an evaluation split): one contiguous block per rank."""
