@@ -144,8 +144,9 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
             message = None
         if not message and note:  # what the view could not show, where the operation itself says nothing
             message = note
-        if stepped_later and after is not None and operations.pending(services, after):  # and what the view lacks
-            message = COMPUTING.format(MEASURE_LABELS[operations.pending(services, after)]) + (f" {note}" * bool(note))
+        later = operations.pending(services, after) if stepped_later and after is not None else None
+        if later:  # and what the view lacks
+            message = COMPUTING.format(MEASURE_LABELS[later]) + (f" {note}" * bool(note))
         if revisions.latest != revision:
             return stale(page)
         if writes and after is not None:

@@ -86,7 +86,7 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
                                  **session.direction)
     end = min(len(ours), len(theirs)) if parted is None else parted
     where = (f"step {end + 1}: {visible(ours[end]) if end < len(ours) else '(end)'} / "
-               f"{visible(theirs[end]) if end < len(theirs) else '(end)'}")
+             f"{visible(theirs[end]) if end < len(theirs) else '(end)'}")
     text = "\n".join([
         f"Sentence:       {session.source}", f"  → {marked(ours, theirs)}",
         f"Counterfactual: {counterfactual}", f"  → {marked(theirs, ours)}",
