@@ -249,7 +249,6 @@ def test_a_step_button_draws_its_step_in_its_own_click_and_the_server_reads_that
                            timeout=15000)
 
 
-
 def test_steps_that_come_before_the_paint_redraw_each_bar_chart_once_at_the_last_of_them(page, services):
     """Eight presses of Next in one task (→ held down): the heatmap is redrawn at each, the candidates and the
     translation's probabilities once each, after the paint, at the last step (ui/static/figures.js `redrawn`)."""
@@ -271,6 +270,34 @@ def test_steps_that_come_before_the_paint_redraw_each_bar_chart_once_at_the_last
     assert bars_shown(page, "probabilities", 9) == python_bars(translation_figure(trace, 8))
     page.wait_for_timeout(500)
     assert page.evaluate("() => window.barDraws") == 2
+
+
+@pytest.mark.parametrize("kind", [CROSS, DECODER])
+def test_a_growing_heatmap_keeps_the_margins_of_its_last_step_at_every_step(page, services, kind):
+    """Rows (and, in decoder self-attention, key columns) come one per step, their labels longer or shorter: each
+    step is drawn with the margins the last step's labels need (ui/static/figures.js `measureMargins`), so the plot
+    keeps its place and Plotly never draws a step a second time to widen a margin."""
+    translate(page, services, LONG)
+    choose(page, "kind", KIND_LABELS[kind])
+    steps = steps_of(services, LONG)
+    page.click("#first")
+    wait_for_step(page, 1)
+    page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot').layout.margin.l > 10",
+                           timeout=15000)  # the last step's margins, measured after the paint
+    margins = page.evaluate("""async (steps) => {
+        const plot = document.querySelector('#attention .js-plotly-plot');
+        const margins = [];
+        for (let step = 1; step <= steps; step++) {
+            if (step > 1) document.querySelector('#next').click();
+            const { l, r, t, b } = plot._fullLayout._size;
+            margins.push({ step: window.attentionInspector.step, l, r, t, b });
+            await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        return margins;
+    }""", steps)
+    assert [m["step"] for m in margins] == list(range(1, steps + 1))
+    assert all({**m, "step": 0} == {**margins[-1], "step": 0} for m in margins), margins
+
 
 def test_the_model_view_follows_the_step(page, services):
     translate(page, services, LONG)
