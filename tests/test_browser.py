@@ -272,6 +272,36 @@ def test_steps_that_come_before_the_paint_redraw_each_bar_chart_once_at_the_last
     assert page.evaluate("() => window.barDraws") == 2
 
 
+
+def test_a_step_pressed_right_after_the_paint_is_drawn_before_the_bar_charts_waiting_for_it(page, services):
+    """Next, and Next again right after the paint (the next task): the second step's heatmap is drawn before the
+    bar charts catch up with the first, which wait for the browser to be idle (ui/static/figures.js `whenIdle`), and
+    they are then drawn once, at the second step."""
+    translate(page, services, LONG)
+    page.click("#first")
+    wait_for_step(page, 1)
+    bars_shown(page, "candidates", 1)
+    order = page.evaluate("""async () => {
+        await new Promise((resolve) => requestIdleCallback(resolve, { timeout: 2000 })); // nothing left waiting
+        const order = [];
+        const figures = window.attentionInspector.figures, draw = figures.draw;
+        figures.draw = (target, json) => {
+            const id = target.closest('#attention, #candidates, #probabilities')?.id;
+            if (id) order.push(`${id} ${window.attentionInspector.step}`);
+            return draw(target, json);
+        };
+        document.querySelector('#next').click();
+        await new Promise((resolve) => requestAnimationFrame(() => setTimeout(() => {
+            document.querySelector('#next').click();
+            resolve();
+        })));
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+        figures.draw = draw;
+        return order;
+    }""")
+    assert order[:2] == ["attention 2", "attention 3"], order
+    assert sorted(order[2:]) == ["candidates 3", "probabilities 3"], order
+
 @pytest.mark.parametrize("kind", [CROSS, DECODER])
 def test_a_growing_heatmap_keeps_the_margins_of_its_last_step_at_every_step(page, services, kind):
     """Rows (and, in decoder self-attention, key columns) come one per step, their labels longer or shorter: each
@@ -589,8 +619,10 @@ def test_the_view_controls_sit_right_above_the_heatmap(page, services):
 # Logs which plot Plotly draws in which animation frame (`window.drawnIn`), counting frames from now.
 def log_draws(*plots: str) -> str:
     """A page function that logs each `Plotly.react` into one of `plots` (their ids) as [id, frame], the frame
-    counted by animation frames from then on (`window.plotlyReact` puts Plotly back)."""
-    return """() => {
+    counted by animation frames from then on (`window.plotlyReact` puts Plotly back); from once the page is idle,
+    the redraws it had waiting for that (ui/static/figures.js `whenIdle`) done."""
+    return """async () => {
+    await new Promise((resolve) => requestIdleCallback(resolve, { timeout: 2000 }));
     window.frame = 0;
     const tick = () => { window.frame++; requestAnimationFrame(tick); };
     requestAnimationFrame(tick);

@@ -74,7 +74,7 @@ function update() {
   }
 }
 
-// A new step: the step's line and the heatmap at once, the candidates once the browser has painted them.
+// A new step: the step's line and the heatmap at once, the candidates once the browser has painted them and is idle.
 document.addEventListener("attention-inspector-step", () => {
   stepLine();
   for (const name of ["attention", "candidates"]) {

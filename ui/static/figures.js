@@ -128,32 +128,32 @@
   // where its labels are longest: it keeps its place on the page, and Plotly draws each step once (a step whose new
   // label needs a wider margin than the step before is drawn twice, the second time to fit Plotly's automargin:
   // 60-70 ms instead of 25-30 here). The margins are read from Plotly's layout of the last step, drawn once per new
-  // value into a hidden plot after the paint; the heatmap is then redrawn with them, after the next paint.
+  // value into a hidden plot once the browser is idle; the heatmap is then redrawn with them, in the next idle time.
   const AUTOMARGIN_PAD = 12;
   const drawnValues = new WeakMap(); // target -> the JSON drawn into it
   const lastMargins = new WeakMap(); // target -> { json, margin }
-  let measuring = null;
 
   function measureMargins(target, json) {
     if (drawnValues.get(target) !== json || !target.isConnected || !target.offsetWidth) return;
     const { shown } = prepared(target, json, Infinity);
-    if (!measuring) {
-      measuring = Object.assign(document.createElement("div"), { className: "measuring-plot" });
-      measuring.setAttribute("aria-hidden", "true");
-      Object.assign(measuring.style, { position: "fixed", left: "0", top: "0", visibility: "hidden",
-                                       pointerEvents: "none" });
-      document.body.append(measuring);
-    }
-    measuring.style.width = `${target.offsetWidth}px`;
+    const measuring = Object.assign(document.createElement("div"), { className: "measuring-plot" });
+    measuring.setAttribute("aria-hidden", "true");
+    Object.assign(measuring.style, { position: "fixed", left: "0", top: "0", width: `${target.offsetWidth}px`,
+                                     visibility: "hidden", pointerEvents: "none" });
+    document.body.append(measuring);
     // Plotly's automargin leaves a pad of min(12 px, every margin) beyond the labels: margins of 12 px or more, as
     // the heatmap will have, make it leave the pad it will leave there.
     const margin = shown.layout.margin;
     for (const side of ["l", "r", "t", "b"]) margin[side] = Math.max(margin[side] ?? 0, AUTOMARGIN_PAD);
-    window.Plotly.react(measuring, shown.data, shown.layout, config()); // as the heatmap is drawn
-    const { l, r, t, b } = measuring._fullLayout._size; // Plotly's margins after its automargin
-    window.Plotly.purge(measuring);
-    lastMargins.set(target, { json, margin: { l, r, t, b } });
-    afterPaint(() => { if (drawnValues.get(target) === json) draw(target, json); });
+    // As the heatmap is drawn; read once Plotly is done with it (it may finish after a task: fonts, a busy page).
+    window.Plotly.react(measuring, shown.data, shown.layout, config()).then(() => {
+      const { l, r, t, b } = measuring._fullLayout._size; // Plotly's margins after its automargin
+      lastMargins.set(target, { json, margin: { l, r, t, b } });
+      whenIdle(() => { if (drawnValues.get(target) === json) draw(target, json); });
+    }).finally(() => {
+      window.Plotly.purge(measuring);
+      measuring.remove();
+    });
   }
 
   // A figure drawn into `target` (a `.plot` div) from its JSON (null: none), at the page's step where it is built
@@ -171,7 +171,7 @@
     if (grows && known?.json === json) shown.layout.margin = { ...shown.layout.margin, ...known.margin };
     window.Plotly.react(target, shown.data, shown.layout, config());
     drawnValues.set(target, json);
-    if (grows && known?.json !== json) afterPaint(() => measureMargins(target, json));
+    if (grows && known?.json !== json) whenIdle(() => measureMargins(target, json));
     return stepped;
   }
 
@@ -183,8 +183,8 @@
     }).observe(box);
   }
 
-  // `work` once the browser has painted what it is about to (the next frame), so that it does not delay it. With
-  // `near`, an element, the work waiting for the same frame is done nearest where the user last clicked first (the
+  // `work` once the browser has painted what it is about to (the next frame), so that it does not delay it; the
+  // work waiting for the same frame is done nearest `near` (an element) where the user last clicked first (the
   // chart of what heads off change, below the grid the user ticked in, before the translation's probabilities at
   // the top of the page; before any click, nearest the middle of the screen), one piece a frame: each is painted
   // before the next is drawn.
@@ -193,10 +193,6 @@
   document.addEventListener("pointerdown", (event) => { clickedAt = event.pageY; }, true);
 
   function afterPaint(work, near) {
-    if (!near) {
-      requestAnimationFrame(() => setTimeout(work));
-      return;
-    }
     if (!waiting.length) {
       requestAnimationFrame(() => {
         const y = clickedAt === null ? window.innerHeight / 2 : clickedAt - window.scrollY; // on screen
@@ -220,16 +216,26 @@
     waiting.push({ work, near });
   }
 
+  // `work` once the browser has painted and has nothing more urgent to do (an idle period): a step pressed
+  // meanwhile is drawn and painted first, where work after the paint would have come between the press and its
+  // frame. At the latest after IDLE_WAIT_MS (→ held down leaves no idle period); after the paint where the browser
+  // has no idle callbacks (Safari).
+  const IDLE_WAIT_MS = 300;
+  function whenIdle(work) {
+    if (window.requestIdleCallback) window.requestIdleCallback(() => work(), { timeout: IDLE_WAIT_MS });
+    else requestAnimationFrame(() => setTimeout(work));
+  }
+
   // What a drawn figure does on a new step (`draw`'s answer): a heatmap is redrawn at once, a bar chart once the
-  // browser has painted the heatmaps, any other figure stays as it is. A bar chart waiting for the paint is redrawn
-  // once, at the step of the time it is drawn, however many steps come meanwhile (→ held down: each chart once per
-  // paint, not once per step behind it). `plot`: the chart's element.
+  // browser has painted the heatmaps and is idle, any other figure stays as it is. A bar chart waiting is redrawn
+  // once, at the step of the time it is drawn, however many steps come meanwhile (→ held down: each chart once,
+  // not once per step behind it). `plot`: the chart's element.
   const barsDue = new Set();
   function redrawn(steps, redraw, plot) {
     if (steps === "heatmap") redraw();
     else if (steps === "bars" && !barsDue.has(plot)) {
       barsDue.add(plot);
-      afterPaint(() => {
+      whenIdle(() => {
         barsDue.delete(plot);
         redraw();
       });
