@@ -10,10 +10,11 @@ Starts `python app.py` on a free loopback port and drives Debian's Chromium (hea
 drawn, over `--sentences` sentences (by the page's clock three times each); a shared link (a new tab opening
 `?model=..&text=..&step=3&kind=decoder&layer=2&head=2`) -> that view drawn, over the same ones; Next (click) -> the
 heatmap redrawn at the next step, p50/p95 over `--steps` steps of three sentences in the single-head and
-all-heads views and of one in the model view (until its every-head figure is redrawn too); and where ten clicks at
-ten per second land.
-Times are taken inside the page, from the click to the first animation frame after Plotly has drawn the new step
-(what the user sees).
+all-heads views and of one in the model view (until its every-head figure is redrawn too); the same steps pressed
+with the → key as a person presses it (150 ms after each step shows), timed from the key's input event, so that a
+press waiting behind the page's other work counts that wait; and where ten clicks at ten per second land.
+Times are taken inside the page, from the click (or the key's event) to the first animation frame after Plotly has
+drawn the new step (what the user sees).
 
 Then what-if and every tab's answer, on the same sentences, each against a plain translation of the same
 sentence: a branch (Branch with the second candidate at the step on screen -> its heatmap drawn), a head switched
@@ -56,6 +57,7 @@ from viz.attention import escape_text  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 STEPPED = 3  # sentences whose steps Next is timed on, one head and all heads
+KEY_PAUSE_MS = 150  # between a step shown and the next press of →, as a person reading it presses
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-quic", "--disable-sync"]
 
@@ -174,6 +176,41 @@ def step_latencies(page, steps: int, plots: list[str]) -> list[float]:
     """Next, `steps - 1` times from step 1, each timed until `plots` show the new step."""
     page.evaluate(CLICK_UNTIL_STEP, ["#first", 1, plots])
     return [page.evaluate(CLICK_UNTIL_STEP, ["#next", step, plots]) for step in range(2, steps + 1)]
+
+
+# In the page, from its start: each press of → timed from the key's input event (its timeStamp: when the browser
+# received it, so a press that waits behind other work counts that wait) to the first animation frame whose heatmap
+# shows the step it pressed to.
+KEY_CLOCK = """() => {
+    window.keyTimes = [];
+    document.addEventListener('keydown', (event) => {
+        if (event.key !== 'ArrowRight') return;
+        const check = () => {
+            const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '';
+            if (title.includes(`step ${window.attentionInspector.step} of`)) {
+                window.keyTimes.push(performance.now() - event.timeStamp);
+            } else requestAnimationFrame(check);
+        };
+        setTimeout(() => requestAnimationFrame(check)); // once the press has stepped (page.js)
+    }, true);
+}"""
+KEY_TIMED = """(n) => new Promise(resolve => {
+    const check = () => window.keyTimes.length >= n ? resolve(window.keyTimes[n - 1]) : requestAnimationFrame(check);
+    check(); })"""
+
+
+def key_latencies(page, steps: int, pause_ms: int) -> list[float]:
+    """→ pressed `steps - 1` times from step 1 as a person presses it (real key events, `pause_ms` after each step
+    shows), each timed by the page from the key's input event (KEY_CLOCK)."""
+    page.evaluate(CLICK_UNTIL_STEP, ["#first", 1, ["attention"]])
+    page.evaluate("() => document.activeElement?.blur()")  # ← and → step outside a text field
+    times = []
+    for _ in range(2, steps + 1):
+        page.wait_for_timeout(pause_ms)
+        pressed = page.evaluate("() => window.keyTimes.length") + 1
+        page.keyboard.press("ArrowRight")
+        times.append(page.evaluate(KEY_TIMED, pressed))
+    return times
 
 
 def open_links(browser, port: int, model: str, sentences: list[str]) -> list[float]:
@@ -341,6 +378,7 @@ def main() -> None:
             print(f"minimal Gradio page, click -> its gr.Plot redrawn: {percentiles(floor)}")
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.add_init_script(f"({INPUT_CLOCK})()")
+            page.add_init_script(f"({KEY_CLOCK})()")
             began = time.perf_counter()
             page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
@@ -363,6 +401,7 @@ def main() -> None:
             print(f"shared link opened in a new tab -> its view: {percentiles(links)}")
 
             one_head, all_heads = [], []  # three sentences' steps: a p95 of twenty moved by ~15 ms from run to run
+            keyed = {"Head 1": [], "All heads": []}
             for text in sentences[:STEPPED]:
                 page.fill("#source textarea", text)
                 page.click("#translate")
@@ -370,12 +409,16 @@ def main() -> None:
                 choose(page, "head", "Head 1")
                 page.wait_for_timeout(500)
                 one_head += step_latencies(page, steps, ["attention"])
+                keyed["Head 1"] += key_latencies(page, steps, KEY_PAUSE_MS)
                 choose(page, "head", "All heads")
                 page.wait_for_timeout(500)
                 all_heads += step_latencies(page, steps, ["attention"])
+                keyed["All heads"] += key_latencies(page, steps, KEY_PAUSE_MS)
                 choose(page, "head", "Head 1")
             print(f"Next -> heatmap, single head: {percentiles(one_head)}")
             print(f"Next -> heatmap, all heads:   {percentiles(all_heads)}")
+            print(f"-> key ({KEY_PAUSE_MS} ms after each step shows) -> heatmap, from the key's input event, single "
+                  f"head: {percentiles(keyed['Head 1'])}; all heads: {percentiles(keyed['All heads'])}")
             page.get_by_text("Model view: every layer x head").click()
             page.click("#model-view input")
             page.wait_for_function("() => document.querySelector('#overview .js-plotly-plot')", timeout=30000)
