@@ -46,6 +46,25 @@ def test_a_worker_trace_equals_the_in_process_trace(pool):
             np.testing.assert_array_equal(getattr(remote.trace, field), getattr(local.trace, field))
 
 
+def test_a_detachment_scored_in_a_worker_is_the_in_process_one_and_leaves_this_process_alone(pool, monkeypatch):
+    """The detachment score of every model (a Transformer's ALTI+ pass, a GRU's attention and log-probabilities) is
+    computed in a worker: the same numbers, and this process's `Translator.detachment`, failing here, is not run."""
+    text = "A dog runs in the park."
+    local = {name: translator.detachment(text, list(translator.trace(text).target_tokens))
+             for name, translator in pool.translators.items()}
+    for name, translator in pool.translators.items():
+        monkeypatch.setattr(translator, "detachment", lambda *args, **kwargs: pytest.fail("scored in this process"))
+    for name, expected in local.items():
+        scored = pool.detachment(name, text, translation=expected.target_tokens)
+        assert scored.target_tokens == expected.target_tokens and scored.unknown == expected.unknown
+        for field in ("log_probabilities", "attention_peaks", "source_shares"):
+            mine, theirs = getattr(scored.measured, field), getattr(expected.measured, field)
+            assert (mine is None) == (theirs is None)
+            if mine is not None:
+                np.testing.assert_allclose(mine, theirs, atol=ROUNDING)
+    assert any(scored.contributions is not None for scored in local.values())  # a Transformer among them
+
+
 def test_input_errors_reach_the_caller_with_their_message(pool):
     with pytest.raises(InputError, match="the input is empty"):
         pool.trace(MODEL, "   ")

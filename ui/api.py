@@ -89,7 +89,7 @@ def endpoints(services: Services) -> list:
             raise gr.Error(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         try:
             traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
-            detached = services.translators[model].detachment(text, traced.target_tokens, mask, src_lang, tgt_lang)
+            detached = services.detachment(model, text, traced.target_tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise gr.Error(str(error)) from None
         measured = detached.contributions
@@ -143,7 +143,7 @@ def endpoints(services: Services) -> list:
         # Tokens as given (a translation cut at the length limit has no <eos>); a text is a whole translation.
         tokens = translation if isinstance(translation, list) else [*translator.tgt_tokenizer(translation), "<eos>"]
         try:
-            scored = translator.detachment(text, tokens, mask, src_lang, tgt_lang)
+            scored = services.detachment(model, text, tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise gr.Error(str(error)) from None
         return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,

@@ -289,8 +289,8 @@ def with_detachment(services: Services, session: Session) -> Session:
     if decoding.detachment is not None:
         return session
     try:
-        scored = services.translators[session.model].detachment(
-            session.source, list(decoding.trace.target_tokens), list(decoding.mask), **session.direction)
+        scored = services.detachment(session.model, session.source, list(decoding.trace.target_tokens),
+                                     list(decoding.mask), **session.direction)
     except InputError as error:
         scored = str(error)
     return session.with_current(detachment=scored)

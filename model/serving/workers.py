@@ -1,4 +1,5 @@
-"""Greedy traces in worker processes, decoded together: several users' translations share every step.
+"""Greedy traces in worker processes, decoded together: several users' translations share every step; and each
+translation's detachment score (its teacher-forced pass and ALTI+), between the steps.
 
 A trace is a loop of many small torch calls whose Python side holds the GIL, so traces run in threads of one
 process take turns with each other and with the web server. Forked workers inherit the loaded translators
@@ -26,7 +27,7 @@ from multiprocessing.connection import Connection
 
 import torch
 
-from model.serving.translator import TracedTranslation, Translator
+from model.serving.translator import ScoredDetachment, TracedTranslation, Translator
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +73,17 @@ def _serve(connection: Connection, parent: int) -> None:
             message = connection.recv()
             if message is None:
                 return
-            request_id, name, text, options = message
+            request_id, name, method, text, options = message
             translator = held.get(name)
             try:
                 if translator is None:
                     raise NotInWorker(name)
-                if name in batches:
+                if method == "trace" and name in batches:
                     tokens, request = translator.trace_request(text, **options)
                     in_batch[name, batches[name].add(request)] = request_id, tokens
                     busy = True
-                else:
-                    connection.send((request_id, translator.trace(text, **options), None))
+                else:  # a GRU model's trace, or a detachment score: one request at a time, between steps
+                    connection.send((request_id, getattr(translator, method)(text, **options), None))
             except Exception as error:  # an InputError (or a bug) is the caller's answer, not this worker's end
                 connection.send((request_id, None, error))
         for name, batch in batches.items():
@@ -185,17 +186,26 @@ class TracePool:
 
     def trace(self, name: str, text: str, **options) -> TracedTranslation:
         """`Translator.trace(text, **options)` of translator `name`, in the worker holding the fewest requests."""
+        return self._run(name, "trace", text, options)
+
+    def detachment(self, name: str, text: str, **options) -> ScoredDetachment:
+        """`Translator.detachment(text, **options)` of translator `name` in a worker: its teacher-forced pass and
+        ALTI+ run on a core of their own, not on the web server's threads beside every other user's request."""
+        return self._run(name, "detachment", text, options)
+
+    def _run(self, name: str, method: str, text: str, options: dict):
+        """`method` ("trace" or "detachment") of translator `name`, in the worker holding the fewest requests."""
         request_id = next(self._request_ids)
         with self._lock:
             worker = min(self._workers, key=lambda w: len(w.pending))
-            future = worker.submit(request_id, (request_id, name, text, options))
+            future = worker.submit(request_id, (request_id, name, method, text, options))
         try:
             return future.result()
         except WorkerDied:
-            log.error("a trace worker died; tracing this request in-process")
-            return self.translators[name].trace(text, **options)
+            log.error("a trace worker died; running this request in-process")
         except NotInWorker:  # loaded after the workers were forked, and `refresh` has not run yet
-            return self.translators[name].trace(text, **options)
+            pass
+        return getattr(self.translators[name], method)(text, **options)
 
     def refresh(self) -> None:
         """New workers forked from this process as it is now (holding the models it holds now); the old ones end
