@@ -131,10 +131,13 @@
   // value into a hidden plot once the browser is idle; the heatmap is then redrawn with them, in the next idle time.
   const AUTOMARGIN_PAD = 12;
   const drawnValues = new WeakMap(); // target -> the JSON drawn into it
-  const lastMargins = new WeakMap(); // target -> { json, margin }
+  const lastMargins = new WeakMap(); // target -> { json, margin } (margin null: being measured)
 
   function measureMargins(target, json) {
-    if (drawnValues.get(target) !== json || !target.isConnected || !target.offsetWidth) return;
+    if (drawnValues.get(target) !== json || !target.isConnected || !target.offsetWidth) {
+      if (lastMargins.get(target)?.json === json) lastMargins.delete(target); // measured when next drawn
+      return;
+    }
     const { shown } = prepared(target, json, Infinity);
     const measuring = Object.assign(document.createElement("div"), { className: "measuring-plot" });
     measuring.setAttribute("aria-hidden", "true");
@@ -147,10 +150,11 @@
     for (const side of ["l", "r", "t", "b"]) margin[side] = Math.max(margin[side] ?? 0, AUTOMARGIN_PAD);
     // As the heatmap is drawn; read once Plotly is done with it (it may finish after a task: fonts, a busy page).
     window.Plotly.react(measuring, shown.data, shown.layout, config()).then(() => {
+      if (lastMargins.get(target)?.json !== json) return; // another value came meanwhile
       const { l, r, t, b } = measuring._fullLayout._size; // Plotly's margins after its automargin
       lastMargins.set(target, { json, margin: { l, r, t, b } });
       whenIdle(() => { if (drawnValues.get(target) === json) draw(target, json); });
-    }).finally(() => {
+    }).catch(() => lastMargins.delete(target)).finally(() => { // unmeasured, it is drawn as Plotly fits it
       window.Plotly.purge(measuring);
       measuring.remove();
     });
@@ -168,10 +172,14 @@
     const { shown, least, stepped, grows } = prepared(target, json);
     target.style.minWidth = least ? `${least}px` : "";
     const known = lastMargins.get(target);
-    if (grows && known?.json === json) shown.layout.margin = { ...shown.layout.margin, ...known.margin };
+    const margin = grows && known?.json === json ? known.margin : null;
+    if (margin) shown.layout.margin = { ...shown.layout.margin, ...margin };
     window.Plotly.react(target, shown.data, shown.layout, config());
     drawnValues.set(target, json);
-    if (grows && known?.json !== json) whenIdle(() => measureMargins(target, json));
+    if (grows && known?.json !== json) {
+      lastMargins.set(target, { json, margin: null });
+      whenIdle(() => measureMargins(target, json));
+    }
     return stepped;
   }
 
