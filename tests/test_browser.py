@@ -272,7 +272,6 @@ def test_steps_that_come_before_the_paint_redraw_each_bar_chart_once_at_the_last
     assert page.evaluate("() => window.barDraws") == 2
 
 
-
 def test_a_step_pressed_right_after_the_paint_is_drawn_before_the_bar_charts_waiting_for_it(page, services):
     """Next, and Next again right after the paint (the next task): the second step's heatmap is drawn before the
     bar charts catch up with the first, which wait for the browser to be idle (ui/static/figures.js `whenIdle`), and
@@ -301,6 +300,7 @@ def test_a_step_pressed_right_after_the_paint_is_drawn_before_the_bar_charts_wai
     }""")
     assert order[:2] == ["attention 2", "attention 3"], order
     assert sorted(order[2:]) == ["candidates 3", "probabilities 3"], order
+
 
 @pytest.mark.parametrize("kind", [CROSS, DECODER])
 def test_a_growing_heatmap_keeps_the_margins_of_its_last_step_at_every_step(page, services, kind):

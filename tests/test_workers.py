@@ -52,7 +52,7 @@ def test_a_detachment_scored_in_a_worker_is_the_in_process_one_and_leaves_this_p
     text = "A dog runs in the park."
     local = {name: translator.detachment(text, list(translator.trace(text).target_tokens))
              for name, translator in pool.translators.items()}
-    for name, translator in pool.translators.items():
+    for translator in pool.translators.values():
         monkeypatch.setattr(translator, "detachment", lambda *args, **kwargs: pytest.fail("scored in this process"))
     for name, expected in local.items():
         scored = pool.detachment(name, text, translation=expected.target_tokens)
