@@ -33,7 +33,7 @@ import plotly
 from model.keys import ALL_HEADS, CROSS, KIND_LABELS, MEAN, choices
 from model.serving.inspect import load_trace
 from model.text.words import BPE, PIECES, SENTENCEPIECE, WHOLE, WORDS
-from ui.operations import drawn, head_menu, set_mask, translate, with_detachment
+from ui.operations import drawn, head_menu, set_mask, translate
 from ui.plots import CORE_TEMPLATE, PLOTLY_JS, STATIC
 from ui.render import detachment_part, file_stem
 from ui.session import View
@@ -118,7 +118,6 @@ def show(model, text: str, *, kind: str = CROSS, layer: int | None = None, head:
         session, said = set_mask(services, session, list(mask))
         if not session.current.mask:
             raise ValueError(said)
-    session = with_detachment(services, session)
     session = session.with_view(_chosen(session.trace, session.view, kind, layer, head, step, units))
     trace, _, _ = drawn(session)
     return _view(trace, session.current.text, said, detachment_part(session), session.view, model_view, layers,

@@ -133,6 +133,63 @@ def test_a_gru_model_says_it_has_no_source_share_and_scores_by_probability(servi
         translator.detachment("A dog runs.", [])
 
 
+def assert_same_detachment(mine, theirs):
+    assert (mine.source_tokens, mine.target_tokens, mine.unknown, mine.thresholds) == \
+        (theirs.source_tokens, theirs.target_tokens, theirs.unknown, theirs.thresholds)
+    for field in ("log_probabilities", "attention_peaks", "source_shares"):
+        ours, expected = getattr(mine.measured, field), getattr(theirs.measured, field)
+        assert (ours is None) == (expected is None), field
+        if ours is not None:
+            np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5, err_msg=field)
+    assert (mine.contributions is None) == (theirs.contributions is None)
+    if mine.contributions is not None:
+        for field in ("encoder", "decoder", "encoder_layers", "decoder_layers"):
+            np.testing.assert_allclose(getattr(mine.contributions, field), getattr(theirs.contributions, field),
+                                       rtol=0, atol=1e-5, err_msg=field)
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn", "t5-like"])
+def test_a_trace_scores_its_detachment_from_its_own_pass_as_a_second_pass_would(translators_of_each_kind, name,
+                                                                                monkeypatch):
+    """`trace(detach=True)`: the score `detachment` gives the translation, with a forced prefix and heads off
+    too, from the decoding's own pass (no teacher-forced pass runs), and the trace it returns carries no vectors."""
+    import model.serving.translator as translator_module
+
+    translator = translators_of_each_kind[name]
+    text = "A dog runs in the park."
+    heads = translator.model.heads()
+    mask = [f"{kind}.{layers}.{min(2, count)}" for kind, (layers, count) in heads.items()]
+    plain = translator.trace(text)
+    asked = [dict(), dict(mask=mask), dict(force=plain.target_tokens[1:2])]
+    expected = [translator.detachment(text, translator.trace(text, **options).target_tokens, options.get("mask"))
+                for options in asked]
+    for second_pass in ("alti_plus_pass", "teacher_forced"):
+        monkeypatch.setattr(translator_module, second_pass, lambda *args, **kwargs: pytest.fail("a second pass"))
+    for options, theirs in zip(asked, expected):
+        traced = translator.trace(text, detach=True, **options)
+        assert traced.trace.vectors is None and traced.target_tokens == theirs.target_tokens
+        assert_same_detachment(traced.detachment, theirs)
+    assert translator.trace(text).detachment is None
+
+
+def test_a_multilingual_trace_leaves_its_given_language_code_out_of_the_scores(tmp_path):
+    pytest.importorskip("transformers")
+    from model.hub.convert_hf import convert
+    from tests import hub_models
+
+    translator = load_checkpoint(convert(str(hub_models.nllb(tmp_path / "nllb")), tmp_path / "converted"))
+    traced = translator.trace("A dog runs.", tgt_lang="fra_Latn", detach=True)
+    assert traced.target_tokens[0] == "fra_Latn" and traced.detachment.target_tokens == traced.target_tokens[1:]
+    assert_same_detachment(traced.detachment, translator.detachment("A dog runs.", traced.target_tokens[1:],
+                                                                   tgt_lang="fra_Latn"))
+
+
+def test_a_translation_of_no_word_is_not_scored_and_says_why(translators_of_each_kind):
+    translator = translators_of_each_kind["transformer"]
+    traced = translator.trace("A dog runs.", force=["<eos>"], detach=True)
+    assert traced.target_tokens == ["<eos>"] and "no word" in traced.detachment
+
+
 def test_the_page_marks_a_detached_translation_and_says_its_threshold(events):
     from ui import operations
 

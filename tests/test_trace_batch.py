@@ -123,6 +123,39 @@ def test_the_shipped_model_traces_sixteen_sentences_together_as_alone():
         assert_close_traces(finished[ticket], greedy_trace(translator.model, request.src_ids))
 
 
+@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}, T5_LIKE])
+def test_the_vectors_a_trace_records_are_those_of_a_teacher_forced_pass_of_its_tokens(overrides):
+    """`TraceRequest.vectors`: every weight, value vector and point of the residual stream the decoding went
+    through is what a teacher-forced pass over its tokens records with `need_vectors`, for sentences decoded
+    together (one with a forced prefix, one with heads off) and joining at different steps; the trace itself is
+    the one recorded without."""
+    model = model_with(eos_nudge=0.0, **overrides)
+    off = head_gates(model, ["cross.1.2", "decoder.2.1", "encoder.1.3"])
+    requests = [TraceRequest(SOURCES[0], force=[7, 8], max_len=10, vectors=True),
+                TraceRequest(SOURCES[1], gates=off, max_len=7, vectors=True),
+                TraceRequest(SOURCES[2], max_len=10), TraceRequest(SOURCES[3], max_len=12, vectors=True)]
+    batch = TraceBatch(model)
+    tickets = [batch.add(request) for request in requests[:3]]
+    finished = batch.step()
+    tickets.append(batch.add(requests[3]))
+    traces = {**dict(finished), **batch.run()}
+    for ticket, request in zip(tickets, requests):
+        trace = traces[ticket]
+        assert_close_traces(trace, greedy_trace(model, request.src_ids, max_len=request.max_len,
+                                                force=request.force, gates=request.gates))
+        if not request.vectors:
+            assert trace.vectors is None
+            continue
+        with torch.inference_mode():
+            _, taught = model(torch.tensor([request.src_ids]), torch.tensor([trace.decoder_input_ids]),
+                              gates=request.gates, need_vectors=True)
+        for field in ("encoder", "decoder", "cross", "encoder_values", "decoder_values", "cross_values",
+                      "encoder_stream", "decoder_stream"):
+            mine, theirs = getattr(trace.vectors, field), getattr(taught, field)
+            assert mine.shape == theirs.shape, field
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=ROUNDING, msg=field)
+
+
 def storages(tensors) -> dict[int, int]:
     """The distinct memory behind `tensors`: each storage's address and size in bytes."""
     return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}

@@ -46,16 +46,21 @@ def test_a_worker_trace_equals_the_in_process_trace(pool):
             np.testing.assert_array_equal(getattr(remote.trace, field), getattr(local.trace, field))
 
 
-def test_a_detachment_scored_in_a_worker_is_the_in_process_one_and_leaves_this_process_alone(pool, monkeypatch):
-    """The detachment score of every model (a Transformer's ALTI+ pass, a GRU's attention and log-probabilities) is
-    computed in a worker: the same numbers, and this process's `Translator.detachment`, failing here, is not run."""
+@pytest.mark.parametrize("asked", ["given", "traced"])
+def test_a_detachment_scored_in_a_worker_is_the_in_process_one_and_leaves_this_process_alone(pool, monkeypatch,
+                                                                                             asked):
+    """The detachment score of every model (a Transformer's ALTI+, a GRU's attention and log-probabilities) is
+    computed in a worker, of a given translation or with a trace (`detach`, in the worker's batch): the same
+    numbers, and this process's `Translator.detachment` and `traced`, failing here, are not run."""
     text = "A dog runs in the park."
     local = {name: translator.detachment(text, list(translator.trace(text).target_tokens))
              for name, translator in pool.translators.items()}
     for translator in pool.translators.values():
-        monkeypatch.setattr(translator, "detachment", lambda *args, **kwargs: pytest.fail("scored in this process"))
+        for method in ("detachment", "traced"):
+            monkeypatch.setattr(translator, method, lambda *args, **kwargs: pytest.fail("scored in this process"))
     for name, expected in local.items():
-        scored = pool.detachment(name, text, translation=expected.target_tokens)
+        scored = (pool.detachment(name, text, translation=expected.target_tokens) if asked == "given"
+                  else pool.trace(name, text, detach=True).detachment)
         assert scored.target_tokens == expected.target_tokens and scored.unknown == expected.unknown
         for field in ("log_probabilities", "attention_peaks", "source_shares"):
             mine, theirs = getattr(scored.measured, field), getattr(expected.measured, field)

@@ -88,10 +88,12 @@ def endpoints(services: Services) -> list:
         if units not in (None, *UNITS):
             raise gr.Error(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         try:
-            traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
-            detached = services.detachment(model, text, traced.target_tokens, mask, src_lang, tgt_lang)
+            traced = services.trace(model, text, force, mask, src_lang, tgt_lang, detach=True)
         except InputError as error:
             raise gr.Error(str(error)) from None
+        detached = traced.detachment
+        if isinstance(detached, str):  # a translation of no word
+            raise gr.Error(detached)
         measured = detached.contributions
         result = traced.trace
         maps = {"encoder": result.encoder_attention, "decoder": result.decoder_attention,

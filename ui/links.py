@@ -17,7 +17,7 @@ from model.serving.translator import InputError
 from model.text.words import PIECES, UNITS
 from ui.operations import Told, compare_trace, large, plural, shown, translate, with_measures, with_view
 from ui.services import Services
-from ui.session import Decoding, Session, View, to_arrays
+from ui.session import Decoding, Session, View
 
 PARAMETERS = ("model", "text", "force", "mask", "step", "kind", "layer", "head", "measure", "compare", "src_lang",
               "tgt_lang", "units", "counterfactual")
@@ -153,12 +153,11 @@ def open_link(services: Services, spec: LinkSpec, notes: list[str], told: Told |
     if spec.force or spec.mask:
         try:
             traced = services.trace(model, session.source, list(spec.force), list(spec.mask), **session.direction,
-                                    told=stepwise)
+                                    told=stepwise, detach=True)
             name = "from the link" + (f": {plural(len(spec.force), 'forced token')}" if spec.force else "") + (
                 f", {plural(len(spec.mask), 'head')} off" if spec.mask else "")
-            session = session.followed_by(Decoding(name, to_arrays(traced, list(spec.mask)), traced.text, spec.force,
-                                                   tuple(sorted(set(spec.mask))),
-                                                   chosen=len(spec.force) - 1 if spec.force else None))
+            session = session.followed_by(Decoding.of(name, traced, spec.force, tuple(sorted(set(spec.mask))),
+                                                      chosen=len(spec.force) - 1 if spec.force else None))
         except InputError as error:
             notes.append(f"its forced tokens or heads could not be used ({error})")
     trace = session.trace

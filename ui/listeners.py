@@ -134,8 +134,7 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
                 label = operations.capitalized(MEASURE_LABELS[measure])
                 message = f"{message or ''} {label} at every step stopped (the weights are shown): choose it again."
             if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
-                after = operations.with_detachment(services, operations.with_measures(services, after, progress,
-                                                                                      stepped_later))
+                after = operations.with_measures(services, after, progress, stepped_later)
         except Stopped:
             return stale(page)
         if latest_view and after is not None and revisions.view and revisions.view[0] == after.revision:
@@ -506,8 +505,8 @@ def first_visit(page: Page, services: Services, state=None, request: gr.Request 
         return stale(page)
     if revisions.latest != revision:  # the user translated (or pressed Stop) before the page's first answer came
         return stale(page)
-    if session is not None:  # as `answer` does for every other event's decoding
-        session = replace(operations.with_detachment(services, session), revision=revision)
+    if session is not None:
+        session = replace(session, revision=revision)
     updates = {**render(page, services, None, session, message), page.session: packed(session, revisions),
                page.revision: revision}
     if session is not None and session.compare is not None:  # a link that compares opens on Compare models

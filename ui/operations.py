@@ -136,11 +136,12 @@ def translate(services: Services, session: Session | None, model: object, text: 
     if session is not None and session.model == model:
         src_lang, tgt_lang = src_lang or session.src_lang, tgt_lang or session.tgt_lang
     try:
-        traced = services.trace(model, text, src_lang=src_lang, tgt_lang=tgt_lang, told=told)
+        traced = services.trace(model, text, src_lang=src_lang, tgt_lang=tgt_lang, told=told, detach=True)
     except InputError as error:
         kept = f" The translation on screen is still that of {shown(session.source)}." if session else ""
         return session, str(error) + kept
-    trace = to_arrays(traced)
+    original = Decoding.of(ORIGINAL, traced)
+    trace = original.trace
     said = back_to_weights((view or session.view).measure if session is not None or view is not None else WEIGHTS,
                            "this translation")
     if session is not None and session.model == model:
@@ -154,7 +155,7 @@ def translate(services: Services, session: Session | None, model: object, text: 
             said = (f" {model} has no head report yet, so it opens on the mean of its last layer's heads; the Head "
                     "statistics tab measures its heads on this sentence (the server's head report, which finds its "
                     "best-aligning head over a corpus, is made as docs/what-if.md says).")
-    new = Session(model, str(text), (Decoding(ORIGINAL, trace, traced.text),), view=view.normalize(trace),
+    new = Session(model, str(text), (original,), view=view.normalize(trace),
                   unknown=tuple(traced.unknown), src_lang=src_lang or None, tgt_lang=tgt_lang or None)
     card = services.card(model)
     trained = card.metrics.get("training", {}).get("source_tokens")
@@ -282,20 +283,6 @@ def with_measures(services: Services, session: Session, progress: Callable[[int,
     return session.with_current(measure_maps={**(decoding.measure_maps or {}), **maps})
 
 
-def with_detachment(services: Services, session: Session) -> Session:
-    """The session with the decoding on screen scored for detachment from its source (once per decoding), or the
-    reason it cannot be kept in its place."""
-    decoding = session.current
-    if decoding.detachment is not None:
-        return session
-    try:
-        scored = services.detachment(session.model, session.source, list(decoding.trace.target_tokens),
-                                     list(decoding.mask), **session.direction)
-    except InputError as error:
-        scored = str(error)
-    return session.with_current(detachment=scored)
-
-
 def attribution_maps(results: list) -> dict:
     """Every step's gradient attributions (model/explain/attribution.py) as maps shaped like one head of one layer: to
     the source tokens (cross, (1, 1, T, S)) and to the decoder's inputs (decoder, (1, 1, T, T)), each step's a share of
@@ -387,9 +374,8 @@ def branch(services: Services, session: Session, word: object, told: Told | None
         return session, f"Step {t + 1} already chooses \"{word}\": click another candidate or type another word."
     force = tuple(decoding.trace.target_tokens[:t]) + (word,)
     traced = services.trace(session.model, session.source, list(force), list(decoding.mask), **session.direction,
-                            told=told)
-    new = Decoding(f'"{word}" at step {t + 1}', to_arrays(traced, list(decoding.mask)), traced.text, force,
-                   decoding.mask, chosen=t)
+                            told=told, detach=True)
+    new = Decoding.of(f'"{word}" at step {t + 1}', traced, force, decoding.mask, chosen=t)
     replaced = len(session.decodings) - session.shown - 1
     change = float(np.log(new.trace.probabilities).sum() - np.log(decoding.trace.probabilities).sum())
     measure = session.view.measure
@@ -417,14 +403,13 @@ def set_mask(services: Services, session: Session, mask: object, told: Told | No
         session = replace(session, decodings=session.decodings[:base_index + 1], shown=base_index)
         return session.with_view(session.view), f"All heads of {base.called} on again."
     traced = services.trace(session.model, session.source, list(base.force), list(mask), **session.direction,
-                            told=told)
+                            told=told, detach=True)
     scored = services.translators[session.model].score(session.source, base.trace.target_tokens, list(mask),
                                                        **session.direction)
     change = scored.log_probabilities - np.log(base.trace.probabilities)
     off = len(set(mask) - set(base.mask))
     effect = MaskEffect(base.name, base.trace.target_tokens, traced.target_tokens, change, off)
-    new = Decoding(f"{plural(len(mask), 'head')} off", to_arrays(traced, list(mask)), traced.text, base.force, mask,
-                   effect=effect)
+    new = Decoding.of(f"{plural(len(mask), 'head')} off", traced, base.force, mask, effect=effect)
     measure = session.view.measure
     session = session.followed_by(new, after=base_index)
     session = session.with_view(replace(session.view, measure=WEIGHTS))
@@ -504,11 +489,11 @@ def open_hypothesis(services: Services, session: Session, index: object, told: T
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
         return session, "Run the beam search first, then choose one of its hypotheses."
     tokens = beam.hypotheses[index]
-    traced = services.trace(session.model, session.source, tokens, list(beam.mask), **session.direction, told=told)
+    traced = services.trace(session.model, session.source, tokens, list(beam.mask), **session.direction, told=told,
+                            detach=True)
     ran_from = next((i for i, d in enumerate(session.decodings) if (d.force, d.mask) == (beam.force, beam.mask)),
                     session.shown)
-    new = Decoding(f"beam #{index + 1}", to_arrays(traced, list(beam.mask)), traced.text, tuple(tokens), beam.mask,
-                   hypothesis=index)
+    new = Decoding.of(f"beam #{index + 1}", traced, tokens, beam.mask, hypothesis=index)
     measure = session.view.measure
     session = session.followed_by(new, after=ran_from)
     session = session.with_view(replace(session.view, step=1, measure=WEIGHTS))

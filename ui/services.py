@@ -78,11 +78,12 @@ class Services:
 
     def trace(self, model: str, text: object, force: list[str] | None = None, mask: list[str] | None = None,
               src_lang: str | None = None, tgt_lang: str | None = None,
-              told: Callable[[int, int], None] | None = None) -> TracedTranslation:
+              told: Callable[[int, int], None] | None = None, detach: bool = False) -> TracedTranslation:
         """Greedy trace of `text` with a checkpoint (loaded first, if it is not yet), in a worker process when there
         are workers (`src_lang`, `tgt_lang`: a multilingual model's direction; None: its default); with `told`, in
-        this process, told each step (a large model's translation, shown with progress)."""
-        options = dict(top_k=TOP_K, force=force, mask=mask, src_lang=src_lang, tgt_lang=tgt_lang)
+        this process, told each step (a large model's translation, shown with progress); with `detach`, its
+        detachment from the source scored from the same pass (`Translator.trace`)."""
+        options = dict(top_k=TOP_K, force=force, mask=mask, src_lang=src_lang, tgt_lang=tgt_lang, detach=detach)
         translator = self.translators[model]  # a first use loads it here, and the workers are forked anew
         if told is not None:
             return translator.trace(text, told=told, **options)
@@ -92,8 +93,8 @@ class Services:
 
     def detachment(self, model: str, text: object, translation: object, mask: object = None,
                    src_lang: str | None = None, tgt_lang: str | None = None) -> ScoredDetachment:
-        """`Translator.detachment` of a checkpoint, in a worker process when there are workers (an ALTI+ pass of
-        ~20 ms a 20-token sentence: on the web server's threads under load, it took twice that and slowed every
+        """`Translator.detachment` of a given translation, in a worker process when there are workers (an ALTI+ pass
+        of ~20 ms a 20-token sentence: on the web server's threads under load, it took twice that and slowed every
         other user's view changes)."""
         options = dict(translation=translation, mask=mask, src_lang=src_lang, tgt_lang=tgt_lang)
         if self.pool is not None:

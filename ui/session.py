@@ -113,9 +113,16 @@ class Decoding:
     # Which explanation to trust's first answer for this decoding (the step, 1-based, and its measures), which the
     # answer with integrated gradients completes (ui/tabs/sources.py).
     faithful: tuple | None = field(default=None, repr=False, compare=False)
-    # Whether the translation rests on its source (model/explain/detachment.py), scored once the decoding is made
-    # (ui/operations.py `with_detachment`), or why it cannot be.
+    # Whether the translation rests on its source (model/explain/detachment.py), scored from the decoding's own pass
+    # (`of`), or why it cannot be.
     detachment: ScoredDetachment | str | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, name: str, traced: TracedTranslation, force: tuple[str, ...] = (), mask: tuple[str, ...] = (),
+           **fields) -> Decoding:
+        """The decoding `traced` (traced with `detach`, so its detachment comes with it) named `name`."""
+        return cls(name, to_arrays(traced, list(mask)), traced.text, tuple(force), tuple(mask),
+                   detachment=traced.detachment, **fields)
 
     @property
     def called(self) -> str:

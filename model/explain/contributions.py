@@ -122,9 +122,18 @@ def alti_plus_pass(model: Transformer, src_ids: list[int], tgt_ids: list[int], g
     src = torch.tensor([src_ids], device=device)
     tgt_in = torch.tensor([[SOS_ID] + tgt_ids[:-1]], device=device)
     logits, recorded = model(src, tgt_in, gates=gates, need_vectors=True)
+    return decomposed(model, recorded, gates), logits, recorded
+
+
+@torch.inference_mode()
+def decomposed(model: Transformer, recorded: Attention, gates: HeadGates | None = None) -> Contributions:
+    """ALTI+ of one pass of `model` (batch of one) that recorded its vectors (`need_vectors`, or a trace's
+    `Trace.vectors`), with the heads of `gates` switched off."""
+    device = recorded.encoder.device
+    sources, targets = recorded.encoder.size(-1), recorded.cross.size(-2)
     post = model.config.norm == "post"
 
-    encoder, encoder_layers = torch.eye(len(src_ids), device=device), []
+    encoder, encoder_layers = torch.eye(sources, device=device), []
     for i, layer in enumerate(model.encoder_layers):
         block = block_contributions(gated(gates, ENCODER, i, recorded.encoder[i, 0]),
                                     recorded.encoder_values[i, 0], recorded.encoder_stream[i, 0, 0],
@@ -132,7 +141,6 @@ def alti_plus_pass(model: Transformer, src_ids: list[int], tgt_ids: list[int], g
                                     layer.attention_block.norm, post, self_attention=True)
         encoder = block @ encoder
         encoder_layers.append(encoder)
-    sources, targets = len(src_ids), len(tgt_ids)
     # rows: source tokens (fixed), then decoder positions
     flow, decoder_layers = torch.eye(sources + targets, device=device), []
     for i, layer in enumerate(model.decoder_layers):
@@ -150,7 +158,7 @@ def alti_plus_pass(model: Transformer, src_ids: list[int], tgt_ids: list[int], g
         decoder_layers.append(flow[sources:])
     return Contributions(encoder=encoder.cpu().numpy(), decoder=flow[sources:].cpu().numpy(),
                          encoder_layers=torch.stack(encoder_layers).cpu().numpy(),
-                         decoder_layers=torch.stack(decoder_layers).cpu().numpy()), logits, recorded
+                         decoder_layers=torch.stack(decoder_layers).cpu().numpy())
 
 
 VALUE_NORM_TOGETHER = "value_norm_together"  # the heads of a layer together, beside VALUE_NORM per head

@@ -187,7 +187,7 @@ class _FlatSteps:
 
     def logits(self, tokens: Tensor) -> Tensor:
         width = self.position + 1  # every row is at the same position: no bias needed
-        logits, _, _ = self.decoder.step(
+        logits, *_ = self.decoder.step(
             tokens[:, 0], torch.full((tokens.size(0),), self.position, device=tokens.device),
             [keys[:, :, :width] for keys in self.keys],
             [values[:, :, :width] for values in self.values], None, self.cross, self.cross_bias,
@@ -329,6 +329,9 @@ class Trace:
     decoder_attention: np.ndarray | None
     cross_attention: np.ndarray
     forced: int = 0
+    # With `TraceRequest.vectors`, what a teacher-forced pass of the same tokens records with `need_vectors` (batch
+    # of one, torch): the decoding's own weights, value vectors and residual stream, which ALTI+ decomposes.
+    vectors: Attention | None = field(default=None, repr=False, compare=False)
 
     @property
     def decoder_input_ids(self) -> list[int]:
@@ -372,19 +375,19 @@ def greedy_trace(model: Seq2Seq, src_ids: list[int], max_len: int | None = None,
         probabilities=np.array(probabilities, dtype=np.float32),
         top_ids=np.array(top_ids), top_probabilities=np.array(top_probabilities, dtype=np.float32),
         encoder_attention=None if encoded is None else encoded.encoder[:, 0].float().cpu().numpy(),
-        decoder_attention=_lower_triangular(self_rows) if self_rows else None,
+        decoder_attention=_lower_triangular(self_rows).float().cpu().numpy() if self_rows else None,
         cross_attention=torch.stack(cross_rows, dim=2).float().cpu().numpy(),
         forced=min(len(force), len(token_ids)),
     )
 
 
-def _lower_triangular(rows: list[Tensor]) -> np.ndarray:
+def _lower_triangular(rows: list[Tensor]) -> Tensor:
     """Stack per-step self-attention rows (L, H, t + 1) into (L, H, T, T), zero above the diagonal."""
     steps = len(rows)
     full = rows[0].new_zeros(*rows[0].shape[:2], steps, steps)
     for t, row in enumerate(rows):
         full[:, :, t, :t + 1] = row
-    return full.float().cpu().numpy()
+    return full
 
 
 @dataclass
@@ -397,6 +400,7 @@ class TraceRequest:
     force: list[int] = ()
     gates: HeadGates | None = None
     max_len: int | None = None
+    vectors: bool = False  # record `Trace.vectors` (a Transformer's, in a `TraceBatch`)
 
 
 @dataclass
@@ -406,22 +410,29 @@ class _Row:
     ticket: int
     request: TraceRequest
     limit: int  # steps it may take
-    encoder_attention: np.ndarray
+    encoded: Attention  # the encoder side, its vectors too where the request records them
     token_ids: list[int] = field(default_factory=list)
     probabilities: list[float] = field(default_factory=list)
     top_ids: list[list[int]] = field(default_factory=list)
     top_probabilities: list[list[float]] = field(default_factory=list)
     self_rows: list[Tensor] = field(default_factory=list)  # per step (L, H, t + 1)
     cross_rows: list[Tensor] = field(default_factory=list)  # per step (L, H, S)
+    streams: list[Tensor] = field(default_factory=list)  # per step (L, 4, d_model), where the request records them
 
-    def trace(self) -> Trace:
-        """What `greedy_trace` returns for this sentence."""
+    def trace(self, head_values: tuple[Tensor, Tensor] | None = None) -> Trace:
+        """What `greedy_trace` returns for this sentence; with `TraceRequest.vectors`, its `vectors`, given its
+        self-attention's and its memory's `head_values` ((L, 1, H, T, d_model), (L, 1, H, S, d_model))."""
+        decoder = _lower_triangular(self.self_rows)
+        cross = torch.stack(self.cross_rows, dim=2)
+        vectors = None if head_values is None else Attention(
+            decoder=decoder[:, None], cross=cross[:, None], decoder_values=head_values[0], cross_values=head_values[1],
+            decoder_stream=torch.stack(self.streams, dim=2)[:, None]).with_encoder(self.encoded)
         return Trace(src_ids=list(self.request.src_ids), token_ids=self.token_ids,
                      probabilities=np.array(self.probabilities, dtype=np.float32), top_ids=np.array(self.top_ids),
                      top_probabilities=np.array(self.top_probabilities, dtype=np.float32),
-                     encoder_attention=self.encoder_attention, decoder_attention=_lower_triangular(self.self_rows),
-                     cross_attention=torch.stack(self.cross_rows, dim=2).float().cpu().numpy(),
-                     forced=min(len(self.request.force), len(self.token_ids)))
+                     encoder_attention=self.encoded.encoder[:, 0].float().cpu().numpy(),
+                     decoder_attention=decoder.float().cpu().numpy(), cross_attention=cross.float().cpu().numpy(),
+                     forced=min(len(self.request.force), len(self.token_ids)), vectors=vectors)
 
 
 class TraceBatch:
@@ -455,9 +466,10 @@ class TraceBatch:
         """Encode a sentence now; it joins the batch at the next step. Returns its ticket, which `step` gives back
         with its trace."""
         src = torch.tensor([request.src_ids], dtype=torch.long, device=self.device)
-        memory, _, encoded = self.model.encode(src, need_weights=True, gates=request.gates)
+        memory, _, encoded = self.model.encode(src, need_weights=True, gates=request.gates,
+                                               need_vectors=request.vectors)
         row = _Row(next(self.tickets), request, output_limit(self.model, len(request.src_ids), request.max_len),
-                   encoded.encoder[:, 0].float().cpu().numpy())
+                   encoded)
         self.waiting.append((row, self.decoder.memory_keys_values(memory)))
         return row.ticket
 
@@ -474,7 +486,7 @@ class TraceBatch:
         self_bias = None if min(positions) == width - 1 else torch.zeros(
             len(self.rows), 1, 1, width, device=self.device).masked_fill(
             torch.arange(width, device=self.device) > self.positions[:, None, None, None], float("-inf"))
-        logits, self_maps, cross_maps = self.decoder.step(
+        logits, self_maps, cross_maps, streams = self.decoder.step(
             self.previous, self.positions, [keys[:, :, :width] for keys in self.self_keys],
             [values[:, :, :width] for values in self.self_values], self_bias, self.cross, self.cross_bias,
             self.self_gates, self.cross_gates)
@@ -495,13 +507,27 @@ class TraceBatch:
             row.top_probabilities.append(top_probabilities[b][:k])
             row.self_rows.append(self_maps[:, b, :, :t + 1])
             row.cross_rows.append(cross_maps[:, b, :, :len(row.request.src_ids)])
+            if row.request.vectors:
+                row.streams.append(streams[:, :, b])
             if chosen[b] == EOS_ID or t + 1 == row.limit:
-                finished.append((row.ticket, row.trace()))
+                finished.append((row.ticket, row.trace(self._head_values(b) if row.request.vectors else None)))
                 done.add(b)
         self.previous, self.positions = chosen_ids, self.positions + 1
         if done:
             self._keep([b for b in range(len(self.rows)) if b not in done])
         return finished
+
+    def _head_values(self, b: int) -> tuple[Tensor, Tensor]:
+        """Batch row `b`'s value vectors after each head's output projection (`MultiHeadAttention.head_vectors`), of
+        its self-attention's positions so far and of its memory, from the caches: (L, 1, H, T, d_model) and
+        (L, 1, H, S, d_model)."""
+        row = self.rows[b]
+        steps, length = len(row.token_ids), len(row.request.src_ids)
+        layers = self.model.decoder_layers
+        return (torch.stack([layer.self_attention.head_vectors(values[b:b + 1, :, :steps])
+                             for layer, values in zip(layers, self.self_values)]),
+                torch.stack([layer.cross_attention.head_vectors(values[b:b + 1, :, :length])
+                             for layer, (_, values) in zip(layers, self.cross)]))
 
     def run(self, told: Callable[[int, int], None] | None = None) -> dict[int, Trace]:
         """Step until every sentence has finished -> each one's trace by ticket; `told(steps, limit)` after each

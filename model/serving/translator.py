@@ -13,7 +13,7 @@ import torch
 from model.explain.attribution import INTEGRATED_GRADIENTS
 from model.explain.attribution import METHODS as ATTRIBUTION_METHODS
 from model.explain.attribution import Attributions, attribute, attribute_steps
-from model.explain.contributions import Contributions, alti_plus, alti_plus_pass, measure_maps
+from model.explain.contributions import Contributions, alti_plus, alti_plus_pass, decomposed, measure_maps
 from model.explain.detachment import NO_SOURCE_SHARE, Detachment, attention_peaks, combined, thresholds_of
 from model.explain.patching import Patching, patch_heads
 from model.nets.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
@@ -78,6 +78,9 @@ class TracedTranslation:
     text: str  # the translation, truecased and detokenized
     trace: Trace
     scheme: str = WHOLE  # how the tokens' pieces make words (model/text/words.py)
+    # Asked with `detach`: how far the translation rests on its source, scored from the decoding's own pass (or
+    # why it cannot be: a translation of no word).
+    detachment: ScoredDetachment | str | None = field(default=None, repr=False)
 
     @property
     def decoder_input_tokens(self) -> list[str]:
@@ -273,50 +276,67 @@ class Translator:
 
     def trace(self, text: str, top_k: int = 5, force: list[str] | None = None,
               mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
-              told: Callable[[int, int], None] | None = None) -> TracedTranslation:
+              told: Callable[[int, int], None] | None = None, detach: bool = False) -> TracedTranslation:
         """Greedy translation of one sentence, recording every step; raises InputError for an unusable request.
 
         `force`: target tokens (spelled as in `target_tokens`) that fix the first steps; decoding continues
         greedily after them. `mask`: heads to switch off, named `kind.layer.head` (e.g. "cross.2.5").
         `src_lang`, `tgt_lang`: a multilingual model's direction (None: its default); the target language's code
         is then the first target token, given (counted in `Trace.forced`). `told(steps, limit)`: after each step
-        of a Transformer's (it may raise to stop).
+        of a Transformer's (it may raise to stop). `detach`: score the translation's detachment from its source
+        from the decoding's own pass (`TracedTranslation.detachment`: what `detachment` gives it, up to float
+        rounding, without a second pass).
         """
-        tokens, request = self.trace_request(text, top_k, force, mask, src_lang, tgt_lang)
+        tokens, request = self.trace_request(text, top_k, force, mask, src_lang, tgt_lang, detach)
         if self.step_decoder is None:
             trace = greedy_trace(self.model, request.src_ids, top_k=top_k, force=request.force, gates=request.gates)
         else:
             batch = self.trace_batch()
             ticket = batch.add(request)
             trace = batch.run(told)[ticket]
-        return self.traced(tokens, trace)
+        return self.traced(tokens, trace, request.gates, detach)
 
     def trace_request(self, text: str, top_k: int = 5, force: list[str] | None = None,
-                      mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
-                      ) -> tuple[list[str], TraceRequest]:
-        """The source tokens of `text` and what tracing it takes (`trace`'s arguments checked and turned into ids),
-        or an InputError saying why it cannot be traced."""
+                      mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
+                      detach: bool = False) -> tuple[list[str], TraceRequest]:
+        """The source tokens of `text` and what tracing it takes (`trace`'s arguments checked and turned into ids;
+        with `detach`, a Transformer's trace records the vectors ALTI+ decomposes), or an InputError saying why it
+        cannot be traced."""
         tokens = self.source_tokens(text, src_lang, tgt_lang)
         src_ids = self.encode_source(tokens)
         force = self.in_pieces(checked_strings(force, "force"))
         force_ids = self.target_ids(self.with_target_prefix(force, tgt_lang), output_limit(self.model, len(src_ids)),
                                     "Forced token")
-        return tokens, TraceRequest(src_ids, top_k, force_ids, self.gates(checked_strings(mask, "mask")))
+        return tokens, TraceRequest(src_ids, top_k, force_ids, self.gates(checked_strings(mask, "mask")),
+                                    vectors=detach and self.step_decoder is not None)
 
     def trace_batch(self) -> TraceBatch:
         """A new batch in which traces of this Transformer decode together (continuous batching)."""
         return TraceBatch(self.model, self.step_decoder)
 
-    def traced(self, tokens: list[str], trace: Trace) -> TracedTranslation:
-        """A trace of the source `tokens` with its tokens as strings."""
+    def traced(self, tokens: list[str], trace: Trace, gates: HeadGates | None = None, detach: bool = False
+               ) -> TracedTranslation:
+        """A trace of the source `tokens` with its tokens as strings; with `detach`, its detachment scored from the
+        trace (its probabilities, cross-attention and, a Transformer's, the `Trace.vectors` it recorded with the
+        heads of `gates` switched off), which it then leaves out."""
         itos = self.tgt_vocab.itos
+        target = [itos[i] for i in trace.token_ids]
+        detachment = None
+        if detach:
+            try:
+                detachment = self.scored(tokens, target, [], np.log(trace.probabilities), trace.cross_attention,
+                                         None if trace.vectors is None else decomposed(self.model, trace.vectors,
+                                                                                       gates))
+            except InputError as error:
+                detachment = str(error)
         return TracedTranslation(
             source_tokens=tokens + ["<eos>"],
             unknown=[i == UNK_ID for i in trace.src_ids],
-            target_tokens=[itos[i] for i in trace.token_ids],
+            target_tokens=target,
             top_tokens=[[itos[i] for i in row] for row in trace.top_ids.tolist()],
             text=self.to_text(self.tgt_vocab.decode(trace.token_ids)),  # a generated <unk> stays visible
-            trace=trace, scheme=word_scheme(self.tgt_tokenizer),
+            trace=dataclasses.replace(trace, vectors=None), scheme=word_scheme(self.tgt_tokenizer),
+            detachment=detachment,
         )
 
     def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
@@ -371,11 +391,22 @@ class Translator:
         else:
             contributions, (log_probabilities, attention) = None, teacher_forced(self.model, src_ids, tgt_ids, gates,
                                                                                  need_weights=True)
+        return self.scored(tokens, target, unknown, log_probabilities, attention.cross[:, 0].float().cpu().numpy(),
+                           contributions)
+
+    def scored(self, tokens: list[str], target: list[str], unknown: list[str], log_probabilities: np.ndarray,
+               cross_attention: np.ndarray, contributions: Contributions | None) -> ScoredDetachment:
+        """The detachment of translation `target` (its language code first, a multilingual model's; read
+        teacher-forced, or a trace's) of the source `tokens`, from each target token's log-probability, the
+        cross-attention (L, H, T, S) and ALTI+ (None: a GRU's), `unknown` the words read as <unk>; an InputError
+        for a translation of no word."""
         # A multilingual model's target language code is given to it, not predicted: it is not scored.
         given_first = int(self.languages is not None and self.languages.is_code(target[0]))
+        if all(token == "<eos>" for token in target[given_first:]):
+            raise InputError("The translation has no word (only <eos>): there is nothing to score.")
         measured = Detachment(
             log_probabilities=log_probabilities[given_first:],
-            attention_peaks=attention_peaks(attention.cross[:, 0].float().cpu().numpy())[given_first:],
+            attention_peaks=attention_peaks(cross_attention)[given_first:],
             source_shares=None if contributions is None else contributions.source_contribution[given_first:],
             unavailable=None if contributions is not None else NO_SOURCE_SHARE)
         return ScoredDetachment(tokens + ["<eos>"], target[given_first:], unknown, measured, contributions,

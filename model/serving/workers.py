@@ -1,5 +1,6 @@
-"""Greedy traces in worker processes, decoded together: several users' translations share every step; and each
-translation's detachment score (its teacher-forced pass and ALTI+), between the steps.
+"""Greedy traces in worker processes, decoded together: several users' translations share every step, each
+scored for detachment from its source where asked (from its own pass); and a given translation's detachment score
+(a teacher-forced pass and ALTI+), between the steps.
 
 A trace is a loop of many small torch calls whose Python side holds the GIL, so traces run in threads of one
 process take turns with each other and with the web server. Forked workers inherit the loaded translators
@@ -27,6 +28,7 @@ from multiprocessing.connection import Connection
 
 import torch
 
+from model.nets.decoding import TraceRequest
 from model.serving.translator import ScoredDetachment, TracedTranslation, Translator
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ def _serve(connection: Connection, parent: int) -> None:
     held = _held()
     batches = {name: translator.trace_batch() for name, translator in held.items()
                if translator.step_decoder is not None}
-    in_batch: dict[tuple[str, int], tuple[int, list[str]]] = {}  # (checkpoint, ticket) -> (request id, tokens)
+    in_batch: dict[tuple[str, int], tuple[int, list[str], TraceRequest]] = {}  # (checkpoint, ticket) -> its request
     while True:
         busy = bool(in_batch)
         while connection.poll(0 if busy else None):
@@ -80,7 +82,7 @@ def _serve(connection: Connection, parent: int) -> None:
                     raise NotInWorker(name)
                 if method == "trace" and name in batches:
                     tokens, request = translator.trace_request(text, **options)
-                    in_batch[name, batches[name].add(request)] = request_id, tokens
+                    in_batch[name, batches[name].add(request)] = request_id, tokens, request
                     busy = True
                 else:  # a GRU model's trace, or a detachment score: one request at a time, between steps
                     connection.send((request_id, getattr(translator, method)(text, **options), None))
@@ -89,8 +91,9 @@ def _serve(connection: Connection, parent: int) -> None:
         for name, batch in batches.items():
             if len(batch):
                 for ticket, trace in batch.step():
-                    request_id, tokens = in_batch.pop((name, ticket))
-                    connection.send((request_id, held[name].traced(tokens, trace), None))
+                    request_id, tokens, request = in_batch.pop((name, ticket))
+                    connection.send((request_id, held[name].traced(tokens, trace, request.gates, request.vectors),
+                                     None))
 
 
 def can_fork() -> bool:
