@@ -79,25 +79,30 @@ def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias:
     Self-attention (K = Q): the residual joins its own position's term; returns (Q, K). Cross-attention: the
     residual is one more input, the last column; returns (Q, K + 1). Rows sum to 1.
     """
-    terms = torch.einsum("hqk,hkd->qkd", weights, values)  # (Q, K, d): what each key adds to each query
-    positions = torch.arange(residual.size(0), device=residual.device)
+    # Each key's term for every query, laid out (K [+ 1], Q, d) so that a batched product over the keys writes it in
+    # place; the work below is then done in place on that one tensor (it is the largest: K·Q·d).
+    keys, queries = weights.size(-1), weights.size(-2)
+    terms = residual.new_empty(keys + (not self_attention), queries, residual.size(-1))
+    # Σ_h α_hqk f_h(x_k), one small product per key (inputs made contiguous: CPU's bmm copies each batch's otherwise)
+    torch.bmm(weights.permute(2, 1, 0).contiguous(), values.transpose(0, 1).contiguous(), out=terms[:keys])
     if self_attention:
+        positions = torch.arange(queries, device=residual.device)
         terms[positions, positions] += residual
     else:
-        terms = torch.cat([terms, residual[:, None]], dim=1)
-    total = terms.sum(1) + bias  # the block's input to its LayerNorm (post-LN), or its output (pre-LN)
+        terms[keys] = residual
+    total = terms.sum(0) + bias  # the block's input to its LayerNorm (post-LN), or its output (pre-LN)
     if post_norm:  # LayerNorm (RMSNorm) is linear in each term once its scale is the whole sum's
         if isinstance(norm, torch.nn.RMSNorm):
             scale = torch.sqrt(total.pow(2).mean(-1, keepdim=True) + norm.eps)  # (Q, 1)
         else:
             scale = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + norm.eps)
-            terms = terms - terms.mean(-1, keepdim=True)
-        terms = norm.weight * terms / scale[:, None]
+            terms -= terms.mean(-1, keepdim=True)
+        terms *= norm.weight / scale
         output = norm(total)
     else:
         output = total
-    reach = output.abs().sum(-1, keepdim=True)  # ‖y_i‖₁
-    shares = (reach - (output[:, None] - terms).abs().sum(-1)).clamp(min=0)  # (Q, K [+ 1])
+    reach = output.abs().sum(-1)  # ‖y_i‖₁
+    shares = (reach - terms.sub_(output).abs_().sum(-1)).clamp(min=0).t()  # (Q, K [+ 1])
     return shares / shares.sum(-1, keepdim=True).clamp(min=1e-12)
 
 
