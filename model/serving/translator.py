@@ -324,7 +324,9 @@ class Translator:
         detachment = None
         if detach:
             try:
-                detachment = self.scored(tokens, target, [], np.log(trace.probabilities), trace.cross_attention,
+                # A forced token's probability may round to 0 in float32: its log is taken as float32's smallest.
+                log_probabilities = np.log(np.maximum(trace.probabilities, np.finfo(np.float32).tiny))
+                detachment = self.scored(tokens, target, [], log_probabilities, trace.cross_attention,
                                          None if trace.vectors is None else decomposed(self.model, trace.vectors,
                                                                                        gates))
             except InputError as error:
