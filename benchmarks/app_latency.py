@@ -30,7 +30,7 @@ from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this scrip
 
 from model.keys import ALL_HEADS, ALTI, CROSS, ENCODER, MEAN, WEIGHTS  # noqa: E402
 from model.nets.cores import parts  # noqa: E402
-from model.nets.decoding import greedy_trace  # noqa: E402
+from model.nets.tracing import greedy_trace  # noqa: E402
 from model.text.words import PIECES  # noqa: E402
 from ui import build_demo, listeners, load_services, operations  # noqa: E402
 from ui.tabs.sources import measure_sources  # noqa: E402

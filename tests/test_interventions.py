@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from model.nets.decoding import greedy_trace, next_token_logits, teacher_forced_log_probs
+from model.nets.decoding import next_token_logits, teacher_forced_log_probs
+from model.nets.tracing import greedy_trace
 from model.nets.rnn import RNNConfig, RNNSeq2Seq
 from model.nets.seq2seq import CROSS, DECODER, ENCODER, HeadGates, head_gates
 from model.nets.transformer import Transformer

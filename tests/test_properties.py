@@ -5,7 +5,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model.nets.decoding import greedy_trace, output_limit
+from model.nets.decoding import output_limit
+from model.nets.tracing import greedy_trace
 from model.nets.transformer import Transformer
 from model.text.vocab import EOS_ID, SPECIALS, UNK_ID, Tokenizer, Vocab, detokenize
 from tests.conftest import tiny_config

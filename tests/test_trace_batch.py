@@ -1,4 +1,4 @@
-"""Continuous batching of traces (model/nets/decoding.py `TraceBatch`, model/nets/step_decoder.py `StepDecoder`): every
+"""Continuous batching of traces (model/nets/tracing.py `TraceBatch`, model/nets/step_decoder.py `StepDecoder`): every
 sentence's trace is what a lone `greedy_trace` records, whatever joins or leaves the batch around it.
 
 The step decoder multiplies by its weights in another layout than the modules (transposed, queries pre-scaled),
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.nets.decoding import TraceBatch, TraceRequest, greedy_trace
+from model.nets.tracing import TraceBatch, TraceRequest, greedy_trace
 from model.nets.seq2seq import head_gates
 from model.nets.transformer import Transformer
 from model.text.vocab import EOS_ID

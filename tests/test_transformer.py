@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from model.nets.decoding import greedy_decode, greedy_trace
+from model.nets.decoding import greedy_decode
+from model.nets.tracing import greedy_trace
 from model.nets.positions import relative_buckets
 from model.nets.transformer import LayerCache, ModelConfig, Transformer, attention
 from model.text.vocab import EOS_ID, PAD_ID, SOS_ID

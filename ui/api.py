@@ -11,9 +11,9 @@ import gradio as gr
 import numpy as np
 
 from model.explain.attribution import INTEGRATED_GRADIENTS
-from model.explain.detachment import COMBINED
+from model.explain.detachment import COMBINED, ScoredDetachment
 from model.explain.patching import parting
-from model.serving.translator import InputError, ScoredDetachment
+from model.serving.translator import InputError
 from model.text.words import scheme as word_scheme
 from model.text.words import PIECES, UNITS, WORDS, merge, summed, word_spans, words
 from ui.operations import shown

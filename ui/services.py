@@ -12,13 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from model.explain.detachment import ScoredDetachment
 from model.explain.head_stats import best_aligning_head
 from model.hub.convert_hf import convert
 from model.hub.hub_checks import ConversionError, checked_hub_id
 from model.nets.cores import available_cores
 from model.nets.devices import chosen_device
 from model.serving.catalog import DEFAULT_BUDGET, Card, Catalog
-from model.serving.translator import InputError, ScoredDetachment, TracedTranslation, Translator
+from model.serving.translator import InputError, TracedTranslation, Translator
 from model.serving.workers import TracePool, can_fork
 from model.text.vocab import CHARS
 

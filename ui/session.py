@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from model.explain.detachment import ScoredDetachment
 from model.keys import ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES, WEIGHTS
-from model.serving.translator import ScoredDetachment, TracedTranslation
+from model.serving.translator import TracedTranslation
 from model.text.words import PIECES, UNITS
 from viz.views import TraceArrays
 

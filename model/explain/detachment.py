@@ -28,6 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from model.explain.contributions import Contributions
+from model.text.words import summed, words
+
 SOURCE_SHARE, LOG_PROBABILITY, COMBINED, ATTENTION = "source_share", "log_probability", "combined", "attention"
 DETECTORS = (SOURCE_SHARE, LOG_PROBABILITY, COMBINED, ATTENTION)
 DETECTOR_LABELS = {SOURCE_SHARE: "source share (ALTI+)", LOG_PROBABILITY: "mean log-probability",
@@ -74,6 +77,40 @@ class Detachment:
         """Whether the sentence's combined score, and which tokens', fall below `thresholds` ({"sentence": …,
         "token": …})."""
         return self.score(COMBINED) < thresholds["sentence"], self.token_signal() < thresholds["token"]
+
+
+@dataclass
+class ScoredDetachment:
+    """A translation's detachment from its source: what `Translator.detachment` returns."""
+
+    source_tokens: list[str]
+    target_tokens: list[str]  # as scored (a word the model cannot spell as <unk>)
+    unknown: list[str]  # the translation's tokens the model cannot spell
+    measured: Detachment
+    contributions: Contributions | None  # the ALTI+ maps the source shares came from (a Transformer's)
+    thresholds: dict  # {"sentence": …, "token": …} of the combined score, what the page marks by
+    threshold_meaning: str  # calibrated on what, or a default
+
+    @property
+    def flags(self) -> tuple[bool, np.ndarray]:
+        """Whether the sentence, and which tokens, fall under the thresholds."""
+        return self.measured.flags(self.thresholds)
+
+    def in_units(self, scheme: str, in_words: bool) -> tuple[list[str], dict[str, np.ndarray | None], np.ndarray]:
+        """The target tokens, or its words (`in_words`, by `scheme`), with each one's signals ("source_share",
+        "log_probability", "attention_peak"; a word's share and peak the mean of its pieces', its log-probability
+        their sum; "combined" of those) and which fall under the token threshold."""
+        measured, tokens = self.measured, self.target_tokens
+        signals = {"source_share": measured.source_shares, "log_probability": measured.log_probabilities,
+                   "attention_peak": measured.attention_peaks}
+        if in_words:
+            tokens, spans = words(tokens, scheme)
+            sizes = np.array([len(span) for span in spans])
+            signals = {name: None if values is None else summed(values, spans) / (1 if name == "log_probability"
+                                                                                 else sizes)
+                       for name, values in signals.items()}
+        signals["combined"] = combined(signals["source_share"], signals["log_probability"])
+        return tokens, signals, signals["combined"] < self.thresholds["token"]
 
 
 def combined(shares: np.ndarray | float | None, log_probabilities: np.ndarray | float) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The decoder of a trained `Transformer` laid out for fast cached steps of many sentences at once
 (`StepDecoder`): the weights read out once, the projections fused, and a step a flat run of tensor operations.
-`model/nets/decoding.py`'s `TraceBatch` drives it; it computes what `Transformer.decode` computes (a test compares).
+`model/nets/tracing.py`'s `TraceBatch` drives it; it computes what `Transformer.decode` computes (a test compares).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class StepDecoder:
     step is a flat run of tensor operations. Each sentence of the batch has its own position, its own number of
     cached target positions and its own source length (keys past those carry -inf scores, so exactly zero
     weight): what `Transformer.decode` computes for each sentence alone, up to float rounding (a test compares).
-    Read-only once built; the caches belong to the caller (`model.nets.decoding.TraceBatch`). With `share` (a model
+    Read-only once built; the caches belong to the caller (`model.nets.tracing.TraceBatch`). With `share` (a model
     loaded to serve, never trained again), the model's decoder weights become views of the fused ones, so that the
     weights are held once; without (a model being trained: an optimizer and DDP hold its parameters), this holds a
     copy.

@@ -14,18 +14,18 @@ from model.explain.attribution import INTEGRATED_GRADIENTS
 from model.explain.attribution import METHODS as ATTRIBUTION_METHODS
 from model.explain.attribution import Attributions, attribute, attribute_steps
 from model.explain.contributions import Contributions, alti_plus, alti_plus_pass, decomposed, measure_maps
-from model.explain.detachment import NO_SOURCE_SHARE, Detachment, attention_peaks, combined, thresholds_of
+from model.explain.detachment import NO_SOURCE_SHARE, Detachment, ScoredDetachment, attention_peaks, thresholds_of
 from model.explain.patching import Patching, patch_heads
-from model.nets.decoding import (BeamTrace, Hypothesis, Trace, TraceBatch, TraceRequest, beam_search, beam_trace,
-                                 chosen_log_probs, greedy_decode, greedy_trace, output_limit, teacher_forced,
-                                 teacher_forced_log_probs)
+from model.nets.decoding import (BeamTrace, Hypothesis, beam_search, beam_trace, chosen_log_probs, greedy_decode,
+                                 output_limit, teacher_forced, teacher_forced_log_probs)
 from model.nets.seq2seq import Attention, HeadGates, Seq2Seq, copies_gated, device_of, head_gates
 from model.nets.step_decoder import StepDecoder
+from model.nets.tracing import Trace, TraceBatch, TraceRequest, greedy_trace
 from model.nets.transformer import Transformer
 from model.text.batching import pad, token_batches
 from model.text.hub_tokenizer import Languages
 from model.text.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
-from model.text.words import WHOLE, summed, words
+from model.text.words import WHOLE
 from model.text.words import scheme as word_scheme
 
 MAX_INPUT_CHARS = 2000
@@ -113,40 +113,6 @@ class TracedBeam:
     def tokens(self, hypothesis: Hypothesis) -> list[str]:
         """A hypothesis's tokens, <eos> included when it finished."""
         return [self.itos[i] for i in hypothesis.token_ids] + ["<eos>"] * hypothesis.finished
-
-
-@dataclass
-class ScoredDetachment:
-    """A translation's detachment from its source: what `Translator.detachment` returns."""
-
-    source_tokens: list[str]
-    target_tokens: list[str]  # as scored (a word the model cannot spell as <unk>)
-    unknown: list[str]  # the translation's tokens the model cannot spell
-    measured: Detachment
-    contributions: Contributions | None  # the ALTI+ maps the source shares came from (a Transformer's)
-    thresholds: dict  # {"sentence": …, "token": …} of the combined score, what the page marks by
-    threshold_meaning: str  # calibrated on what, or a default
-
-    @property
-    def flags(self) -> tuple[bool, np.ndarray]:
-        """Whether the sentence, and which tokens, fall under the thresholds."""
-        return self.measured.flags(self.thresholds)
-
-    def in_units(self, scheme: str, in_words: bool) -> tuple[list[str], dict[str, np.ndarray | None], np.ndarray]:
-        """The target tokens, or its words (`in_words`, by `scheme`), with each one's signals ("source_share",
-        "log_probability", "attention_peak"; a word's share and peak the mean of its pieces', its log-probability
-        their sum; "combined" of those) and which fall under the token threshold."""
-        measured, tokens = self.measured, self.target_tokens
-        signals = {"source_share": measured.source_shares, "log_probability": measured.log_probabilities,
-                   "attention_peak": measured.attention_peaks}
-        if in_words:
-            tokens, spans = words(tokens, scheme)
-            sizes = np.array([len(span) for span in spans])
-            signals = {name: None if values is None else summed(values, spans) / (1 if name == "log_probability"
-                                                                                 else sizes)
-                       for name, values in signals.items()}
-        signals["combined"] = combined(signals["source_share"], signals["log_probability"])
-        return tokens, signals, signals["combined"] < self.thresholds["token"]
 
 
 MAX_BEAM_SIZE = 16

@@ -28,8 +28,9 @@ from multiprocessing.connection import Connection
 
 import torch
 
-from model.nets.decoding import TraceRequest
-from model.serving.translator import ScoredDetachment, TracedTranslation, Translator
+from model.explain.detachment import ScoredDetachment
+from model.nets.tracing import TraceRequest
+from model.serving.translator import TracedTranslation, Translator
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import gradio as gr
 
 from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
+from model.explain.detachment import ScoredDetachment
 from model.explain.faithfulness import (KS, METHOD_LABELS, Seen, StepFaithfulness, Told, integrated_faithfulness,
                                         k_label, quick_faithfulness, removable_count)
 from model.nets.seq2seq import Seq2Seq
-from model.serving.translator import ScoredDetachment
 from model.text.words import WORDS, summed, words
 from ui.listeners import Stopped, on, tab_answer
 from ui.operations import large, operation, shown
