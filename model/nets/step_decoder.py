@@ -179,17 +179,17 @@ class StepDecoder:
 
     def step(self, tokens: Tensor, positions: Tensor, self_keys: list[Tensor], self_values: list[Tensor],
              self_bias: Tensor | None, cross: list[tuple[Tensor, Tensor]], cross_bias: Tensor | None,
-             self_gates: Tensor | None = None, cross_gates: Tensor | None = None
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+             self_gates: Tensor | None = None, cross_gates: Tensor | None = None, streams: bool = False
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """One step of B sentences: each reads `tokens[b]` at position `positions[b]`.
 
         `self_keys`/`self_values` per layer (B, H, width, d_head): this step's keys and values are written at each
         sentence's position, and `self_bias` (B, 1, 1, width) is 0 up to it and -inf after. `cross` per layer: the
         memory's keys and values (B, H, S, d_head), `cross_bias` (B, 1, 1, S) -inf at padding. A bias is None where
         it would be all 0 (every sentence at the same position, sources of one length). Gates (L, B, H).
-        -> logits (B, V), self-attention weights (L, B, H, width), cross-attention weights (L, B, H, S), and the
-        residual stream (L, 4, B, d_model) entering each layer and after each of its three sublayers (what
-        `Attention.decoder_stream` holds of a teacher-forced pass, for ALTI+).
+        -> logits (B, V), self-attention weights (L, B, H, width), cross-attention weights (L, B, H, S), and with
+        `streams` the residual stream (L, 4, B, d_model) entering each layer and after each of its three sublayers
+        (what `Attention.decoder_stream` holds of a teacher-forced pass, for ALTI+; else None).
         """
         rows = torch.arange(tokens.size(0), device=tokens.device)
         x = self.token_table[tokens] * self.scale  # (B, d_model)
@@ -201,10 +201,11 @@ class StepDecoder:
             keys = torch.arange(self_keys[0].size(2), device=tokens.device)
             relative = self.position_bias(positions[:, None], keys)  # (B, H, 1, width)
             self_bias = relative if self_bias is None else relative + self_bias
-        self_maps, cross_maps, streams = [], [], []
+        self_maps, cross_maps, points = [], [], []
+        record = points.append if streams else lambda x: None
         for i, layer in enumerate(self.layers):
             self_norm, cross_norm, feed_forward_norm = layer.norms
-            streams.append(x)
+            record(x)
             h = self_norm(x) if self.pre_norm else x
             query, key, value = _linear(h, layer.self_qkv).view(-1, 3, self.n_heads, self.d_head).unbind(1)
             query = query * self.query_scale
@@ -214,19 +215,19 @@ class StepDecoder:
                                         None if self_gates is None else self_gates[i])
             self_maps.append(weights)
             x = self._residual(x, _linear(out, layer.self_out), self_norm)
-            streams.append(x)
+            record(x)
 
             h = cross_norm(x) if self.pre_norm else x
             query = _linear(h, layer.cross_query).view(-1, self.n_heads, 1, self.d_head) * self.query_scale
             out, weights = self._attend(query, *cross[i], cross_bias, None if cross_gates is None else cross_gates[i])
             cross_maps.append(weights)
             x = self._residual(x, _linear(out, layer.cross_out), cross_norm)
-            streams.append(x)
+            record(x)
 
             h = feed_forward_norm(x) if self.pre_norm else x
             x = self._residual(x, self._feed_forward(h, layer), feed_forward_norm)
-            streams.append(x)
+            record(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return (_linear(x, self.generator), torch.stack(self_maps), torch.stack(cross_maps),
-                torch.stack(streams).view(len(self.layers), 4, *x.shape))
+                torch.stack(points).view(len(self.layers), 4, *x.shape) if streams else None)

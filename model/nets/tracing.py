@@ -201,7 +201,7 @@ class TraceBatch:
         logits, self_maps, cross_maps, streams = self.decoder.step(
             self.previous, self.positions, [keys[:, :, :width] for keys in self.self_keys],
             [values[:, :, :width] for values in self.self_values], self_bias, self.cross, self.cross_bias,
-            self.self_gates, self.cross_gates)
+            self.self_gates, self.cross_gates, streams=any(row.request.vectors for row in self.rows))
         distribution = next_token_logits(logits[:, None]).softmax(-1)  # (B, V)
         top_k = min(max(row.request.top_k for row in self.rows), distribution.size(-1))
         best = distribution.topk(top_k)
