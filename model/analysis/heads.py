@@ -118,7 +118,7 @@ class Progress:
 
     def __init__(self, folder: Path, ranks: Ranks, arguments: list[str]):
         self.path = Path(folder) / f"heads.partial.{ranks.rank}.json"
-        self.key = {"arguments": arguments, "processes": ranks.world_size, "batches": "dealt"}
+        self.key = {"arguments": arguments, "processes": ranks.world_size, "work": "dealt_work"}
         saved = read_json(self.path) if self.path.is_file() else {}
         self.state = saved if saved.get("key") == self.key else {"key": self.key}
         self.resumed = len(self.state) > 1
@@ -136,26 +136,39 @@ class Progress:
         self.path.unlink(missing_ok=True)
 
 
+def dealt_work(batches: int, heads: int, ranks: Ranks) -> list[tuple[int, list[int]]]:
+    """This rank's share of the head report's batched passes, as (batch index, indices of the heads it switches off
+    in that batch): the batches dealt whole in turn (`Ranks.share`: sorted by length, each rank's alike), and those
+    left over when they do not go evenly into the ranks (five batches on two processes: the fifth) shared head by
+    head, every world_size-th head, so that no rank waits on another's last batch."""
+    whole = batches - batches % ranks.world_size
+    every_head = list(range(heads))
+    return [(index, every_head) for index in ranks.share(list(range(whole)))] + \
+        [(index, ranks.share(every_head)) for index in range(whole, batches)]
+
+
 def log_likelihood_changes(translator: Translator, sources: list[list[str]], targets: list[list[str]],
                            ranks: Ranks = Ranks(), direction: dict | None = None, progress: Progress | None = None
                            ) -> tuple[float, dict[str, float]]:
     """The mean teacher-forced log-likelihood per reference token with every head on, and its change with each head
     switched off alone, by name: many heads per batched pass (model/explain/ablation.py), in batches sized for
-    the device (`pass_tokens`), dealt to the ranks in turn (`Ranks.share`: they are sorted by length, and contiguous
-    blocks gave the last rank the longest sentences); with `progress`, the sums kept after each batch and taken up
-    again from there."""
+    the device (`pass_tokens`), dealt to the ranks (`dealt_work`); with `progress`, the sums kept after each batch
+    and taken up again from there."""
     heads = every_head_of(translator.model)
     batches = teacher_forced_batches(translator, sources, targets, pass_tokens(len(translator.tgt_vocab),
                                                                                translator.device), direction)
-    batches = ranks.share(batches)
+    work = dealt_work(len(batches), len(heads), ranks)
     kept = progress.get("likelihood", {}) if progress else {}
     done, totals, tokens = kept.get("batches", 0), np.array(kept.get("totals", np.zeros(1 + len(heads)))), \
         kept.get("tokens", 0)
-    with tqdm(total=len(batches) * len(heads), initial=done * len(heads), desc="one head off", unit="head",
-              file=sys.stderr, disable=not ranks.main) as bar:
-        for index in range(done, len(batches)):
-            base, losses = heads_off_losses(translator.model, batches[index], heads, advance=bar.update)
-            totals, tokens = totals + [base, *losses], tokens + batches[index].n_target_tokens
+    with tqdm(total=sum(len(mine) for _, mine in work), initial=sum(len(mine) for _, mine in work[:done]),
+              desc="one head off", unit="head", file=sys.stderr, disable=not ranks.main) as bar:
+        for index in range(done, len(work)):
+            batch, mine = batches[work[index][0]], work[index][1]
+            base, losses = heads_off_losses(translator.model, batch, [heads[i] for i in mine], advance=bar.update)
+            totals[[1 + i for i in mine]] += losses
+            if mine[0] == 0:  # the batch's base and tokens are counted by the rank holding its first head
+                totals[0], tokens = totals[0] + base, tokens + batch.n_target_tokens
             if progress:
                 progress.put("likelihood", {"batches": index + 1, "totals": totals.tolist(), "tokens": tokens})
     *totals, tokens = ranks.sum(np.append(totals, tokens))
