@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from model.explain.contributions import alti_plus, block_contributions, rollout, value_weighted
+from model.explain.contributions import (BLOCKS, alti_plus, block_contributions, decomposed, layers_contributions,
+                                         rollout, value_weighted)
+from model.keys import CROSS, ENCODER
 from model.nets.seq2seq import head_gates
 from model.nets.transformer import Transformer
 from model.serving.checkpoint import load_checkpoint
@@ -134,6 +136,39 @@ def test_block_contributions_of_a_block_that_only_copies_its_input():
     residual = torch.randn(3, 4)
     shares = block_contributions(weights, values, residual, torch.zeros(4), torch.nn.LayerNorm(4), True, False)
     torch.testing.assert_close(shares, torch.tensor([[0.0, 0.0, 0.0, 1.0]] * 3))
+
+
+@pytest.mark.parametrize("norm, normalization", [("post", "layer"), ("pre", "layer"), ("post", "rms")])
+def test_a_models_layers_decomposed_together_are_each_layer_decomposed_alone(norm, normalization):
+    """ALTI+ decomposes every layer's blocks of a kind in one batch: each with its own bias and norm, as the layer
+    alone gives (the known answers above are one layer's); the vectors it reads are left as they were."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(norm=norm, normalization=normalization, n_encoder_layers=3,
+                                    n_decoder_layers=3)).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1:  # every norm's scale (and shift) and every bias its own
+                parameter.uniform_(0.5, 1.5)
+        _, recorded = model(torch.tensor([SRC_IDS]), torch.tensor([[SOS_ID] + TGT_IDS[:-1]]), need_vectors=True)
+    before = {name: value.clone() for name, value in vars(recorded).items() if value is not None}
+    for kind, (held_by, attention, block) in BLOCKS.items():
+        layers = getattr(model, held_by)
+        weights, values = getattr(recorded, kind)[:, 0], getattr(recorded, f"{kind}_values")[:, 0]
+        entering = recorded.encoder_stream[:, 0] if kind == ENCODER else recorded.decoder_stream[:, 0]
+        streams = entering[:, int(kind == CROSS)]  # the residual stream entering the block
+        biases = [getattr(layer, attention).w_o.bias for layer in layers]
+        norms = [getattr(layer, block).norm for layer in layers]
+        self_attention = kind != CROSS
+        with torch.no_grad():  # as ALTI+ runs (inference mode): a batched product writes in place
+            together = layers_contributions(weights, values, streams, torch.stack(biases), norms, norm == "post",
+                                            self_attention)
+            for i in range(len(layers)):
+                alone = block_contributions(weights[i], values[i], streams[i], biases[i], norms[i], norm == "post",
+                                            self_attention)
+                torch.testing.assert_close(together[i], alone)
+    assert np.isfinite(decomposed(model, recorded).decoder).all()
+    for name, value in before.items():
+        assert torch.equal(getattr(recorded, name), value), name
 
 
 @pytest.mark.slow

@@ -79,37 +79,65 @@ def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias:
     Self-attention (K = Q): the residual joins its own position's term; returns (Q, K). Cross-attention: the
     residual is one more input, the last column; returns (Q, K + 1). Rows sum to 1.
     """
-    # Each key's term for every query, laid out (K [+ 1], Q, d) so that a batched product over the keys writes it in
-    # place; the work below is then done in place on that one tensor (it is the largest: K·Q·d).
-    keys, queries = weights.size(-1), weights.size(-2)
-    terms = residual.new_empty(keys + (not self_attention), queries, residual.size(-1))
+    return layers_contributions(weights[None], values[None], residual[None], bias[None], [norm], post_norm,
+                                self_attention)[0]
+
+
+def layers_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias: Tensor,
+                         norms: list[torch.nn.LayerNorm | torch.nn.RMSNorm], post_norm: bool,
+                         self_attention: bool) -> Tensor:
+    """`block_contributions` of L blocks of one kind at once (a model's layers: the small operations of one block
+    each, a few hundred in all, done once): weights (L, H, Q, K), head vectors (L, H, K, d), residual streams
+    (L, Q, d), biases (L, d), a norm per block. Returns (L, Q, K [+ 1])."""
+    # Each key's term for every query, laid out (L, K, Q, d) so that a batched product over the layers' keys writes
+    # it in place; the work below is then done in place on that one tensor (it is the largest: L·K·Q·d).
+    layers, heads, queries, keys = weights.shape
+    width = residual.size(-1)
+    terms = residual.new_empty(layers, keys, queries, width)
     # Σ_h α_hqk f_h(x_k), one small product per key (inputs made contiguous: CPU's bmm copies each batch's otherwise)
-    torch.bmm(weights.permute(2, 1, 0).contiguous(), values.transpose(0, 1).contiguous(), out=terms[:keys])
+    torch.bmm(weights.permute(0, 3, 2, 1).reshape(layers * keys, queries, heads),
+              values.transpose(1, 2).reshape(layers * keys, heads, width), out=terms.view(-1, queries, width))
     if self_attention:
         positions = torch.arange(queries, device=residual.device)
-        terms[positions, positions] += residual
-    else:
-        terms[keys] = residual
-    total = terms.sum(0) + bias  # the block's input to its LayerNorm (post-LN), or its output (pre-LN)
+        terms[:, positions, positions] += residual
+        total = terms.sum(1)
+    else:  # the residual is an input of its own
+        total = terms.sum(1) + residual
+    total += bias[:, None]  # the block's input to its LayerNorm (post-LN), or its output (pre-LN): (L, Q, d)
     if post_norm:  # LayerNorm (RMSNorm) is linear in each term once its scale is the whole sum's
-        if isinstance(norm, torch.nn.RMSNorm):
-            scale = torch.sqrt(total.pow(2).mean(-1, keepdim=True) + norm.eps)  # (Q, 1)
+        weight = torch.stack([norm.weight for norm in norms])[:, None]  # (L, 1, d)
+        if isinstance(norms[0], torch.nn.RMSNorm):
+            scale = torch.sqrt(total.pow(2).mean(-1, keepdim=True) + norms[0].eps)  # (L, Q, 1)
+            output = total / scale * weight
         else:
-            scale = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + norm.eps)
+            scale = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + norms[0].eps)
             terms -= terms.mean(-1, keepdim=True)
-        terms *= norm.weight / scale
-        output = norm(total)
+            residual = residual - residual.mean(-1, keepdim=True)
+            output = (total - total.mean(-1, keepdim=True)) / scale * weight
+            if norms[0].bias is not None:
+                output += torch.stack([norm.bias for norm in norms])[:, None]
+        terms *= (weight / scale)[:, None]
+        residual = residual * (weight / scale)
     else:
         output = total
-    reach = output.abs().sum(-1)  # ‖y_i‖₁
-    shares = (reach - terms.sub_(output).abs_().sum(-1)).clamp(min=0).t()  # (Q, K [+ 1])
-    return shares / shares.sum(-1, keepdim=True).clamp(min=1e-12)
+    reach = output.abs().sum(-1)  # ‖y_i‖₁: (L, Q)
+    shares = (reach[:, None] - terms.sub_(output[:, None]).abs_().sum(-1)).clamp(min=0).transpose(1, 2)
+    if not self_attention:  # the residual's share, last
+        kept = (reach - (residual - output).abs().sum(-1)).clamp(min=0)
+        shares = torch.cat([shares, kept[..., None]], dim=-1)
+    return shares / shares.sum(-1, keepdim=True).clamp(min=1e-12)  # (L, Q, K [+ 1])
 
 
-def gated(gates: HeadGates | None, kind: str, layer: int, weights: Tensor) -> Tensor:
-    """A layer's weights (H, Q, K) with switched-off heads' rows zeroed: what they add to the output."""
-    gate = None if gates is None else gates.layer(kind, layer)
-    return weights if gate is None else weights * gate.reshape(-1, 1, 1)
+def gated_layers(gates: HeadGates | None, kind: str, weights: Tensor) -> Tensor:
+    """Every layer's weights (L, H, Q, K) with switched-off heads' rows zeroed: what they add to the output."""
+    gate = None if gates is None else getattr(gates, kind)
+    return weights if gate is None else weights * gate.reshape(gate.size(0), -1, 1, 1)
+
+
+# Each kind's attention blocks: the model's layers that hold them, the attention in a layer, its residual block.
+BLOCKS = {ENCODER: ("encoder_layers", "self_attention", "attention_block"),
+          DECODER: ("decoder_layers", "self_attention", "self_attention_block"),
+          CROSS: ("decoder_layers", "cross_attention", "cross_attention_block")}
 
 
 def alti_plus(model: Transformer, src_ids: list[int], tgt_ids: list[int], gates: HeadGates | None = None
@@ -138,24 +166,24 @@ def decomposed(model: Transformer, recorded: Attention, gates: HeadGates | None 
     sources, targets = recorded.encoder.size(-1), recorded.cross.size(-2)
     post = model.config.norm == "post"
 
+    def each_layer(kind: str, stream: Tensor) -> Tensor:  # every layer's blocks of `kind`: (L, Q, K [+ 1])
+        held_by, attention, block = BLOCKS[kind]
+        layers = getattr(model, held_by)
+        return layers_contributions(gated_layers(gates, kind, getattr(recorded, kind)[:, 0]),
+                                    getattr(recorded, f"{kind}_values")[:, 0], stream,
+                                    torch.stack([getattr(layer, attention).w_o.bias for layer in layers]),
+                                    [getattr(layer, block).norm for layer in layers], post, kind != CROSS)
+
+    streams = recorded.decoder_stream[:, 0]  # (L, 4, T, d): entering, after self-, after cross-attention, output
+    blocks = each_layer(ENCODER, recorded.encoder_stream[:, 0, 0])
+    mixings, crosses = each_layer(DECODER, streams[:, 0]), each_layer(CROSS, streams[:, 1])  # (L, T, T), (L, T, S + 1)
     encoder, encoder_layers = torch.eye(sources, device=device), []
-    for i, layer in enumerate(model.encoder_layers):
-        block = block_contributions(gated(gates, ENCODER, i, recorded.encoder[i, 0]),
-                                    recorded.encoder_values[i, 0], recorded.encoder_stream[i, 0, 0],
-                                    layer.self_attention.w_o.bias,
-                                    layer.attention_block.norm, post, self_attention=True)
+    for block in blocks:
         encoder = block @ encoder
         encoder_layers.append(encoder)
     # rows: source tokens (fixed), then decoder positions
     flow, decoder_layers = torch.eye(sources + targets, device=device), []
-    for i, layer in enumerate(model.decoder_layers):
-        stream = recorded.decoder_stream[i, 0]  # (4, T, d): entering, after self-, after cross-attention, output
-        mixing = block_contributions(gated(gates, DECODER, i, recorded.decoder[i, 0]),
-                                     recorded.decoder_values[i, 0], stream[0], layer.self_attention.w_o.bias,
-                                     layer.self_attention_block.norm, post, self_attention=True)  # (T, T)
-        cross = block_contributions(gated(gates, CROSS, i, recorded.cross[i, 0]), recorded.cross_values[i, 0],
-                                    stream[1], layer.cross_attention.w_o.bias, layer.cross_attention_block.norm,
-                                    post, self_attention=False)  # (T, S + 1)
+    for mixing, cross in zip(mixings, crosses):
         step = torch.eye(sources + targets, device=device)
         step[sources:, :sources] = cross[:, :sources] @ encoder  # encoder outputs, back to source tokens
         step[sources:, sources:] = cross[:, sources:] * mixing  # the residual: the target prefix, as mixed
@@ -187,8 +215,7 @@ def measure_maps(model: Transformer, src_ids: list[int], tgt_ids: list[int], gat
     weights = {kind: getattr(recorded, kind)[:, 0] for kind in (ENCODER, DECODER, CROSS)}  # (L, H, Q, K)
     values = {kind: getattr(recorded, f"{kind}_values")[:, 0] for kind in (ENCODER, DECODER, CROSS)}
     norms = {kind: value_weighted(weights[kind], values[kind])[0].cpu().numpy() for kind in weights}
-    together = {kind: value_weighted(torch.stack([gated(gates, kind, layer, maps) for layer, maps
-                                                  in enumerate(weights[kind])]), values[kind])[1].cpu().numpy()
+    together = {kind: value_weighted(gated_layers(gates, kind, weights[kind]), values[kind])[1].cpu().numpy()
                 for kind in weights}
 
     def cumulative(maps: Tensor) -> Tensor:  # rollout through each layer: (L, Q, Q)
