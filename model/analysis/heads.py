@@ -142,9 +142,9 @@ def dealt_work(batches: int, heads: int, ranks: Ranks) -> list[tuple[int, list[i
     left over when they do not go evenly into the ranks (five batches on two processes: the fifth) shared head by
     head, every world_size-th head, so that no rank waits on another's last batch."""
     whole = batches - batches % ranks.world_size
-    every_head = list(range(heads))
+    every_head, mine = list(range(heads)), ranks.share(list(range(heads)))  # (none where ranks outnumber heads)
     return [(index, every_head) for index in ranks.share(list(range(whole)))] + \
-        [(index, ranks.share(every_head)) for index in range(whole, batches)]
+        [(index, mine) for index in range(whole, batches) if mine]
 
 
 def log_likelihood_changes(translator: Translator, sources: list[list[str]], targets: list[list[str]],
