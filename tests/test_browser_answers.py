@@ -2,6 +2,7 @@
 the page out of sight."""
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from model.keys import KINDS, head_name
 from tests.pages import open_tab
@@ -428,6 +429,14 @@ def test_on_a_phone_the_patching_grids_stand_one_under_another_in_the_width(page
         patched(page, COUNTERFACTUAL, "Patched at step ")
         page.wait_for_function("() => document.querySelectorAll('#patching-grid .heatmaplayer').length === 3")
         page.wait_for_function("() => document.querySelector('#patching-stream .js-plotly-plot')")
+        # A plot drawn while its tab was still opening is fitted to its box when the box settles (figures.js
+        # `fitting`): on a loaded machine a frame or more later. Measured once it fits, or after 10 s as it is.
+        fits = """() => [...document.querySelectorAll('#patching-grid .heatmaplayer, #patching-grid .colorbar')]
+            .every((element) => element.getBoundingClientRect().right <= document.documentElement.clientWidth)"""
+        try:
+            page.wait_for_function(fits, timeout=10_000)
+        except PlaywrightTimeout:
+            pass  # the boxes below say where it stands
         boxes = page.evaluate("""() => {
             const box = (element) => { const r = element.getBoundingClientRect(); return [r.left, r.right, r.top]; };
             const grid = document.querySelector('#patching-grid');
