@@ -83,43 +83,47 @@ def block_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias:
                                 self_attention)[0]
 
 
+@torch.no_grad()  # a measure, never differentiated (a norm's weight may ask for gradients)
 def layers_contributions(weights: Tensor, values: Tensor, residual: Tensor, bias: Tensor,
                          norms: list[torch.nn.LayerNorm | torch.nn.RMSNorm], post_norm: bool,
                          self_attention: bool) -> Tensor:
     """`block_contributions` of L blocks of one kind at once (a model's layers: the small operations of one block
     each, a few hundred in all, done once): weights (L, H, Q, K), head vectors (L, H, K, d), residual streams
     (L, Q, d), biases (L, d), a norm per block. Returns (L, Q, K [+ 1])."""
-    # Each key's term for every query, laid out (L, K, Q, d) so that a batched product over the layers' keys writes
-    # it in place; the work below is then done in place on that one tensor (it is the largest: L·K·Q·d).
     layers, heads, queries, keys = weights.shape
     width = residual.size(-1)
-    terms = residual.new_empty(layers, keys, queries, width)
-    # Σ_h α_hqk f_h(x_k), one small product per key (inputs made contiguous: CPU's bmm copies each batch's otherwise)
-    torch.bmm(weights.permute(0, 3, 2, 1).reshape(layers * keys, queries, heads),
-              values.transpose(1, 2).reshape(layers * keys, heads, width), out=terms.view(-1, queries, width))
-    if self_attention:
-        positions = torch.arange(queries, device=residual.device)
-        terms[:, positions, positions] += residual
-        total = terms.sum(1)
-    else:  # the residual is an input of its own
-        total = terms.sum(1) + residual
-    total += bias[:, None]  # the block's input to its LayerNorm (post-LN), or its output (pre-LN): (L, Q, d)
-    if post_norm:  # LayerNorm (RMSNorm) is linear in each term once its scale is the whole sum's
+    # The block's input to its LayerNorm (post-LN), or its output (pre-LN): every key's term summed, one product.
+    total = torch.bmm(weights.transpose(1, 2).reshape(layers, queries, heads * keys),
+                      values.reshape(layers, heads * keys, width)).add_(residual).add_(bias[:, None])  # (L, Q, d)
+    if post_norm:
+        # LayerNorm (RMSNorm) is linear in each term once its scale is the whole sum's. A term's centring and the
+        # norm's weight are applied to the head vectors, its query's scale to the attention weights, so that the
+        # terms (the largest tensor here, L·K·Q·d) come out of their product normalised.
         weight = torch.stack([norm.weight for norm in norms])[:, None]  # (L, 1, d)
         if isinstance(norms[0], torch.nn.RMSNorm):
-            scale = torch.sqrt(total.pow(2).mean(-1, keepdim=True) + norms[0].eps)  # (L, Q, 1)
+            scale = total.pow(2).mean(-1, keepdim=True).add_(norms[0].eps).sqrt_()  # (L, Q, 1)
             output = total / scale * weight
         else:
-            scale = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + norms[0].eps)
-            terms -= terms.mean(-1, keepdim=True)
+            centred = total - total.mean(-1, keepdim=True)
+            scale = centred.pow(2).mean(-1, keepdim=True).add_(norms[0].eps).sqrt_()  # (torch's var is slow here)
+            values = values - values.mean(-1, keepdim=True)
             residual = residual - residual.mean(-1, keepdim=True)
-            output = (total - total.mean(-1, keepdim=True)) / scale * weight
+            output = centred.div_(scale).mul_(weight)
             if norms[0].bias is not None:
                 output += torch.stack([norm.bias for norm in norms])[:, None]
-        terms *= (weight / scale)[:, None]
+        values = values * weight[:, None]
+        weights = weights / scale[:, None]  # (L, H, Q, K), each query's row by its scale
         residual = residual * (weight / scale)
     else:
         output = total
+    # Each key's term for every query, Σ_h α_hqk f_h(x_k), laid out (L, K, Q, d): one small product per key (inputs
+    # made contiguous: CPU's bmm copies each batch's otherwise).
+    terms = residual.new_empty(layers, keys, queries, width)
+    torch.bmm(weights.permute(0, 3, 2, 1).reshape(layers * keys, queries, heads),
+              values.transpose(1, 2).reshape(layers * keys, heads, width), out=terms.view(-1, queries, width))
+    if self_attention:  # the residual joins its own position's term
+        positions = torch.arange(queries, device=residual.device)
+        terms[:, positions, positions] += residual
     reach = output.abs().sum(-1)  # ‖y_i‖₁: (L, Q)
     shares = (reach[:, None] - terms.sub_(output[:, None]).abs_().sum(-1)).clamp(min=0).transpose(1, 2)
     if not self_attention:  # the residual's share, last
