@@ -14,16 +14,21 @@ input event (the click, the key) to the first animation frame that shows the res
 Prints the CPU, the Chromium version and the pages it held at once, then translate p50/p95 for the page alone and
 for the crowd, Next (→) p95 on every page (goal: under 150 ms on each), the what-if answers, and the checks: every
 page ends showing its own sentence's translation and its own steps at the step it stepped to, in the kind and head
-it chose (no cross-talk, no stale model), and no page's console has an error. Exits with status 1 if a check fails.
+it chose (no cross-talk, no stale model), and no page's console has an error; and where the machine's CPU went while
+the pages ran at once: Chromium's processes, the app's (server and trace workers) and Playwright's. Exits with status
+1 if a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from browser_latency import (CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL, INPUT_CLOCK, TRANSLATED, p95,  # noqa: E402
                              since_input)
-from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E402
+from load import cpu_model, free_port, pick_sentences, process_tree, start_server  # noqa: E402
 
 from model.keys import DECODER, KIND_LABELS  # noqa: E402
 from model.serving.checkpoint import load_checkpoint  # noqa: E402
@@ -154,16 +159,69 @@ async def visit(browser, url: str, expected: Expected, other: Expected, steps: i
     return done
 
 
-async def crowd(url: str, expected: list[Expected], steps: int) -> tuple[Visit, list[Visit]]:
-    """One page alone, then one page per sentence of `expected[1:]` at once."""
+class CpuSampler(threading.Thread):
+    """The CPU seconds (user + system, from /proc) that the app and the browser spend while it runs: every process
+    under this one, sampled every `every` s, sorted into the app's (`app_pid` and its trace workers), Playwright's
+    driver (node) and Chromium's. A process counts from its reading when sampling starts (0 if it starts later)
+    to its last reading, so a renderer that exits between two samples loses at most one interval."""
+
+    def __init__(self, app_pid: int, every: float = 0.25):
+        super().__init__(daemon=True)
+        self.app_pid, self.every, self.stopped = app_pid, every, threading.Event()
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.part: dict[int, str] = {}
+        self.began = self.ended = self.script = 0.0
+
+    def sample(self, starting: bool = False) -> None:
+        app = set(process_tree(self.app_pid))
+        for pid in process_tree(os.getpid())[1:]:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+            except (FileNotFoundError, ProcessLookupError):  # it ended while being read
+                continue
+            used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            self.first.setdefault(pid, used if starting else 0.0)
+            self.last[pid] = used
+            self.part.setdefault(pid, "app" if pid in app else "driver" if name == "node" else "Chromium")
+
+    def run(self) -> None:
+        self.began, script = time.perf_counter(), time.process_time()
+        self.sample(starting=True)
+        while not self.stopped.wait(self.every):
+            self.sample()
+        self.sample()
+        self.ended, self.script = time.perf_counter(), time.process_time() - script
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds by part ("app", "Chromium", "driver", and "script": this process), and "wall": the seconds
+        sampled."""
+        used = {"app": 0.0, "Chromium": 0.0, "driver": 0.0}
+        for pid, last in self.last.items():
+            used[self.part[pid]] += last - self.first[pid]
+        return used | {"script": self.script, "wall": self.ended - self.began}
+
+
+async def crowd(url: str, expected: list[Expected], steps: int,
+                sampler: CpuSampler | None = None) -> tuple[Visit, list[Visit]]:
+    """One page alone, then one page per sentence of `expected[1:]` at once (`sampler` running while they are)."""
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         alone = await visit(browser, url, expected[0], expected[1], steps, 0)
         crowded = expected[1:]
+        if sampler is not None:
+            sampler.start()
         visits = await asyncio.gather(*(visit(browser, url, sentence, crowded[number - 1], steps, number)
                                         for number, sentence in enumerate(crowded)))
+        if sampler is not None:
+            sampler.stop()
         await browser.close()
     return alone, list(visits)
 
@@ -191,8 +249,9 @@ def main() -> None:
     print(f"{cpu_model()}; {version}; model {args.model}; {len(expected) - 1} pages at once")
     port = free_port()
     server = start_server(Path(args.checkpoints), port, 1000, Path("/tmp") / f"crowd-{port}.log")
+    sampler = CpuSampler(server.pid)
     try:
-        alone, visits = asyncio.run(crowd(f"http://127.0.0.1:{port}/", expected, args.steps))
+        alone, visits = asyncio.run(crowd(f"http://127.0.0.1:{port}/", expected, args.steps, sampler))
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -208,6 +267,12 @@ def main() -> None:
     for number, (tab, _, _) in enumerate(QUESTIONS):
         asked = [t for i, v in enumerate(visits) if i % len(QUESTIONS) == number for t in v.question]
         print(f"{tab}, pages at once: {percentiles(asked)}")
+    used, cores = sampler.seconds(), len(os.sched_getaffinity(0))
+    machine = used["wall"] * cores
+    print(f"CPU while the {len(visits)} pages ran ({used['wall']:.0f} s on {cores} cores, {machine:.0f} core-s): "
+          + ", ".join(f"{part} {used[part]:.0f} s ({used[part] / machine:.0%})"
+                      for part in ("Chromium", "app", "driver", "script")) + " (app: the server and its trace "
+          "workers; driver and script: Playwright's, driving the pages)")
     wrong = [(i, w) for i, v in enumerate(everyone) for w in v.wrong]
     errors = [(i, e) for i, v in enumerate(everyone) for e in v.errors]
     print(f"pages showing another sentence, view or a failure: {len({i for i, _ in wrong})}; console errors: "

@@ -63,9 +63,13 @@ def free_port() -> int:
 
 
 def process_tree(pid: int) -> list[int]:
-    """A process and its children (the app's trace workers), from /proc (Linux)."""
+    """A process and its children (the app's trace workers), from /proc (Linux); none where it has ended."""
     children = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return []
+    for task in tasks:
         try:
             children += [int(c) for c in (task / "children").read_text().split()]
         except FileNotFoundError:  # a thread that ended while being listed

@@ -3,6 +3,7 @@
 import asyncio
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,3 +33,19 @@ def test_four_pages_at_once_each_end_on_their_own_translation_and_view_with_no_c
     for visit in (alone, *visits):
         assert not visit.wrong and not visit.errors, (visit.wrong, visit.errors)
         assert len(visit.translate) == 3 and len(visit.step) == 4 and len(visit.question) == 1
+
+
+def test_the_cpu_a_crowd_takes_is_told_apart_by_process():
+    from crowd import CpuSampler
+
+    busy = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass"
+    app = subprocess.Popen([sys.executable, "-c", busy.format(0.8)])
+    sampler = CpuSampler(app.pid, every=0.05)
+    sampler.start()
+    subprocess.run([sys.executable, "-c", busy.format(0.4)], check=True)  # another process, ended while sampled
+    app.wait()
+    sampler.stop()
+    used = sampler.seconds()
+    # Each busy loop's CPU and its interpreter's start, less what the last interval or the first reading missed.
+    assert 0.5 < used["app"] < 1.1 and 0.3 < used["Chromium"] < 0.7 and used["driver"] == 0, used
+    assert used["wall"] >= 0.4 and 0 <= used["script"] < 0.5
