@@ -118,6 +118,8 @@ async def visit(browser, url: str, expected: Expected, other: Expected, steps: i
     `question`-th of `QUESTIONS`."""
     done = Visit()
     context = await browser.new_context(viewport={"width": 1400, "height": 900})
+    # 32 pages on two cores: a page's load, or a click on a menu's option, may wait longer than Playwright's 30 s.
+    context.set_default_timeout(300000)
     page = await context.new_page()
     page.on("console", lambda message: done.errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: done.errors.append(str(error)))
