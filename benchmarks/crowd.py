@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from browser_latency import (CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL, INPUT_CLOCK, TRANSLATED, p95,  # noqa: E402
                              since_input)
-from load import cpu_model, free_port, pick_sentences, process_tree, start_server  # noqa: E402
+from load import cpu_model, free_port, pick_sentences, process_cpu_seconds, process_tree, start_server  # noqa: E402
 
 from model.keys import DECODER, KIND_LABELS  # noqa: E402
 from model.serving.checkpoint import load_checkpoint  # noqa: E402
@@ -179,11 +179,10 @@ class CpuSampler(threading.Thread):
         app = set(process_tree(self.app_pid))
         for pid in process_tree(os.getpid())[1:]:
             try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                used = process_cpu_seconds(pid)
                 name = Path(f"/proc/{pid}/comm").read_text().strip()
             except (FileNotFoundError, ProcessLookupError):  # it ended while being read
                 continue
-            used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             self.first.setdefault(pid, used if starting else 0.0)
             self.last[pid] = used
             self.part.setdefault(pid, "app" if pid in app else "driver" if name == "node" else "Chromium")

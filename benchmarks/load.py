@@ -87,12 +87,15 @@ def rss_mib(pid: int) -> float:
     return total / 1024
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> np.ndarray:
     """User + system CPU seconds of a process and of its children together, from /proc (Linux)."""
-    used = []
-    for process in process_tree(pid):
-        fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
-        used.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    used = [process_cpu_seconds(process) for process in process_tree(pid)]
     return np.array([used[0], sum(used[1:])])
 
 
