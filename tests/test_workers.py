@@ -12,7 +12,7 @@ import pytest
 
 from model.serving.checkpoint import load_all
 from model.serving.translator import InputError
-from model.serving.workers import TracePool, can_fork
+from model.serving.workers import NICENESS, TracePool, can_fork
 from tests.test_trace_batch import ROUNDING
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="trace workers are forked")
@@ -86,6 +86,14 @@ def test_a_killed_worker_is_replaced_and_its_request_still_answered(pool):
     assert alive(after[0])
     for _ in range(3):
         assert pool.trace(MODEL, "A cat sleeps.").text == expected  # by every worker
+
+
+def test_workers_decode_at_a_lower_priority_than_the_web_server(pool):
+    """The server's own answers (view changes, refusals) come before a worker's steps: every worker, the one that
+    replaced the worker the test before killed too, runs NICENESS above this process."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in pool.worker_pids()] == \
+        [min(own + NICENESS, 19)] * len(pool.worker_pids())
 
 
 def test_workers_end_when_the_app_process_is_killed(toy_checkpoints):
@@ -167,3 +175,12 @@ def capture(call, *args):
         return call(*args)
     except Exception as error:
         return error
+
+
+def test_the_app_forks_a_worker_per_core(services):
+    """Decoding takes every core the server leaves (the workers' lower priority keeps the server's answers first)."""
+    from model.nets.cores import available_cores
+
+    assert services.pool.workers == available_cores()
+    assert all(os.getpriority(os.PRIO_PROCESS, pid) > os.getpriority(os.PRIO_PROCESS, 0)
+               for pid in services.pool.worker_pids())

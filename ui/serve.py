@@ -5,8 +5,8 @@ Settings come from the environment:
 - CHECKPOINTS: the folder of checkpoint folders (`--checkpoints` too; default: the checkout's checkpoints/, beside
   the packages, else checkpoints/ in the current folder);
 - DEVICE: cpu, cuda or cuda:N, where the models run (default: cuda where there is a GPU, else cpu);
-- TRACE_WORKERS: forked processes that decode translations together (default: one per two cores on the CPU, none
-  on a GPU; 0: none);
+- TRACE_WORKERS: forked processes that decode translations together (default: one per core on the CPU, none on
+  a GPU; 0: none);
 - TRACE_BATCH: queued translations run at once per worker (default 16);
 - TORCH_THREADS: torch threads per request (default 1: two cores serve every user);
 - SESSION_CAPACITY: user sessions kept at most (default 1000, the least recently used dropped first);

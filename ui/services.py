@@ -180,9 +180,10 @@ def load_services(root: Path, workers: int | None = None, batch: int = 16, budge
                   device: str | None = None) -> Services:
     """Load the checkpoints under `root` (Hub-size ones on first use, within `budget` bytes: model/serving/catalog.py)
     onto `device` (model/nets/devices.py: None is `DEVICE`, else cuda where there is a GPU, else cpu) and fork the
-    trace workers (default: one per two cores this process may use, as the web server needs the other; none where
-    the platform cannot fork, and none on a GPU: a forked process cannot use CUDA that its parent has started, so
-    there translations are decoded in this process, on the GPU).
+    trace workers (default: one per core this process may use, each at a lower priority than the web server, so
+    that the server's own answers come first: model/serving/workers.py; none where the platform cannot fork, and
+    none on a GPU: a forked process cannot use CUDA that its parent has started, so there translations are decoded
+    in this process, on the GPU).
 
     Queued model work runs `batch` requests per worker at once, so each worker's batch can fill; requests outside
     the queue are admitted up to twice that, and never fewer than 64 (the queue holds 64 too)."""
@@ -192,7 +193,7 @@ def load_services(root: Path, workers: int | None = None, batch: int = 16, budge
                          f"({device}): leave TRACE_WORKERS unset (or 0), or run on the CPU with DEVICE=cpu")
     catalog = Catalog(root, budget, device=device)
     if workers is None:
-        workers = max(1, available_cores() // 2) if can_fork() and device.type == "cpu" else 0
+        workers = available_cores() if can_fork() and device.type == "cpu" else 0
     pool = TracePool(catalog, workers) if catalog and workers > 0 else None
     if pool is not None:
         catalog.on_change = pool.refresh  # workers forked anew hold what this process holds
