@@ -41,6 +41,7 @@ from browser_latency import (CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL, INPUT_CLOCK, 
 from load import cpu_model, free_port, pick_sentences, process_cpu_seconds, process_tree, start_server  # noqa: E402
 
 from model.keys import DECODER, KIND_LABELS  # noqa: E402
+from model.nets.cores import available_cores  # noqa: E402
 from model.serving.checkpoint import load_checkpoint  # noqa: E402
 from model.training.evaluate import DEFAULT_DATA  # noqa: E402
 from tests.pages import tab_button  # noqa: E402
@@ -268,7 +269,7 @@ def main() -> None:
     for number, (tab, _, _) in enumerate(QUESTIONS):
         asked = [t for i, v in enumerate(visits) if i % len(QUESTIONS) == number for t in v.question]
         print(f"{tab}, pages at once: {percentiles(asked)}")
-    used, cores = sampler.seconds(), len(os.sched_getaffinity(0))
+    used, cores = sampler.seconds(), available_cores()
     machine = used["wall"] * cores
     print(f"CPU while the {len(visits)} pages ran ({used['wall']:.0f} s on {cores} cores, {machine:.0f} core-s): "
           + ", ".join(f"{part} {used[part]:.0f} s ({used[part] / machine:.0%})"

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from model.keys import CROSS, MEAN, WEIGHTS  # noqa: E402
+from model.nets.cores import available_cores  # noqa: E402
 from model.serving.checkpoint import load_checkpoint  # noqa: E402  (after the path set-up above)
 from model.text.words import PIECES  # noqa: E402
 from model.training.data import load_pairs  # noqa: E402
@@ -294,7 +295,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.cores:  # the app and its trace workers inherit this, and start one worker per allowed core
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
-    cores = len(os.sched_getaffinity(0))
+    cores = available_cores()  # what the app counts its trace workers by
     torch.set_num_threads(cores)  # torch sized its pool at import; more threads than cores spin against each other
 
     translator = load_checkpoint(Path(args.checkpoints) / args.model)
