@@ -79,9 +79,11 @@ class Model:
 
     def patch(self, text: str, counterfactual: str, step: int | None = None, target: str | list[str] | None = None,
               token: str | None = None, contrast: str | None = None, src_lang: str | None = None,
-              tgt_lang: str | None = None) -> dict:
-        """Activation patching per head against `counterfactual`: `/patch`."""
-        return self._answer("patch", text, counterfactual, step, target, token, contrast, src_lang, tgt_lang)
+              tgt_lang: str | None = None, estimate: bool = False) -> dict:
+        """Activation patching per head against `counterfactual` (`estimate`: attribution patching's estimate):
+        `/patch`."""
+        return self._answer("patch", text, counterfactual, step, target, token, contrast, src_lang, tgt_lang,
+                            estimate)
 
 
 def load(name_or_folder: str | Path, device: str | None = None) -> Model:

@@ -1,12 +1,19 @@
 """The head report at Hub size: `python -m model.analysis.heads` on a random model of NLLB-200-distilled-600M's sizes
 (d 1024, 12 + 12 layers, 16 heads: 576 heads; 256,206 tokens; built and converted as benchmarks/hub_model.py
-does), over `--pairs` sentence pairs of Multi30k's val split, on one process and under torchrun on `--processes`
-processes: wall time, each process's peak memory, and the wall time per sentence per head (the whole report's:
-loading, statistics and the pruning curve's decodings included). Then a projection (said as one) of 1,000 pairs
-from that cost.
+does), over `--pairs` sentence pairs of Multi30k's val split.
 
-    python benchmarks/heads_at_size.py [--pairs 20] [--processes 2] [--family nllb-600m|marian] [--device cpu]
-                                       [--torchrun-only]
+By default the report as it runs now: every head estimated (second order), the top `--exact` measured exactly plus
+its random check, on one process; its time per part (from heads.json's `seconds_per_part`) and peak memory. Then
+patching per head at that size (a 24-piece source at step 10): a translation, the estimated grid
+(attribution patching) and the exact grid, each timed.
+
+`--exact all` measures every head (the full study, hours at this size), on one process and under torchrun on
+`--processes` processes: wall time, each process's peak memory, and the wall time per sentence per head (the whole
+report's: loading, statistics and the pruning curve's decodings included); then a projection (said as one) of
+1,000 pairs from that cost.
+
+    python benchmarks/heads_at_size.py [--pairs 20] [--exact 32|all] [--processes 2] [--family nllb-600m|marian]
+                                       [--device cpu] [--torchrun-only] [--no-patching | --patching-only]
 
 Needs the dev requirements (transformers). `--family marian` takes opus-mt-en-de's sizes (384 heads, 58k tokens)
 for a quicker run.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import shutil
 import subprocess
 import sys
@@ -39,10 +47,10 @@ REPORT = ("import runpy, sys; sys.argv[0] = 'heads'\n"
           "    print(next(line for line in open('/proc/self/status') if line.startswith('VmHWM')), flush=True)")
 
 
-def report(checkpoint: Path, pairs: tuple[Path, Path], processes: int, device: str | None
+def report(checkpoint: Path, pairs: tuple[Path, Path], processes: int, device: str | None, exact: str = "all"
            ) -> tuple[float, list[int]]:
     """The head report's wall seconds and each process's peak memory (KiB), on one process or under torchrun."""
-    arguments = ["--checkpoint", str(checkpoint), "--pairs", *map(str, pairs)]
+    arguments = ["--checkpoint", str(checkpoint), "--pairs", *map(str, pairs), "--exact", exact]
     arguments += ["--device", device] if device else []
     if processes == 1:
         command = [sys.executable, "-c", REPORT, *arguments]
@@ -65,6 +73,9 @@ def main() -> None:
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the head report's own choice)")
     parser.add_argument("--data", type=Path, default=Path(DEFAULT_DATA))
     parser.add_argument("--work", type=Path, default=Path("/tmp/heads-at-size"))
+    parser.add_argument("--exact", default="32", help="the report's --exact: K heads (default 32), or all")
+    parser.add_argument("--no-patching", action="store_true", help="leave out the patching grids' timings")
+    parser.add_argument("--patching-only", action="store_true", help="only the patching grids' timings")
     parser.add_argument("--torchrun-only", action="store_true",
                         help="the run under torchrun alone (the one process's measured before, in another run)")
     args = parser.parse_args()
@@ -80,6 +91,12 @@ def main() -> None:
     heads = 3 * sizes["encoder_layers"] * sizes["encoder_attention_heads"]
     print(f"{cpu_model()}; a random {args.family}-size model ({heads} heads, {sizes['vocab_size']:,} tokens); "
           f"{args.pairs} pairs of Multi30k val")
+    if args.exact != "all":
+        if not args.patching_only:
+            estimated_report(checkpoint, pairs, args)
+        if not args.no_patching:
+            patching_times(checkpoint, args.data)
+        return
     print("| run | wall s | peak memory per process | wall s per sentence per head |")
     print("|---|---|---|---|")
     per_head = {}
@@ -95,6 +112,54 @@ def main() -> None:
           f"{per_head[1] * 1000 * heads / 3600:.1f} h on one process on {device}, and "
           f"{per_head[1] * 1000 * heads / 3600 / 8:.1f} h on 8 such devices if the pairs split evenly (high: the "
           "loading and other fixed costs do not grow with the pairs)")
+
+def estimated_report(checkpoint: Path, pairs: tuple[Path, Path], args: argparse.Namespace) -> None:
+    """The report with every head estimated and the top --exact measured (on one process): its parts' seconds."""
+    seconds, peaks = report(checkpoint, pairs, 1, args.device, args.exact)
+    written = json.loads((checkpoint / "heads.json").read_text())
+    parts = written["seconds_per_part"]
+    record = written["estimate"]
+    measured = sum("log_likelihood_change" in head for head in written["heads"].values())
+    print(f"the head report, --exact {args.exact} (one process): {seconds:,.0f} s wall, peak memory "
+          f"{megabytes(peaks[0])}; {measured} heads measured exactly ({args.exact} + a check of "
+          f"{len(record['check'])}); the estimate: {record['order']} order, {record['probes']} probes per batch")
+    print("| part | seconds |")
+    print("|---|---|")
+    for part, value in parts.items():
+        print(f"| {part} | {value:,.1f} |")
+    goal = parts["estimate"] + parts["exact"]
+    print(f"every head estimated and the top {args.exact} + check measured exactly: {goal:,.1f} s "
+          f"({goal / 60:.1f} min; goal 12 min)")
+    harm = record["largest_harm_in_check"]
+    if harm:
+        print(f"the largest harm in the random check: {harm['head']} {harm['log_likelihood_change']:+.5f} per token")
+
+
+def patching_times(checkpoint: Path, data: Path) -> None:
+    """Patching per head at step 11 of a source of about 24 pieces (the first of Multi30k val with a word the page
+    swaps, man↔woman and the like, and 20 to 28 pieces): a translation, the estimated grid and the exact grid."""
+    from model.explain.patching import suggested_swap
+    from model.serving.checkpoint import load_checkpoint
+    translator = load_checkpoint(checkpoint)
+    with gzip.open(data / "val.en.gz", "rt", encoding="utf-8") as lines:
+        source = next(line.strip() for line in lines if suggested_swap(line.strip())
+                      and 20 <= len(translator.source_tokens(line.strip())) <= 28)
+    counterfactual = suggested_swap(source)
+    pieces = len(translator.source_tokens(source))
+    began = time.perf_counter()
+    trace = translator.trace(source)
+    translation = time.perf_counter() - began
+    step = min(10, len(trace.target_tokens) - 1)
+    timed = {}
+    for estimate in (True, False):
+        began = time.perf_counter()
+        translator.patching(source, counterfactual, trace.target_tokens, step, estimate=estimate)
+        timed[estimate] = time.perf_counter() - began
+    print(f"patching per head at step {step + 1} of a {pieces}-piece source ({len(trace.target_tokens)}-step "
+          f"translation, {translation:.1f} s): estimated grid {timed[True]:.1f} s = "
+          f"{timed[True] / translation:.2f}x a translation (goal 3x); exact grid {timed[False]:.1f} s = "
+          f"{timed[False] / translation:.1f}x")
+
 
 if __name__ == "__main__":
     main()

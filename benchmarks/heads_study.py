@@ -59,7 +59,7 @@ def main() -> None:
         alignments = reference_alignments(translator, args.data, args.split, sources, targets, None)[:2]
         statistics = heads.split_statistics(translator, sources, targets, alignments)
         batches = heads.teacher_forced_batches(translator, sources, targets)
-        importance = heads.gradient_importance(translator, batches)
+        importance = heads.estimated_changes(translator, batches, "first", 1)[1]
         base_bleu = heads.greedy_bleu(translator, sources, references)
         order = sorted(names, key=lambda name: importance[name])
         pruning = [heads.greedy_bleu(translator, sources, references,

@@ -175,8 +175,14 @@ def test_patch_answers_each_heads_effect_over_raw_http(server, services):
     event, answer = call(server, "v2/patch", json.dumps({**body, "counterfactual": "A young woman plays.", "step": 1,
                                                          "contrast": tokens[0]}))
     assert event == "complete" and answer[0]["effects"]["encoder"][0][0] is None and "encoder" in answer[0]["skipped"]
+    # estimated: attribution patching's grids, marked as estimates, close to the patched runs' on this step
+    event, answer = call(server, "v2/patch", json.dumps({**body, "estimate": True}))
+    assert event == "complete" and answer[0]["estimated"] is True and result["estimated"] is False
+    estimated = np.array(answer[0]["effects"]["cross"]).ravel()
+    assert np.corrcoef(estimated, np.array(result["effects"]["cross"]).ravel())[0, 1] > 0.8
     for bad, message in (({"step": "two"}, "step must be a whole number"), ({"step": 99}, "The step must be"),
-                         ({"counterfactual": 5}, "counterfactual"), ({"contrast": "x y z"}, "The contrast must be")):
+                         ({"counterfactual": 5}, "counterfactual"), ({"contrast": "x y z"}, "The contrast must be"),
+                         ({"estimate": "yes"}, "estimate must be true or false")):
         event, answer = call(server, "v2/patch", json.dumps({**body, **bad}))
         assert event == "error" and message in answer, (bad, answer)
 

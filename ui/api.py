@@ -242,7 +242,7 @@ def endpoints(services: Services) -> list:
 
     def patch(model: str, text: str, counterfactual: str, step: int | None = None,
               target: str | list[str] | None = None, token: str | None = None, contrast: str | None = None,
-              src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
+              src_lang: str | None = None, tgt_lang: str | None = None, estimate: bool = False) -> dict:
         """Activation patching per head (model/explain/patching.py): the greedy translation of `text` (or `target`,
         forced, as in `/attribute`) run again with one head's output (before W_O) taken from the run of
         `counterfactual` on the same target prefix, for every head of every kind, at step `step` (1-based; None: the
@@ -251,7 +251,9 @@ def endpoints(services: Services) -> list:
         where a kind cannot be patched (`skipped` says why: encoder heads need sources of as many tokens).
         `stream`: the same for the encoder's residual stream at each source position (columns) after each layer
         (rows; the first: the embeddings), causal tracing's grid; null for sources of other lengths or a GRU.
-        Languages as in `/trace`."""
+        With `estimate`, both grids are attribution patching's estimates, (a′ − a) · gradient, from two passes and a
+        backward one (`"estimated": true`; their measured error in docs/explanations.md). Languages as in
+        `/trace`."""
         check_model(services, model)
         translator = services.translators[model]
         force = given_target(translator, target)
@@ -265,7 +267,8 @@ def endpoints(services: Services) -> list:
             ours, theirs = traced.target_tokens, other.target_tokens
             parted = parting(ours, theirs)
             at = (parted if parted is not None else 0) if step is None else step - 1
-            result = translator.patching(text, counterfactual, ours, at, token, contrast, src_lang, tgt_lang)
+            result = translator.patching(text, counterfactual, ours, at, token, contrast, src_lang, tgt_lang,
+                                         estimate=estimate)
         except InputError as error:
             raise gr.Error(str(error)) from None
         return {"translation": traced.text, "counterfactual_translation": other.text, "target_tokens": ours,
@@ -275,6 +278,6 @@ def endpoints(services: Services) -> list:
                 "effects": {kind: [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in grid]
                             for kind, grid in result.effects.items()},
                 "skipped": result.skipped, "ranked": result.ranked(10), "source_tokens": traced.source_tokens,
-                "stream": rounded(result.stream, 6)}
+                "stream": rounded(result.stream, 6), "estimated": result.estimated}
 
     return [trace, detach, score, beam, attribute, patch]

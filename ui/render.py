@@ -295,7 +295,31 @@ def importance_plot(services: Services, session: Session, key: str):
         return None
     trace = session.trace
     shapes = {kind: (trace.layers(kind), trace.heads(kind)) for kind in trace.available()}
-    return importance_figure(report["heads"], shapes, IMPORTANCE_KEYS[key])
+    return importance_figure(report["heads"], shapes, IMPORTANCE_KEYS[key], measure_note(report, key))
+
+
+def measure_note(report: dict, key: str) -> str | None:
+    """What a head report's estimates are worth, under their heatmap's title: the estimate's and Michel et al.'s
+    importance's measured agreement with the exact change (where the report measured every head), and which heads
+    the exact change covers."""
+    record = report.get("estimate") or {}
+    def agreed(measured: dict) -> str:
+        within = measured["exact_top10_within"]
+        return (f"Spearman {measured['spearman']:.2f} with the exact change over all {measured['heads']} heads; "
+                f"{within.get('10', within.get(10))} of the exact top 10 in its top 10, "
+                f"{within.get('20', within.get(20))} in its top 20")
+    if key == "importance":
+        return ("a ranking, not an effect: " + agreed(record["importance_agreement"])
+                if "importance_agreement" in record else "a ranking, not an effect (its agreement with the exact "
+                "change is not in this report)")
+    if key == "log_likelihood_change_estimate" and record:
+        made = f"an estimate from gradients ({record['order']} order)"
+        return f"{made}: " + agreed(record["agreement"]) if "agreement" in record else (
+            f"{made}; the exact change of the heads it ranks highest is under 'log-likelihood change with the head off'")
+    if key == "log_likelihood_change" and record and record.get("exact") != "all" and "agreement" not in record:
+        return (f"measured exactly for the {record['exact']} heads the estimate ranks most harmful and "
+                f"{len(record['check'])} others drawn at random; blank: not measured")
+    return None
 
 
 def beam_updates(page, session: Session) -> dict:

@@ -21,6 +21,7 @@ IMPORTANCE_MEASURES = {
     "importance (Michel et al.)": ("importance", "|∂L/∂ξ|, per layer"),
     "BLEU change with the head off": ("bleu_change", "Δ BLEU"),
     "log-likelihood change with the head off": ("log_likelihood_change", "Δ log-lik"),
+    "log-likelihood change with the head off, estimated": ("log_likelihood_change_estimate", "Δ log-lik, est."),
     "entropy": ("entropy", "nats"),
     "confidence (Voita et al.)": ("confidence", "max weight"),
     "weight on <eos>": ("eos_weight", "weight"),
@@ -29,10 +30,11 @@ IMPORTANCE_MEASURES = {
     "alignment error rate (output step)": ("alignment_aer", "AER"),
     "alignment error rate (shift-att)": ("shift_alignment_aer", "AER"),
 }
-SIGNED = {"bleu_change", "log_likelihood_change", "offset"}  # drawn on a red-white-blue scale around zero
+SIGNED = {"bleu_change", "log_likelihood_change", "log_likelihood_change_estimate", "offset"}  # drawn on a red-white-blue scale around zero
 # Why a measure may be missing from a report, and the command that measures it.
 UNMEASURED = {"bleu_change": "measured with python -m model.analysis.heads --bleu-per-head "
-                             "(the split decoded per head)"}
+                             "(the split decoded per head)",
+              "log_likelihood_change_estimate": "made by python -m model.analysis.heads (every head, from gradients)"}
 
 
 def token_differences(original: list[str], other: list[str], chosen: int | None = None) -> list[tuple[str, str | None]]:
@@ -93,14 +95,16 @@ def log_prob_change_figure(tokens: list[str], change: np.ndarray, title: str) ->
     ))
 
 
-def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]], measure: str) -> PlainFigure:
+def importance_figure(heads: dict[str, dict], shapes: dict[str, tuple[int, int]], measure: str,
+                      note: str | None = None) -> PlainFigure:
     """A layers x heads heatmap per attention kind of one measure from heads.json (`shapes`: kind key ->
-    (layers, heads)); a click opens a head (`head_grid_figure`)."""
+    (layers, heads)), `note` (what the measure is, e.g. an estimate and its measured error) under its title; a click
+    opens a head (`head_grid_figure`)."""
     key, unit = IMPORTANCE_MEASURES[measure]
     values = {kind: np.array([[heads.get(head_name(kind, layer, head), {}).get(key, np.nan) for head in range(h)]
                               for layer in range(layers)], dtype=float) for kind, (layers, h) in shapes.items()}
     measured = any(np.isfinite(grid).any() for grid in values.values())
-    title = [f"{measure}: click a head to open it"] if measured else [
+    title = [f"{measure}: click a head to open it"] + ([note] if note else []) if measured else [
         f"{measure}: not in this model's head report", UNMEASURED.get(key, "its command did not measure it")]
     return head_grid_figure(values, title, unit, signed=key in SIGNED)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import random
 import shlex
 import sys
 import time
@@ -39,6 +40,7 @@ from tqdm import tqdm
 
 from model.analysis.align import alignment_error_rate, head_alignments, reference_alignments
 from model.explain.ablation import heads_off_losses, pass_tokens
+from model.explain.estimates import ORDERS, PROBES, GateSums, agreement, gate_sums, named
 from model.explain.head_stats import head_statistics
 from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
 from model.nets.seq2seq import HeadGates, head_gates, head_name
@@ -54,6 +56,15 @@ from model.training.evaluate import DEFAULT_DATA, score
 from model.training.train import hardware
 
 PRUNED_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+# The heads measured exactly by default, and the random check among the rest: on en-de and de-en the second-order
+# estimate ranked all of the exact top 10 within its top 20 (docs/explanations.md, "Estimates of every head").
+EXACT, CHECK = 32, 8
+
+
+def estimate_tokens(translator: Translator) -> int:
+    """Target tokens per batch of the batched and the gradients' passes: as many as the device's logits budget
+    holds (`pass_tokens`)."""
+    return pass_tokens(len(translator.tgt_vocab), translator.device)
 
 
 def every_head(translator: Translator) -> list[str]:
@@ -148,15 +159,14 @@ def dealt_work(batches: int, heads: int, ranks: Ranks) -> list[tuple[int, list[i
 
 
 def log_likelihood_changes(translator: Translator, sources: list[list[str]], targets: list[list[str]],
-                           ranks: Ranks = Ranks(), direction: dict | None = None, progress: Progress | None = None
-                           ) -> tuple[float, dict[str, float]]:
+                           ranks: Ranks = Ranks(), direction: dict | None = None, progress: Progress | None = None,
+                           names: list[str] | None = None) -> tuple[float, dict[str, float]]:
     """The mean teacher-forced log-likelihood per reference token with every head on, and its change with each head
-    switched off alone, by name: many heads per batched pass (model/explain/ablation.py), in batches sized for
-    the device (`pass_tokens`), dealt to the ranks (`dealt_work`); with `progress`, the sums kept after each batch
-    and taken up again from there."""
-    heads = every_head_of(translator.model)
-    batches = teacher_forced_batches(translator, sources, targets, pass_tokens(len(translator.tgt_vocab),
-                                                                               translator.device), direction)
+    of `names` (default: every head) switched off alone, by name: many heads per batched pass
+    (model/explain/ablation.py), in batches sized for the device (`pass_tokens`), dealt to the ranks
+    (`dealt_work`); with `progress`, the sums kept after each batch and taken up again from there."""
+    heads = [head for head in every_head_of(translator.model) if names is None or head_name(*head) in set(names)]
+    batches = teacher_forced_batches(translator, sources, targets, estimate_tokens(translator), direction)
     work = dealt_work(len(batches), len(heads), ranks)
     kept = progress.get("likelihood", {}) if progress else {}
     done, totals, tokens = kept.get("batches", 0), np.array(kept.get("totals", np.zeros(1 + len(heads)))), \
@@ -207,24 +217,104 @@ def bleus_per_head(translator: Translator, sources: list[list[str]], references:
     return bleus
 
 
-def gradient_importance(translator: Translator, batches: list, ranks: Ranks = Ranks()) -> dict[str, float]:
-    """Michel et al.'s importance: Σ_batches |∂L/∂ξ_h| at ξ = 1, normalised to unit ℓ2 norm in each layer."""
-    shapes, device = translator.model.heads(), translator.device
-    gates = HeadGates(**{kind: torch.ones(shape, requires_grad=True, device=device) for kind, shape in shapes.items()})
-    importance = {kind: torch.zeros(shape, device=device) for kind, shape in shapes.items()}
-    for batch in batches:
-        loss, _ = batch_loss(translator, batch, gates)
-        gradients = torch.autograd.grad(loss, [getattr(gates, kind) for kind in shapes])
-        for kind, gradient in zip(shapes, gradients):
-            importance[kind] += gradient.abs()
-    importance = {kind: torch.from_numpy(ranks.sum(values.cpu().numpy())).float()
-                  for kind, values in importance.items()}
-    normalised = {}
-    for kind, values in importance.items():
-        values = values / values.norm(dim=-1, keepdim=True).clamp(min=1e-12)  # (L, H): per layer
-        for layer, head in ((layer, head) for layer in range(values.size(0)) for head in range(values.size(1))):
-            normalised[head_name(kind, layer, head)] = float(values[layer, head])
-    return normalised
+def gradient_importance(absolute: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Michel et al.'s importance from Σ_batches |∂L/∂ξ_h| at ξ = 1 per kind (`GateSums.absolute`), normalised to
+    unit ℓ2 norm in each layer."""
+    normalised = {kind: values / values.norm(dim=-1, keepdim=True).clamp(min=1e-12) for kind, values in
+                  absolute.items()}  # (L, H): per layer
+    return named(normalised)
+
+
+def estimated_changes(translator: Translator, batches: list, order: str, probes: int, ranks: Ranks = Ranks(),
+                      progress: Progress | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """Every head's estimated change in the mean teacher-forced log-likelihood per reference token when it alone is
+    switched off (model/explain/estimates.py, `order` "first" or "second", `probes` Hutchinson vectors per batch),
+    and Michel et al.'s importance from the same gradients, by name; this rank's share of `batches` (the whole
+    split's), the sums added up over the ranks; with `progress`, kept once made."""
+    if progress and progress.get("estimate", None):
+        kept = progress.get("estimate", None)
+        return kept["changes"], kept["importance"]
+    mine = ranks.share(list(range(len(batches))))
+    with tqdm(total=len(mine), desc=f"estimate ({order} order)", unit="batch", file=sys.stderr,
+              disable=not ranks.main) as bar:
+        sums = gate_sums(translator.model, [batches[i] for i in mine], order, probes, numbers=mine,
+                         advance=bar.update)
+    summed = {part: {kind: torch.from_numpy(ranks.sum(values.cpu().numpy())).float() for kind, values in grids.items()}
+              for part, grids in (("gradient", sums.gradient), ("absolute", sums.absolute),
+                                  ("diagonal", sums.diagonal or {}))}
+    tokens = ranks.sum([sums.tokens])[0]
+    total = GateSums(summed["gradient"], summed["absolute"], summed["diagonal"] or None, int(tokens))
+    changes = {name: value / total.tokens for name, value in total.estimate().items()}
+    importance = gradient_importance(total.absolute)
+    if progress:
+        progress.put("estimate", {"changes": changes, "importance": importance})
+    return changes, importance
+
+
+def measured_heads(estimate: dict[str, float], exact: int | None, check: int, seed: int = 0
+                   ) -> tuple[list[str], list[str]]:
+    """The heads to measure exactly: the `exact` the estimate ranks most harmful when switched off (None: every
+    head), and a random sample of `check` of the others, a check for heads the estimate missed."""
+    ranked = sorted(estimate, key=lambda name: estimate[name])
+    if exact is None:
+        return ranked, []
+    rest = ranked[exact:]
+    return ranked[:exact], sorted(random.Random(seed).sample(rest, min(check, len(rest))))
+
+
+def estimate_record(args: argparse.Namespace, estimate: dict[str, float], importance: dict[str, float],
+                    changes: dict[str, float], top: list[str], check: list[str]) -> dict:
+    """What heads.json says of the estimate: how it was made, the heads measured exactly (the top K and the random
+    check, with the largest harm found in the check), and, where every head was measured, its agreement with the
+    exact changes and Michel et al.'s importance's (`agreement`)."""
+    record = {"order": args.estimate, "probes": args.probes if args.estimate == "second" else None,
+              "exact": "all" if args.exact is None else args.exact, "check": check,
+              "largest_harm_in_check": None}
+    if check:
+        worst = min(check, key=lambda name: changes[name])
+        record["largest_harm_in_check"] = {"head": worst, "log_likelihood_change": round(changes[worst], 5)}
+    if len(changes) == len(estimate):
+        record["agreement"] = rounded(agreement(estimate, changes))
+        # Michel et al. rank by importance, most important first: as an estimate of harm, its negative.
+        record["importance_agreement"] = rounded(agreement({name: -value for name, value in importance.items()},
+                                                           changes))
+    return record
+
+
+def rounded(measured: dict) -> dict:
+    """`agreement`'s figures rounded for heads.json."""
+    return {key: round(value, 4) if isinstance(value, float) else
+            {k: (round(v, 5) if isinstance(v, float) else v) for k, v in value.items()} if isinstance(value, dict)
+            else value for key, value in measured.items()}
+
+
+def estimate_summary(record: dict) -> str:
+    """One paragraph on the estimate for the command's output."""
+    made = f"estimate: {record['order']} order" + (f", {record['probes']} probes per batch" if record["probes"] else "")
+    if "agreement" in record:
+        measured = record["agreement"]
+        within = ", ".join(f"{count} in its top {k}" for k, count in measured["exact_top10_within"].items())
+        return (f"{made}; against the exact change of all {measured['heads']} heads: Spearman "
+                f"{measured['spearman']:.3f}; of the exact top 10, {within} (Michel et al.'s importance: Spearman "
+                f"{record['importance_agreement']['spearman']:.3f})")
+    harm = record["largest_harm_in_check"]
+    checked = "no heads outside the top" if harm is None else (
+        f"{len(record['check'])} heads outside the top drawn at random, the largest harm among them "
+        f"{harm['head']} {harm['log_likelihood_change']:+.4f}")
+    return f"{made}; measured exactly: the top {record['exact']} and {checked}"
+
+
+def exact_count(text: str) -> int | None:
+    """--exact's value: "all" (None) or a positive count of heads."""
+    if text == "all":
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a number of heads or 'all', not {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"measure at least one head exactly (or 'all'), not {count}")
+    return count
 
 
 @torch.inference_mode()
@@ -315,13 +405,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heads-per-decoding", type=int, default=HEADS_PER_DECODING, metavar="N",
                         help="with --bleu-per-head: heads switched off together in one decoding, each in its own "
                              f"copy of the sentences (default {HEADS_PER_DECODING})")
+    parser.add_argument("--exact", type=exact_count, default=argparse.SUPPRESS, metavar="K|all",
+                        help="measure exactly the K heads the estimate ranks most harmful when switched off, plus "
+                             f"--check others at random (default {EXACT}, or every head of a model with fewer); "
+                             "'all': every head, and the estimate's "
+                             "agreement with it")
+    parser.add_argument("--check", type=int, default=CHECK, metavar="N",
+                        help=f"heads outside the top K measured exactly too, drawn at random (default {CHECK})")
+    parser.add_argument("--estimate", choices=ORDERS, default="second",
+                        help="the estimate's order: the gates' gradient, or with their Hessian's diagonal too "
+                             "(default second)")
+    parser.add_argument("--probes", type=int, default=PROBES, metavar="N",
+                        help=f"Hutchinson's vectors per batch for the second order (default {PROBES})")
     parser.add_argument("--statistics-only", action="store_true",
                         help="only add the heads' statistics to the checkpoint's existing heads.json")
     args = parser.parse_args(argv)
+    if args.check < 0 or args.probes < 1:
+        parser.error("--check takes 0 or more heads, --probes 1 or more vectors")
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
     refuse_missing_device(args.device)
     translator = load_checkpoint(args.checkpoint)
+    count = len(every_head(translator))
+    args.exact = getattr(args, "exact", min(EXACT, count))  # not given: EXACT, or every head of a smaller model
+    if args.exact is not None and args.exact > count:
+        sys.exit(f"--exact {args.exact}: this model has {count} heads; give at most that many, or 'all'")
     direction = {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}
     if (args.src_lang or args.tgt_lang) and not args.pairs:
         sys.exit("--src-lang and --tgt-lang measure over your own sentences: give them with --pairs SOURCES TARGETS")
@@ -343,7 +451,9 @@ def main(argv: list[str] | None = None) -> None:
     translator = translator.on(device)
     if len(sources) < ranks.world_size:
         sys.exit(f"{len(sources)} sentences cannot be shared by {ranks.world_size} processes")
+    began_part = time.perf_counter()
     statistics = split_statistics(translator, sources, targets, (sure, possible), ranks, direction)
+    timings = {"statistics": time.perf_counter() - began_part}
     if args.statistics_only:
         distributed.stop(ranks)
         if not ranks.main:
@@ -357,19 +467,25 @@ def main(argv: list[str] | None = None) -> None:
         print(f"statistics of {len(statistics)} heads over {len(sources)} sentences of {args.split} added to "
               f"{Path(args.checkpoint) / HEADS}")
         return
-    # The batches of one process, dealt to the ranks in turn (sorted by length: each rank's alike in length):
-    # importance sums |gradient| per batch, which depends on how sentences are grouped.
-    batches = ranks.share(teacher_forced_batches(translator, sources, targets, direction=direction))
     names = every_head(translator)
     progress = Progress(args.checkpoint, ranks, measured_arguments(argv if argv is not None else sys.argv[1:]))
     if progress.resumed and ranks.main:
         print(f"going on from {progress.path} (an interrupted run with the same arguments)", file=sys.stderr)
 
+    began_part = time.perf_counter()
     base_bleu = greedy_bleu(translator, sources, references, ranks=ranks, direction=direction)
-    importance = gradient_importance(translator, batches, ranks)
-    base_likelihood, changes = log_likelihood_changes(translator, sources, targets, ranks, direction, progress)
+    timings["bleu"], began_part = time.perf_counter() - began_part, time.perf_counter()
+    batches = teacher_forced_batches(translator, sources, targets, estimate_tokens(translator), direction)
+    estimate, importance = estimated_changes(translator, batches, args.estimate, args.probes, ranks, progress)
+    timings["estimate"], began_part = time.perf_counter() - began_part, time.perf_counter()
+    top, check = measured_heads(estimate, args.exact, args.check)
+    base_likelihood, changes = log_likelihood_changes(translator, sources, targets, ranks, direction, progress,
+                                                      top + check)
+    timings["exact"], began_part = time.perf_counter() - began_part, time.perf_counter()
     heads = {name: {**statistics.get(name, {}), "importance": round(importance[name], 6),
-                    "log_likelihood_change": round(changes[name], 5)} for name in names}
+                    "log_likelihood_change_estimate": round(estimate[name], 5)} for name in names}
+    for name, change in changes.items():
+        heads[name]["log_likelihood_change"] = round(change, 5)
     bleus = progress.get("bleu", {})
     pending = [name for name in names if name not in bleus] if args.bleu_per_head else []
     with tqdm(total=len(pending), desc="BLEU, one head off", unit="head", file=sys.stderr,
@@ -381,6 +497,7 @@ def main(argv: list[str] | None = None) -> None:
         bleus_per_head(translator, sources, references, pending, args.heads_per_decoding, ranks, direction, kept)
     for name in names if args.bleu_per_head else []:
         heads[name]["bleu_change"] = round(bleus[name] - base_bleu, 2)
+    timings["bleu_per_head"], began_part = time.perf_counter() - began_part, time.perf_counter()
     order = sorted(names, key=lambda name: importance[name])  # least important first
     pruning = [{"fraction": 0.0, "heads_off": 0, "bleu": base_bleu}]
     for fraction in tqdm(PRUNED_FRACTIONS, desc="pruning", file=sys.stderr, disable=not ranks.main):
@@ -390,6 +507,7 @@ def main(argv: list[str] | None = None) -> None:
         pruning.append({"fraction": fraction, "heads_off": len(off),
                         "bleu": greedy_bleu(translator, sources, references, head_gates(translator.model, off), ranks,
                                             direction)})
+    timings["pruning"] = time.perf_counter() - began_part
     distributed.stop(ranks)
     progress.finish()
     if not ranks.main:
@@ -406,6 +524,8 @@ def main(argv: list[str] | None = None) -> None:
         "seconds": round(time.perf_counter() - began),
         "bleu": base_bleu, "log_likelihood": round(base_likelihood, 5), "heads": heads,
         "statistics": {"split": args.split, "sentences": len(sources), "alignments": reference},
+        "estimate": estimate_record(args, estimate, importance, changes, top, check),
+        "seconds_per_part": {part: round(seconds, 1) for part, seconds in timings.items()},
         "pruning": pruning,
         # The first pruning point (fewest heads off) whose BLEU is more than 1 below all heads on.
         "bleu_drops_by_1_at": None if drop is None else {key: drop[key] for key in ("fraction", "heads_off")},
@@ -414,12 +534,13 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"{len(references)} sentences of {args.split}: greedy BLEU {base_bleu}, log-likelihood "
           f"{base_likelihood:.4f} per token; {report['seconds']} s")
-    print(f"{'head':<12} {'importance':>10} {'BLEU change':>12} {'log-lik change':>15}")
-    for name in sorted(names, key=lambda name: -importance[name]):
+    print(estimate_summary(report["estimate"]))
+    print(f"{'head':<12} {'importance':>10} {'BLEU change':>12} {'log-lik change':>15} {'estimated':>10}")
+    for name in sorted(names, key=lambda name: estimate[name]):
         head = heads[name]
         bleu = f"{head['bleu_change']:>12.2f}" if "bleu_change" in head else f"{'-':>12}"  # --bleu-per-head
-        print(f"{name:<12} {head['importance']:>10.3f} {bleu} "
-              f"{head['log_likelihood_change']:>15.4f}")
+        exact = f"{head['log_likelihood_change']:>15.4f}" if "log_likelihood_change" in head else f"{'-':>15}"
+        print(f"{name:<12} {head['importance']:>10.3f} {bleu} {exact} {head['log_likelihood_change_estimate']:>10.4f}")
     print("pruning in increasing importance: "
           + ", ".join(f"{p['heads_off']} off -> {p['bleu']}" for p in pruning))
     print("BLEU never drops by more than 1" if drop is None else

@@ -59,12 +59,13 @@ ARTICLE_SWAPS = {"ein": "eine", "eine": "ein", "der": "die", "die": "der", "eine
                  "einer": "einem", "dem": "der"}
 
 
-def study(translator, pairs: list[tuple[str, str, str, str]], article: bool = False
+def study(translator, pairs: list[tuple[str, str, str, str]], article: bool = False, estimate: bool = False
           ) -> tuple[list[Patching], list[str]]:
     """Each pair patched at the step where its greedy translation writes `token`, scored against `contrast`; with
     `article`, at the step before, where the translation writes that word's article, scored against the article of
     the other gender (`ARTICLE_SWAPS`). Pairs whose translation does not write them, or whose contrast is no single
-    token of the model's, are left out, and said. The results, and what was left out."""
+    token of the model's, are left out, and said. With `estimate`, attribution patching's estimates in place of
+    the patched runs. The results, and what was left out."""
     results, left_out = [], []
     for source, counterfactual, token, contrast in pairs:
         traced = translator.trace(source)
@@ -77,7 +78,8 @@ def study(translator, pairs: list[tuple[str, str, str, str]], article: bool = Fa
                             f"{source!r}: no article before {token!r}" if contrast is None else
                             f"{contrast!r} is not one token of the model's")
             continue
-        results.append(translator.patching(source, counterfactual, traced.target_tokens, step, contrast=contrast))
+        results.append(translator.patching(source, counterfactual, traced.target_tokens, step, contrast=contrast,
+                                           estimate=estimate))
     return results, left_out
 
 
@@ -103,6 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--article", action="store_true",
                         help="patch at the article before the token (German: ein/eine, der/die), scored against the "
                              "article of the other gender")
+    parser.add_argument("--estimate", action="store_true",
+                        help="attribution patching's estimates (two passes and a backward one per pair) in place of "
+                             "a patched run per head (docs/explanations.md gives their measured error)")
     add_device_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: {error}")
     ranks = distributed.start()
     translator = translator.on(chosen_device(args.device, ranks))
-    results, left_out = study(translator, [pairs[i] for i in ranks.block(len(pairs))], args.article)
+    results, left_out = study(translator, [pairs[i] for i in ranks.block(len(pairs))], args.article, args.estimate)
     results, left_out = ranks.gather(results), ranks.gather(left_out)
     distributed.stop(ranks)
     if not ranks.main:
@@ -134,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(results)} of {len(pairs)} pairs patched at the step that writes {where}. log p(token) − "
           f"log p(contrast): {original.mean():+.3f} ± {original.std():.3f} for the sentences, "
           f"{counterfactual.mean():+.3f} ± {counterfactual.std():.3f} for the counterfactuals.")
-    print("Each head alone from the counterfactual, the change in it, patched − original (mean ± standard "
+    print(("Estimated by attribution patching (not patched runs): e" if args.estimate else "E") +
+          "ach head alone from the counterfactual, the change in it, patched − original (mean ± standard "
           "deviation over the pairs):")
     named = [(head_name(kind, layer, head), stack[:, layer, head]) for kind, stack in effects.items()
              for layer in range(stack.shape[1]) for head in range(stack.shape[2])

@@ -100,6 +100,10 @@ class Patching:
     # The encoder's residual stream at each source position after each layer (row 0: the embeddings) taken from
     # the counterfactual: (L + 1, S); None where it cannot be (sources of other lengths, a GRU encoder).
     stream: np.ndarray | None = None
+    # True where the grids are attribution patching's estimates (model/explain/estimates.py), not patched runs; then
+    # `measured` (per kind, (L, H)) marks the heads patched since, whose effects are the patched runs' own.
+    estimated: bool = False
+    measured: dict[str, np.ndarray] | None = None
 
     def ranked(self, count: int = 10) -> list[tuple[str, float]]:
         """The heads that move the score most (either way), by name: [(\"cross.2.5\", effect), ...]."""

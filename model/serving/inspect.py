@@ -90,7 +90,11 @@ def patching_record(counterfactual: str, translation: str, patched: Patching, to
             "token": token, "contrast": contrast, "original_score": patched.original,
             "counterfactual_score": patched.counterfactual,
             "effects": {kind: listed(grid) for kind, grid in patched.effects.items()}, "skipped": dict(patched.skipped),
-            "stream": None if patched.stream is None else listed(patched.stream)}
+            "stream": None if patched.stream is None else listed(patched.stream),
+            # attribution patching's estimates (model/explain/estimates.py), exact for the heads `measured` marks
+            "estimated": patched.estimated,
+            "measured": None if patched.measured is None else {kind: grid.tolist()
+                                                               for kind, grid in patched.measured.items()}}
 
 
 def encode(record: dict, file_format: str) -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +15,7 @@ from model.explain.attribution import METHODS as ATTRIBUTION_METHODS
 from model.explain.attribution import Attributions, attribute, attribute_steps
 from model.explain.contributions import Contributions, alti_plus, alti_plus_pass, decomposed, measure_maps
 from model.explain.detachment import NO_SOURCE_SHARE, Detachment, ScoredDetachment, attention_peaks, thresholds_of
+from model.explain.estimates import patching_estimate, staged_patching
 from model.explain.patching import Patching, patch_heads
 from model.nets.decoding import (BeamTrace, Hypothesis, beam_search, beam_trace, chosen_log_probs, greedy_decode,
                                  output_limit, teacher_forced, teacher_forced_log_probs)
@@ -393,18 +394,42 @@ class Translator:
 
     def patching(self, text: str, counterfactual: str, target_tokens: list[str], step: int,
                  token: str | None = None, contrast: str | None = None, src_lang: str | None = None,
-                 tgt_lang: str | None = None, told: Callable[[int, int], None] = lambda done, total: None
-                 ) -> Patching:
+                 tgt_lang: str | None = None, told: Callable[[int, int], None] = lambda done, total: None,
+                 estimate: bool = False) -> Patching:
         """Patching per head (model/explain/patching.py) at `step` (0-based) of `target_tokens` (spelled as in a
         trace) as the translation of `text`: each head's output taken from the run of `counterfactual` on the same
         prefix; `token` (default: the one at that step) scored, against `contrast` if given. An InputError for what
-        cannot be read. `told(done, total)`: the patched runs, as they are done (it may raise to stop)."""
+        cannot be read. `told(done, total)`: the patched runs, as they are done (it may raise to stop). With
+        `estimate`, attribution patching's grids (model/explain/estimates.py) in two passes and a backward one."""
+        src_ids, counterfactual_ids, tgt_ids = self.patching_ids(text, counterfactual, target_tokens, step, src_lang,
+                                                                 tgt_lang)
+        token_id, contrast_id = self.token_id(token, "token"), self.token_id(contrast, "contrast")
+        if not isinstance(estimate, bool):
+            raise InputError(f"estimate must be true or false, not {reprlib.repr(estimate)}.")
+        if estimate:
+            return patching_estimate(self.model, src_ids, counterfactual_ids, tgt_ids, step, token_id, contrast_id)
+        return patch_heads(self.model, src_ids, counterfactual_ids, tgt_ids, step, token_id, contrast_id, told=told)
+
+    def patching_ids(self, text: str, counterfactual: str, target_tokens: list[str], step: object,
+                     src_lang: str | None, tgt_lang: str | None) -> tuple[list[int], list[int], list[int]]:
+        """The ids patching reads (the sentence's, the counterfactual's, the translation's), `step` checked
+        against the translation; an InputError for what cannot be read."""
         src_ids, tgt_ids = self.given_translation(text, target_tokens, src_lang, tgt_lang)
         counterfactual_ids = self.encode_source(self.source_tokens(counterfactual, src_lang, tgt_lang))
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(tgt_ids):
             raise InputError(f"The step must be a whole number from 1 to {len(tgt_ids)}, not {reprlib.repr(step)}.")
-        return patch_heads(self.model, src_ids, counterfactual_ids, tgt_ids, step, self.token_id(token, "token"),
-                           self.token_id(contrast, "contrast"), told=told)
+        return src_ids, counterfactual_ids, tgt_ids
+
+    def staged_patching(self, text: str, counterfactual: str, target_tokens: list[str], step: int,
+                        contrast: str | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
+                        told: Callable[[int, int], None] = lambda done, total: None) -> Iterator[Patching]:
+        """`patching` for a large model, in stages (model/explain/estimates.py `staged_patching`): the estimated
+        grids at once, then the heads they rank highest patched exactly, a few at a time. An InputError (raised
+        before the first stage) for what cannot be read."""
+        src_ids, counterfactual_ids, tgt_ids = self.patching_ids(text, counterfactual, target_tokens, step, src_lang,
+                                                                 tgt_lang)
+        return staged_patching(self.model, src_ids, counterfactual_ids, tgt_ids, step,
+                               contrast=self.token_id(contrast, "contrast"), told=told)
 
     def reference_ids(self, source: list[str], target: list[str], src_lang: str | None = None,
                       tgt_lang: str | None = None) -> tuple[list[int], list[int]]:

@@ -5,6 +5,7 @@ model/explain/patching.py): first at the step where the two translations part, t
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterator
 from dataclasses import replace
 
 import gradio as gr
@@ -14,7 +15,7 @@ from model.explain.patching import Patching, parting, suggested_swap
 from model.keys import ENCODER, KIND_LABELS
 from model.serving.inspect import patching_record
 from ui.listeners import COUNTERFACTUAL_TAB, on, tab_answer
-from ui.operations import operation
+from ui.operations import large, operation
 from ui.page import Page
 from ui.plots import Answer, answers_view, figure_json
 from ui.services import Services
@@ -82,8 +83,6 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     if contrast is not None and contrast == ours[step - 1]:
         return session, (f'"{visible(contrast)}" is the word step {step} writes: it cannot be its own contrast. Name '
                          'another word in "…and not", or leave it empty.')
-    result = translator.patching(session.source, counterfactual, ours, step - 1, contrast=contrast, told=told,
-                                 **session.direction)
     end = min(len(ours), len(theirs)) if parted is None else parted
     where = (f"step {end + 1}: {visible(ours[end]) if end < len(ours) else '(end)'} / "
              f"{visible(theirs[end]) if end < len(theirs) else '(end)'}")
@@ -93,24 +92,58 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
         f"They part at {where}." if ours != theirs else "The two translations are the same."])
     chosen = visible(ours[step - 1])
     asked = f'log p("{chosen}")' + (f' − log p("{visible(contrast)}")' if contrast else "")
-    title = [f"Patching each head at step {step}: the change in {asked}, patched − original",
-             f"original {result.original:+.2f}, counterfactual {result.counterfactual:+.2f}; red: that head alone "
-             "lowers it, blue: raises it"]
-    notes = {kind: reason + (" Nor is the encoder's stream (causal tracing) patched." if kind == ENCODER else "")
-             for kind, reason in result.skipped.items()}
-    figure = patching_figure(result.effects, title, "Δ score", notes)
-    stream = None if result.stream is None else figure_json(stream_figure(
-        result.stream, trace.source_tokens, [f"The encoder's stream at one source position after one layer, from the "
-                                             f"counterfactual: the change in {asked}"], "Δ score"))
-    said = (f"Patched at step {step}, where the two translations part: the view steps there. Step elsewhere and press "
-            "again to patch that step. " if step != on_screen else "")
-    said += patching_said(result, step, chosen, asked, where if parted is not None and parted + 1 != step else None)
-    said += "".join(f" {KIND_LABELS[kind]}: {reason}" for kind, reason in result.skipped.items())
-    if decoding.mask:
-        said += " (Patched with every head on.)"
-    kept = patching_record(counterfactual, other.text, result, ours[step - 1], contrast)
-    session = session.with_current(patched=kept)
-    return (text, figure_json(figure), stream), said, session.with_view(replace(session.view, step=step))
+    parting_note = where if parted is not None and parted + 1 != step else None
+    moved = (f"Patched at step {step}, where the two translations part: the view steps there. Step elsewhere and "
+             "press again to patch that step. " if step != on_screen else "")
+
+    def drawn(result: Patching) -> tuple[tuple, str]:
+        """One answer's values (both translations, the grids) and its status line."""
+        title = [f"Patching each head at step {step}: the change in {asked}, patched − original",
+                 f"original {result.original:+.2f}, counterfactual {result.counterfactual:+.2f}; red: that head alone "
+                 "lowers it, blue: raises it"]
+        if result.estimated:
+            title.insert(1, estimated_line(result))
+        notes = {kind: reason + (" Nor is the encoder's stream (causal tracing) patched." if kind == ENCODER else "")
+                 for kind, reason in result.skipped.items()}
+        figure = patching_figure(result.effects, title, "Δ score", notes)
+        stream = None if result.stream is None else figure_json(stream_figure(
+            result.stream, trace.source_tokens, [("Estimated (attribution patching): t" if result.estimated else "T")
+                                                 + "he encoder's stream at one source position after one layer, from "
+                                                 f"the counterfactual: the change in {asked}"], "Δ score"))
+        said = moved + patching_said(result, step, chosen, asked, parting_note)
+        if result.estimated:
+            said += f" ({estimated_line(result)}.)"
+        said += "".join(f" {KIND_LABELS[kind]}: {reason}" for kind, reason in result.skipped.items())
+        if decoding.mask:
+            said += " (Patched with every head on.)"
+        return (text, figure_json(figure), stream), said
+
+    session = session.with_view(replace(session.view, step=step))
+    if not large(services, session.model):
+        result = translator.patching(session.source, counterfactual, ours, step - 1, contrast=contrast, told=told,
+                                     **session.direction)
+        kept = patching_record(counterfactual, other.text, result, ours[step - 1], contrast)
+        return *drawn(result), session.with_current(patched=kept)
+    # A large model: a patched run per head takes minutes (576 heads at NLLB-600M's size), so the estimate first,
+    # then the heads it ranks highest patched exactly, a few at a time, each stage drawn as it comes.
+    stages = translator.staged_patching(session.source, counterfactual, ours, step - 1, contrast, told=told,
+                                        **session.direction)
+    kept = {}  # the record the exports carry: the latest stage's (the session is this user's own)
+
+    def answers() -> Iterator[tuple[tuple, str]]:
+        for result in stages:
+            kept.update(patching_record(counterfactual, other.text, result, ours[step - 1], contrast))
+            yield drawn(result)
+    return answers(), "", session.with_current(patched=kept)
+
+
+def estimated_line(result: Patching) -> str:
+    """The grids' line saying they are estimates, and how many heads were patched exactly since."""
+    done = sum(int(grid.sum()) for grid in (result.measured or {}).values())
+    return (f"Estimated by attribution patching, (a′ − a)·gradient (its error: docs/explanations.md); {done} heads "
+            "it ranks highest since patched exactly" if done else
+            "Estimated by attribution patching, (a′ − a)·gradient (its error: docs/explanations.md); the heads it "
+            "ranks highest are being patched exactly")
 
 
 def patching_said(result: Patching, step: int, chosen: str, asked: str, parting: str | None) -> str:
