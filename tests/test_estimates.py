@@ -228,3 +228,33 @@ def test_the_heads_heatmap_says_what_each_estimate_is_worth():
     assert "for the 32 heads the estimate ranks most harmful and 8 others" in measure_note(top, "log_likelihood_change")
     assert "not in this report" in measure_note(top, "importance")
     assert measure_note({}, "entropy") is None and "not in this report" in measure_note({}, "importance")
+
+
+@pytest.mark.parametrize("name", ["en-fr-rnn-multihead", "en-de"])
+def test_the_patching_estimate_is_the_derivative_of_patching_along_the_line_to_the_counterfactual(name):
+    """Patching a head with a + ε(a′ − a) moves the score by ε times the estimate, to first order: on a GRU model
+    (whose heads' outputs are read once per step) and a Transformer alike."""
+    from pathlib import Path
+
+    from model.explain.patching import patched_scores, recorded_runs
+    from model.serving.checkpoint import load_checkpoint
+    from model.text.vocab import SOS_ID
+
+    translator = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / name)
+    text, counterfactual = "A man is riding a bicycle down the street.", "A woman is riding a bicycle down the street."
+    src, other, tgt = translator.patching_ids(text, counterfactual, translator.trace(text).target_tokens, 1, None,
+                                              None)
+    prefix = torch.tensor([[SOS_ID] + tgt[:1]])
+    with torch.no_grad():
+        original, theirs = recorded_runs(translator.model, [src, other], prefix, tgt[1], None)
+    step = 1e-3
+    nudged = {kind: [a + step * (b - a) for a, b in zip(original.outputs[kind], theirs.outputs[kind])]
+              for kind in original.outputs}
+    heads = [("cross", layer, head) for layer, head in np.ndindex(translator.model.heads()["cross"])]
+    with torch.no_grad():
+        scores = patched_scores(translator.model, src, prefix, tgt[1], None, nudged, [[h] for h in heads],
+                                original=original)
+    estimate = patching_estimate(translator.model, src, other, tgt, 1)
+    slopes = [(score - original.score) / step for score in scores]
+    np.testing.assert_allclose(slopes, [estimate.effects[k][layer, head] for k, layer, head in heads], atol=1e-3)
+    assert max(map(abs, slopes)) > 5e-3  # the heads do move the score

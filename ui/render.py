@@ -303,23 +303,27 @@ def measure_note(report: dict, key: str) -> str | None:
     importance's measured agreement with the exact change (where the report measured every head), and which heads
     the exact change covers."""
     record = report.get("estimate") or {}
-    def agreed(measured: dict) -> str:
-        within = measured["exact_top10_within"]
-        return (f"Spearman {measured['spearman']:.2f} with the exact change over all {measured['heads']} heads; "
-                f"{within.get('10', within.get(10))} of the exact top 10 in its top 10, "
-                f"{within.get('20', within.get(20))} in its top 20")
     if key == "importance":
-        return ("a ranking, not an effect: " + agreed(record["importance_agreement"])
-                if "importance_agreement" in record else "a ranking, not an effect (its agreement with the exact "
-                "change is not in this report)")
+        agreed = record.get("importance_agreement")
+        return "a ranking, not an effect" + (f": {agreement_said(agreed)}" if agreed else
+                                             " (its agreement with the exact change is not in this report)")
     if key == "log_likelihood_change_estimate" and record:
         made = f"an estimate from gradients ({record['order']} order)"
-        return f"{made}: " + agreed(record["agreement"]) if "agreement" in record else (
-            f"{made}; the exact change of the heads it ranks highest is under 'log-likelihood change with the head off'")
-    if key == "log_likelihood_change" and record and record.get("exact") != "all" and "agreement" not in record:
+        if "agreement" in record:
+            return f"{made}: {agreement_said(record['agreement'])}"
+        return (f"{made}; the exact change of the heads it ranks highest is under 'log-likelihood change with the "
+                "head off'")
+    if key == "log_likelihood_change" and record and "agreement" not in record:
         return (f"measured exactly for the {record['exact']} heads the estimate ranks most harmful and "
                 f"{len(record['check'])} others drawn at random; blank: not measured")
     return None
+
+
+def agreement_said(measured: dict) -> str:
+    """A ranking's measured agreement with the exact change (heads.json's, its keys strings once read back)."""
+    within = {str(k): count for k, count in measured["exact_top10_within"].items()}
+    return (f"Spearman {measured['spearman']:.2f} with the exact change over all {measured['heads']} heads; "
+            f"{within['10']} of the exact top 10 in its top 10, {within['20']} in its top 20")
 
 
 def beam_updates(page, session: Session) -> dict:

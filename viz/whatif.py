@@ -30,7 +30,8 @@ IMPORTANCE_MEASURES = {
     "alignment error rate (output step)": ("alignment_aer", "AER"),
     "alignment error rate (shift-att)": ("shift_alignment_aer", "AER"),
 }
-SIGNED = {"bleu_change", "log_likelihood_change", "log_likelihood_change_estimate", "offset"}  # drawn on a red-white-blue scale around zero
+# drawn on a red-white-blue scale around zero
+SIGNED = {"bleu_change", "log_likelihood_change", "log_likelihood_change_estimate", "offset"}
 # Why a measure may be missing from a report, and the command that measures it.
 UNMEASURED = {"bleu_change": "measured with python -m model.analysis.heads --bleu-per-head "
                              "(the split decoded per head)",

@@ -128,9 +128,12 @@ def patch_at_step(services: Services, session: Session, counterfactual: object, 
     # then the heads it ranks highest patched exactly, a few at a time, each stage drawn as it comes.
     stages = translator.staged_patching(session.source, counterfactual, ours, step - 1, contrast, told=told,
                                         **session.direction)
-    kept = {}  # the record the exports carry: the latest stage's (the session is this user's own)
+    estimate = next(stages)
+    # The record the exports carry, brought up to each stage as it comes (the session is this user's own).
+    kept = patching_record(counterfactual, other.text, estimate, ours[step - 1], contrast)
 
     def answers() -> Iterator[tuple[tuple, str]]:
+        yield drawn(estimate)
         for result in stages:
             kept.update(patching_record(counterfactual, other.text, result, ours[step - 1], contrast))
             yield drawn(result)
