@@ -44,7 +44,8 @@ def row(model: str, estimator: str, measured: dict, seconds: float) -> str:
     within = " / ".join(str(measured["exact_top10_within"][k]) for k in TOPS)
     missed = " / ".join("-" if measured["largest_missed"][k] is None else f"{measured['largest_missed'][k]:+.4f}"
                         for k in TOPS)
-    return f"| {model} | {estimator} | {measured['spearman']:.3f} | {within} | {missed} | {seconds:.1f} |"
+    correlation = "-" if measured["spearman"] is None else f"{measured['spearman']:.3f}"
+    return f"| {model} | {estimator} | {correlation} | {within} | {missed} | {seconds:.1f} |"
 
 
 def ablation_rows(name: str, data: str, split: str, limit: int | None) -> list[str]:

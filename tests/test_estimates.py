@@ -91,6 +91,8 @@ def test_agreement_counts_the_exact_top_within_the_estimates():
     assert measured["heads"] == 40 and measured["exact_top10_within"] == {10: 9, 39: 9}
     assert measured["largest_missed"] == {10: -39.0, 39: -39.0}
     assert spearman(np.arange(5.0), np.arange(5.0) ** 3) == pytest.approx(1.0)
+    # a model of one head has no ranking: null in heads.json (JSON has no NaN), never a number
+    assert spearman(np.ones(1), np.ones(1)) is None and agreement({"a": 1.0}, {"a": 2.0})["spearman"] is None
     assert agreement({"a": 1.0, "b": -3.0}, {"a": 2.0, "b": -1.0}, size=True)["exact_top10_within"][10] == 2
 
 
@@ -228,6 +230,9 @@ def test_the_heads_heatmap_says_what_each_estimate_is_worth():
     assert "for the 32 heads the estimate ranks most harmful and 8 others" in measure_note(top, "log_likelihood_change")
     assert "not in this report" in measure_note(top, "importance")
     assert measure_note({}, "entropy") is None and "not in this report" in measure_note({}, "importance")
+    one = {**agreed, "heads": 1, "spearman": None}
+    assert measure_note({"estimate": {**full["estimate"], "agreement": one, "importance_agreement": one}},
+                        "importance") == "a ranking, not an effect: no ranking to compare over 1 head"
 
 
 @pytest.mark.parametrize("name", ["en-fr-rnn-multihead", "en-de"])

@@ -322,6 +322,8 @@ def measure_note(report: dict, key: str) -> str | None:
 def agreement_said(measured: dict) -> str:
     """A ranking's measured agreement with the exact change (heads.json's, its keys strings once read back)."""
     within = {str(k): count for k, count in measured["exact_top10_within"].items()}
+    if measured["spearman"] is None:  # a model of one head
+        return f"no ranking to compare over {measured['heads']} head"
     return (f"Spearman {measured['spearman']:.2f} with the exact change over all {measured['heads']} heads; "
             f"{within['10']} of the exact top 10 in its top 10, {within['20']} in its top 20")
 

@@ -294,9 +294,10 @@ def estimate_summary(record: dict) -> str:
     if "agreement" in record:
         measured = record["agreement"]
         within = ", ".join(f"{count} in its top {k}" for k, count in measured["exact_top10_within"].items())
-        return (f"{made}; against the exact change of all {measured['heads']} heads: Spearman "
-                f"{measured['spearman']:.3f}; of the exact top 10, {within} (Michel et al.'s importance: Spearman "
-                f"{record['importance_agreement']['spearman']:.3f})")
+        correlations = [agreed["spearman"] for agreed in (measured, record["importance_agreement"])]
+        estimate, importance = ("undefined" if value is None else f"{value:.3f}" for value in correlations)
+        return (f"{made}; against the exact change of all {measured['heads']} heads: Spearman {estimate}; of the "
+                f"exact top 10, {within} (Michel et al.'s importance: Spearman {importance})")
     harm = record["largest_harm_in_check"]
     checked = "no heads outside the top" if harm is None else (
         f"{len(record['check'])} heads outside the top drawn at random, the largest harm among them "

@@ -156,13 +156,14 @@ def agreement(estimate: dict[str, float], exact: dict[str, float], tops: tuple[i
     }
 
 
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation (ties given their mean rank); NaN for fewer than two values or a constant one."""
+def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Spearman's rank correlation (ties given their mean rank); None where it is undefined: fewer than two values
+    (a model of one head), or a constant one."""
     if len(a) < 2:
-        return float("nan")
+        return None
     ranked_a, ranked_b = ranks(np.asarray(a, dtype=float)), ranks(np.asarray(b, dtype=float))
     if ranked_a.std() == 0 or ranked_b.std() == 0:
-        return float("nan")
+        return None
     return float(np.corrcoef(ranked_a, ranked_b)[0, 1])
 
 
