@@ -4,7 +4,7 @@ does), over `--pairs` sentence pairs of Multi30k's val split.
 
 By default the report as it runs now: every head estimated (second order), the top `--exact` measured exactly plus
 its random check, on one process; its time per part (from heads.json's `seconds_per_part`) and peak memory. Then
-patching per head at that size (a 24-piece source at step 10): a translation, the estimated grid
+patching per head at that size (a source of about 24 pieces, at step 11): a translation, the estimated grid
 (attribution patching) and the exact grid, each timed.
 
 `--exact all` measures every head (the full study, hours at this size), on one process and under torchrun on
@@ -112,6 +112,7 @@ def main() -> None:
           f"{per_head[1] * 1000 * heads / 3600:.1f} h on one process on {device}, and "
           f"{per_head[1] * 1000 * heads / 3600 / 8:.1f} h on 8 such devices if the pairs split evenly (high: the "
           "loading and other fixed costs do not grow with the pairs)")
+
 
 def estimated_report(checkpoint: Path, pairs: tuple[Path, Path], args: argparse.Namespace) -> None:
     """The report with every head estimated and the top --exact measured (on one process): its parts' seconds."""
