@@ -164,6 +164,29 @@ def test_the_counterfactual_tab_suggests_a_swap_draws_both_grids_and_a_head_clic
     status_starts(page, "Showing cross.2.3")
 
 
+def test_a_large_models_counterfactual_tab_draws_the_estimate_then_the_patched_heads(page, services, monkeypatch):
+    """On a model of LARGE_MODEL parameters or more, patching draws attribution patching's grids at once, titled as
+    estimates, then patches the heads they rank highest, stage by stage: the last status names how many."""
+    import ui.tabs.counterfactual as tab
+
+    translate(page, services, SENTENCE)
+    monkeypatch.setattr(tab, "large", lambda services, model: True)  # the toy model counts as large here
+    open_tab(page, "Counterfactual")
+    page.click("#suggest-swap")
+    page.wait_for_function("""() => document.querySelector('#counterfactual textarea, #counterfactual input')
+        ?.value === 'A woman plays with a red ball in the park.'""", timeout=15000)
+    page.evaluate("""() => { window.statuses = [];  // every status line shown, however briefly
+        setInterval(() => window.statuses.push(document.querySelector('#status textarea').value), 2); }""")
+    page.click("#patch")
+    page.wait_for_function("""() => document.querySelector('#status textarea').value
+        .includes('24 heads it ranks highest since patched exactly')""", timeout=60000)
+    title = page.locator("#patching-grid .js-plotly-plot .gtitle").first.text_content()
+    assert "Estimated by attribution patching" in title and "24 heads it ranks highest" in title
+    statuses = page.evaluate("() => window.statuses")
+    assert any("the heads it ranks highest are being patched exactly" in line for line in statuses)
+    assert page.locator("#patching-grid .js-plotly-plot .heatmaplayer").count() == 3
+
+
 def test_a_large_models_translation_shows_its_progress_then_the_translation(page, services, monkeypatch):
     """With a model of LARGE_MODEL parameters or more, Translate says at once that it is computing, with Stop in
     sight, and the queued event that follows draws the translation."""
