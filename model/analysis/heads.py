@@ -231,8 +231,8 @@ def estimated_changes(translator: Translator, batches: list, order: str, probes:
     switched off (model/explain/estimates.py, `order` "first" or "second", `probes` Hutchinson vectors per batch),
     and Michel et al.'s importance from the same gradients, by name; this rank's share of `batches` (the whole
     split's), the sums added up over the ranks; with `progress`, kept once made."""
-    if progress and progress.get("estimate", None):
-        kept = progress.get("estimate", None)
+    kept = progress.get("estimate", None) if progress else None
+    if kept:
         return kept["changes"], kept["importance"]
     mine = ranks.share(list(range(len(batches))))
     with tqdm(total=len(mine), desc=f"estimate ({order} order)", unit="batch", file=sys.stderr,
@@ -282,10 +282,11 @@ def estimate_record(args: argparse.Namespace, estimate: dict[str, float], import
 
 
 def rounded(measured: dict) -> dict:
-    """`agreement`'s figures rounded for heads.json."""
-    return {key: round(value, 4) if isinstance(value, float) else
-            {k: (round(v, 5) if isinstance(v, float) else v) for k, v in value.items()} if isinstance(value, dict)
-            else value for key, value in measured.items()}
+    """`agreement`'s figures rounded for heads.json (the correlation to 4 places, the effects to 5)."""
+    def five(value):
+        return value if value is None else round(value, 5)
+    return {**measured, "spearman": None if measured["spearman"] is None else round(measured["spearman"], 4),
+            "largest_missed": {k: five(value) for k, value in measured["largest_missed"].items()}}
 
 
 def estimate_summary(record: dict) -> str:

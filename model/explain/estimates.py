@@ -29,12 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model.explain.patching import HeadHooks, Patching, patched_scores, recorded_runs, score
-from model.keys import ENCODER, head_name
+from model.explain.patching import (HeadHooks, Patching, Run, patched_scores, recorded_runs, score, skipped_kinds,
+                                    step_prefix)
+from model.keys import head_name
 from model.nets.seq2seq import HeadGates, Seq2Seq, device_of
 from model.nets.transformer import Transformer
 from model.text.batching import Batch
-from model.text.vocab import PAD_ID, SOS_ID
+from model.text.vocab import PAD_ID
 
 TOP_PATCHED, PER_STAGE = 32, 8  # heads `staged_patching` patches exactly after its estimate, and per stage
 ORDERS = ("first", "second")  # the orders of `GateSums.estimate`
@@ -178,7 +179,6 @@ def ranks(values: np.ndarray) -> np.ndarray:
     return ranked
 
 
-
 class Shifted:
     """A hook that adds a zero tensor tracked by autograd to what passes (a head's outputs, the encoder's stream),
     so that the gradient of a score with respect to it, through every later layer, can be read; a GRU decoder
@@ -196,21 +196,18 @@ class Shifted:
 
 
 def patching_estimate(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], tgt_ids: list[int],
-                      step: int, token: int | None = None, contrast: int | None = None, stream: bool = True
-                      ) -> Patching:
+                      step: int, token: int | None = None, contrast: int | None = None, stream: bool = True,
+                      counterfactual: Run | None = None) -> Patching:
     """`patch_heads`' grids estimated by attribution patching: each head's effect (a′ − a) · ∂score/∂a, a its
     outputs (before W_O) at every target (or source) position in the sentence's run, a′ the counterfactual's, the
     gradient taken in the sentence's run through every later layer; and with `stream` the encoder stream's cells the
-    same way. Two forward passes (the counterfactual's, recorded; the sentence's, tracked) and one backward pass for
-    every head and cell at once."""
-    if not 0 <= step < len(tgt_ids):
-        raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
-    token = tgt_ids[step] if token is None else token
-    device = device_of(model)
-    prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]], device=device)
-    heads = model.heads()
-    with torch.no_grad():
-        [counterfactual] = recorded_runs(model, [counterfactual_ids], prefix, token, contrast)
+    same way. Two forward passes (the counterfactual's, recorded, unless given as `counterfactual`; the sentence's,
+    tracked) and one backward pass for every head and cell at once."""
+    token, prefix = step_prefix(model, tgt_ids, step, token)
+    device, heads = device_of(model), model.heads()
+    if counterfactual is None:
+        with torch.no_grad():
+            [counterfactual] = recorded_runs(model, [counterfactual_ids], prefix, token, contrast)
     transformer = isinstance(model, Transformer)
     hooks = {kind: {layer: Shifted() for layer in range(layers)} for kind, (layers, _) in heads.items()}
     streams = {index: Shifted() for index in range(len(model.encoder_layers) + 1)} if transformer else {}
@@ -224,9 +221,7 @@ def patching_estimate(model: Seq2Seq, src_ids: list[int], counterfactual_ids: li
                   for shift in hook.shifts]
         gradients = iter(torch.autograd.grad(original, shifts, allow_unused=True))
     same_length = len(src_ids) == len(counterfactual_ids)
-    skipped = {ENCODER: (f"The sentence has {len(src_ids)} tokens and the counterfactual {len(counterfactual_ids)}: "
-                         "encoder heads work at source positions, so they are patched only between sources of as "
-                         "many tokens.")} if ENCODER in heads and not same_length else {}
+    skipped = skipped_kinds(model, src_ids, counterfactual_ids)
     effects = {kind: np.full(shape, np.nan) for kind, shape in heads.items()}
     for kind, layers in hooks.items():
         for layer, hook in layers.items():
@@ -255,21 +250,22 @@ def staged_patching(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list
     (`patching_estimate`), then the `top` heads they rank largest (either way) patched exactly, `per_stage` at a
     time, each stage's grids exact where measured (`Patching.measured`) and estimated elsewhere. `told(done,
     total)`: the heads patched (it may raise to stop)."""
-    estimate = patching_estimate(model, src_ids, counterfactual_ids, tgt_ids, step, token, contrast)
+    token, prefix = step_prefix(model, tgt_ids, step, token)
+    with torch.no_grad():  # both runs once: the estimate's counterfactual, and what the patched runs go on from
+        original, counterfactual = recorded_runs(model, [src_ids, counterfactual_ids], prefix, token, contrast)
+    estimate = patching_estimate(model, src_ids, counterfactual_ids, tgt_ids, step, token, contrast,
+                                 counterfactual=counterfactual)
     measured = {kind: np.zeros(grid.shape, dtype=bool) for kind, grid in estimate.effects.items()}
     yield replace(estimate, measured={kind: grid.copy() for kind, grid in measured.items()})
     ranked = sorted(((kind, layer, head) for kind, grid in estimate.effects.items()
                      for (layer, head), value in np.ndenumerate(grid) if np.isfinite(value)),
                     key=lambda head: -abs(estimate.effects[head[0]][head[1], head[2]]))[:top]
-    prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]], device=device_of(model))
     with torch.no_grad():
-        original, counterfactual = recorded_runs(model, [src_ids, counterfactual_ids], prefix, estimate.token,
-                                                 contrast)
         effects = {kind: grid.copy() for kind, grid in estimate.effects.items()}
         told(0, len(ranked))
         for first in range(0, len(ranked), per_stage):
             stage = ranked[first:first + per_stage]
-            scores = patched_scores(model, src_ids, prefix, estimate.token, contrast, counterfactual.outputs,
+            scores = patched_scores(model, src_ids, prefix, token, contrast, counterfactual.outputs,
                                     [[head] for head in stage], original=original)
             for (kind, layer, head), value in zip(stage, scores):
                 effects[kind][layer, head] = value - original.score

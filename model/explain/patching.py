@@ -302,6 +302,25 @@ def patched_stream(model: Seq2Seq, src_ids: list[int], original: Run, counterfac
     return scores
 
 
+def step_prefix(model: Seq2Seq, tgt_ids: list[int], step: int, token: int | None) -> tuple[int, Tensor]:
+    """The token scored at `step` (0-based) of the translation `tgt_ids` (`token`, default the one chosen there)
+    and the target prefix (1, step + 1) that both runs are teacher-forced on; ValueError for a step past it."""
+    if not 0 <= step < len(tgt_ids):
+        raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
+    token = tgt_ids[step] if token is None else token
+    return token, torch.tensor([[SOS_ID] + tgt_ids[:step]], device=device_of(model))
+
+
+def skipped_kinds(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int]) -> dict[str, str]:
+    """The kinds that cannot be patched between these sources, and why: encoder heads, between sources of other
+    lengths."""
+    if ENCODER not in model.heads() or len(src_ids) == len(counterfactual_ids):
+        return {}
+    return {ENCODER: (f"The sentence has {len(src_ids)} tokens and the counterfactual {len(counterfactual_ids)}: "
+                      "encoder heads work at source positions, so they are patched only between sources of as many "
+                      "tokens.")}
+
+
 def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int], tgt_ids: list[int], step: int,
                 token: int | None = None, contrast: int | None = None, stream: bool = True,
                 told: Callable[[int, int], None] = lambda done, total: None) -> Patching:
@@ -309,18 +328,11 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
     taken alone from the run of `counterfactual_ids` on the same target prefix; `token` (default: the one chosen
     there) scored, against `contrast` if given; with `stream`, the encoder stream's grid too (`patched_stream`).
     `told(done, total)`: the patched runs done, after each batch (it may raise to stop)."""
-    if not 0 <= step < len(tgt_ids):
-        raise ValueError(f"step {step} is not a step of this translation of {len(tgt_ids)} tokens")
-    token = tgt_ids[step] if token is None else token
-    prefix = torch.tensor([[SOS_ID] + tgt_ids[:step]], device=device_of(model))
+    token, prefix = step_prefix(model, tgt_ids, step, token)
     heads = model.heads()
     with torch.no_grad():
         original, counterfactual = recorded_runs(model, [src_ids, counterfactual_ids], prefix, token, contrast)
-        skipped = {}
-        if ENCODER in heads and len(src_ids) != len(counterfactual_ids):
-            skipped[ENCODER] = (f"The sentence has {len(src_ids)} tokens and the counterfactual "
-                                f"{len(counterfactual_ids)}: encoder heads work at source positions, so they are "
-                                "patched only between sources of as many tokens.")
+        skipped = skipped_kinds(model, src_ids, counterfactual_ids)
         patched = [head for head in every_head(model) if head[0] not in skipped]
         stream = stream and hasattr(model, "encoder_layers") and len(src_ids) == len(counterfactual_ids)
         total = len(patched) + (len(model.encoder_layers) + 1) * len(src_ids) if stream else len(patched)
