@@ -14,7 +14,7 @@ import os
 # enable: a sixth of the web server's CPU under load. Every 1,000 events is plenty. (Read when gradio is imported.)
 os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
 
-from ui.serve import main  # noqa: E402  (after the environment above)
+from attention_inspector.ui.serve import main  # noqa: E402  (after the environment above)
 
 if __name__ == "__main__":
     main()

@@ -8,21 +8,19 @@
     model.score(text, tokens), model.beam(text), model.attribute(text), model.patch(text, counterfactual)
 
 Each method takes its endpoint's arguments (docs/api.md), the model's name aside, and returns the endpoint's
-answer, the same values (ui/api.py computes both). A bad argument raises ValueError with the endpoint's message.
+answer, the same values: model/api/answers.py computes both, and imports no Gradio. A bad argument raises
+`AnswerError` (a ValueError) with the endpoint's message.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import gradio as gr
-
-from model.nets.devices import chosen_device
-from model.serving.checkpoint import load_checkpoint
-from model.serving.translator import Translator
-from ui.api import endpoints
-from ui.serve import CHECKOUT_CHECKPOINTS
-from ui.services import Services
+from attention_inspector.model.api import answers
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.nets.devices import chosen_device
+from attention_inspector.model.serving.checkpoint import checkpoint_folder, load_checkpoint, named_checkpoints
+from attention_inspector.model.serving.translator import Translator
 
 
 class Model:
@@ -31,16 +29,13 @@ class Model:
     def __init__(self, translator: Translator, name: str):
         self.name, self.translator = name, translator
         self.services = Services({name: translator})
-        self._endpoints = {function.__name__: function for function in endpoints(self.services)}
+        self._endpoints = {function.__name__: function for function in answers.endpoints(self.services)}
 
     def __repr__(self) -> str:
         return f"<attention_inspector.Model {self.name!r}: {self.translator.parameters / 1e6:.1f}M parameters>"
 
     def _answer(self, endpoint: str, *arguments, **options) -> dict:
-        try:
-            return self._endpoints[endpoint](self.name, *arguments, **options)
-        except gr.Error as error:
-            raise ValueError(error.message) from None
+        return self._endpoints[endpoint](self.name, *arguments, **options)
 
     def trace(self, text: str, force: list[str] | None = None, mask: list[str] | None = None,
               contributions: bool | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
@@ -87,12 +82,11 @@ class Model:
 
 
 def load(name_or_folder: str | Path, device: str | None = None) -> Model:
-    """A checkpoint: a shipped one by name ("en-de", from a checkout's checkpoints/) or a checkpoint folder (a
-    converted Hub model's too), on `device` (cpu, cuda, cuda:N; default: `DEVICE`, else a GPU where there is one)."""
-    folder = Path(name_or_folder)
-    if not folder.is_dir() and (CHECKOUT_CHECKPOINTS / str(name_or_folder)).is_dir():
-        folder = CHECKOUT_CHECKPOINTS / str(name_or_folder)
+    """A checkpoint: a checkpoint folder (a converted Hub model's too), or one by name ("en-de") from the folder of
+    checkpoints that `CHECKPOINTS=DIR` names, else from the shipped ones (`attention_inspector.checkpoints()`), on
+    `device` (cpu, cuda, cuda:N; default: `DEVICE`, else a GPU where there is one)."""
+    folder = checkpoint_folder(name_or_folder)
     if not folder.is_dir():
-        raise ValueError(f"No checkpoint {str(name_or_folder)!r}: give a checkpoint folder, or the name of one in "
-                         f"{CHECKOUT_CHECKPOINTS}")
+        raise answers.AnswerError(f"No checkpoint {str(name_or_folder)!r}: give a checkpoint folder, or the name of "
+                                  f"one in {named_checkpoints() or 'CHECKPOINTS=DIR'}")
     return Model(load_checkpoint(folder, chosen_device(device)), folder.name)

@@ -5,8 +5,9 @@
     attention-inspector heads --checkpoint checkpoints/en-de --split val
     attention-inspector COMMAND --help
 
-Each command is `python -m <module>` of a checkout, named below; the studies need the `studies` extra
-(`pip install "attention-inspector[studies]"`: datasets, sacrebleu, tqdm).
+Each command is a module's own command line (`python -m model.analysis.heads` in a checkout). Every one says what
+it takes (--help) with the app's requirements; reading Multi30k and scoring BLEU need the `studies` extra
+(`pip install "attention-inspector[studies]"`: datasets, pyarrow, sacrebleu), and a command that needs it says so.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sys
 
 import attention_inspector
 
-COMMANDS = {  # name: (module, what it does)
+STUDIES = {"datasets", "pyarrow", "sacrebleu"}  # the `studies` extra's packages, as imports name them
+COMMANDS = {  # name: (module under attention_inspector, what it does)
     "serve": ("ui.serve", "the page: translate, step, look at every head (python app.py)"),
     "train": ("model.training.train", "train a translation model on Multi30k or your own pairs"),
     "evaluate": ("model.training.evaluate", "BLEU and chrF of a checkpoint on a split"),
@@ -33,7 +35,7 @@ COMMANDS = {  # name: (module, what it does)
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = [f"  {name:{width}s}  {what}  (python -m {module})" for name, (module, what) in COMMANDS.items()]
+    lines = [f"  {name:{width}s}  {what}" for name, (_, what) in COMMANDS.items()]
     return (f"attention-inspector {attention_inspector.__version__}\n\nusage: attention-inspector COMMAND [ARGS]\n\n"
             "commands:\n" + "\n".join(lines) + "\n\nattention-inspector COMMAND --help says what each takes.")
 
@@ -51,14 +53,22 @@ def main(argv: list[str] | None = None) -> None:
     # Read when gradio is imported (app.py says why).
     os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
     module, _ = COMMANDS[argv[0]]
+    from attention_inspector.model.serving.checkpoint import CheckpointError
+    from attention_inspector.model.training.data import DataError
+
     try:
-        command = importlib.import_module(module)
-    except ModuleNotFoundError as error:  # a study's package that the app's requirements leave out
-        sys.exit(f"attention-inspector {argv[0]} needs {error.name}: pip install \"attention-inspector[studies]\"")
-    if argv[0] == "serve":
-        command.main(argv[1:], name="attention-inspector serve")
-        return
-    sys.argv = [f"attention-inspector {argv[0]}", *argv[1:]]  # argparse's prog, in usage and errors
-    status = command.main(argv[1:])
+        command = importlib.import_module(f"attention_inspector.{module}")
+        if argv[0] == "serve":
+            command.main(argv[1:], name="attention-inspector serve")
+            return
+        sys.argv = [f"attention-inspector {argv[0]}", *argv[1:]]  # argparse's prog, in usage and errors
+        status = command.main(argv[1:])
+    except ModuleNotFoundError as error:
+        if error.name not in STUDIES:
+            raise
+        sys.exit(f"attention-inspector {argv[0]} needs {error.name} for this: "
+                 'pip install "attention-inspector[studies]"')
+    except (DataError, CheckpointError) as error:  # data or a checkpoint that cannot be used: said in a line
+        sys.exit(f"attention-inspector {argv[0]}: {error}")
     if status:  # a command that returns its exit status (convert)
         sys.exit(status)

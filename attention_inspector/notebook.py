@@ -24,20 +24,27 @@ import gzip
 import html
 import json
 import re
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import plotly
 
-from model.keys import ALL_HEADS, CROSS, KIND_LABELS, MEAN, choices
-from model.serving.inspect import load_trace
-from model.text.words import BPE, PIECES, SENTENCEPIECE, WHOLE, WORDS
-from ui.operations import drawn, head_menu, set_mask, translate
-from ui.plots import CORE_TEMPLATE, PLOTLY_JS, STATIC
-from ui.render import detachment_part, file_stem
-from ui.session import View
-from viz.views import TraceArrays, translation_frames, view_frames
+from attention_inspector.model.explain.detachment import Detachment, ScoredDetachment
+from attention_inspector.model.keys import ALL_HEADS, CROSS, KIND_LABELS, MEAN, choices
+from attention_inspector.model.serving.inspect import load_trace
+from attention_inspector.model.text.words import BPE, PIECES, SENTENCEPIECE, WHOLE, WORDS
+from attention_inspector.viz.views import TraceArrays, translation_frames, view_frames
+
+with warnings.catch_warnings():
+    # The page's parts import Gradio, which imports huggingface_hub's tqdm.auto: in a kernel without ipywidgets that
+    # warns "IProgress not found" in a red box, about progress bars the views never draw.
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    from attention_inspector.ui.operations import drawn, head_menu, set_mask, translate
+    from attention_inspector.ui.plots import CORE_TEMPLATE, PLOTLY_JS, STATIC
+    from attention_inspector.ui.render import detachment_part, file_stem, scored_part
+    from attention_inspector.ui.session import View
 
 FIGURES = 200  # the most figures a view holds of every layer; a larger model's holds its chosen layers
 FRAME_PX = 760  # a view's height in a notebook before its page has drawn (then as tall as what it draws)
@@ -166,8 +173,30 @@ def show_trace(trace, *, kind: str = CROSS, layer: int | None = None, head: int 
     said = (f"A trace{f' of {name}' if record.get('checkpoint') else ''}: {arrays_trace.steps} steps"
             + (f", heads off: {', '.join(sorted(record['mask']))}" if record.get("mask") else "") + ".")
     stem = f"{name}_{'-'.join(re.findall(r'[a-z0-9]+', source.lower())[:4]) or 'trace'}"
-    return _view(arrays_trace, record.get("translation", ""), said, None, view, model_view, layers, stem,
+    detachment = _detachment(record.get("detachment"), record["source_tokens"], arrays_trace)
+    return _view(arrays_trace, record.get("translation", ""), said, detachment, view, model_view, layers, stem,
                  f"{name}: {source}", include_plotlyjs)
+
+
+def _detachment(answered: dict | None, source_tokens: list[str], trace: TraceArrays) -> dict | None:
+    """The verdict line the page shows (ui/render.py `scored_part`) from the detachment /trace answered (None
+    where the record has none, as a trace file): in the units `trace` is shown in where its tokens are pieces, in
+    words where they are."""
+    if not answered or not answered.get("tokens"):
+        return None
+    tokens = answered["tokens"]
+
+    def signal(name: str) -> np.ndarray | None:  # None: the model has no such signal (a GRU's source share)
+        return None if tokens[0].get(name) is None else np.array([token[name] for token in tokens], dtype=np.float64)
+
+    measured = Detachment(log_probabilities=signal("log_probability"), attention_peaks=signal("attention_peak"),
+                          source_shares=signal("source_share"), unavailable=answered.get("unavailable"))
+    scored = ScoredDetachment(source_tokens=source_tokens, target_tokens=[token["token"] for token in tokens],
+                              unknown=answered.get("unknown") or [], measured=measured, contributions=None,
+                              thresholds=answered["thresholds"], threshold_meaning=answered["threshold_meaning"])
+    if answered.get("units") == WORDS:
+        return scored_part(scored, trace.scheme, False, unit="word")
+    return scored_part(scored, trace.scheme, trace.in_words)
 
 
 def _view(trace: TraceArrays, translation: str, status: str, detachment: dict | None, view, model_view: bool,

@@ -28,13 +28,13 @@ import orjson  # noqa: E402  (what Gradio encodes its answers with)
 import torch  # noqa: E402
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
 
-from model.keys import ALL_HEADS, ALTI, CROSS, ENCODER, MEAN, WEIGHTS  # noqa: E402
-from model.nets.cores import parts  # noqa: E402
-from model.nets.tracing import greedy_trace  # noqa: E402
-from model.text.words import PIECES  # noqa: E402
-from ui import build_demo, listeners, load_services, operations  # noqa: E402
-from ui.tabs.sources import measure_sources  # noqa: E402
-from viz.attention import PlainFigure  # noqa: E402
+from attention_inspector.model.keys import ALL_HEADS, ALTI, CROSS, ENCODER, MEAN, WEIGHTS  # noqa: E402
+from attention_inspector.model.nets.cores import parts  # noqa: E402
+from attention_inspector.model.nets.tracing import greedy_trace  # noqa: E402
+from attention_inspector.model.text.words import PIECES  # noqa: E402
+from attention_inspector.ui import build_demo, listeners, load_services, operations  # noqa: E402
+from attention_inspector.ui.tabs.sources import measure_sources  # noqa: E402
+from attention_inspector.viz.attention import PlainFigure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -132,8 +132,8 @@ def main() -> None:
 def attributions(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     """Each gradient attribution of the middle step (the page's button, in the server) against a translation, and
     integrated gradients (32 points) against 32 teacher-forced passes of the sentence, batched and looped."""
-    from model.explain.attribution import METHODS, Prediction
-    from ui.tabs.sources import attribute_step, explanations_compared, explanations_integrated
+    from attention_inspector.model.explain.attribution import METHODS, Prediction
+    from attention_inspector.ui.tabs.sources import attribute_step, explanations_compared, explanations_integrated
 
     session = page.translate(checkpoint, sentence)[page.page.session]
     step = session.trace.steps // 2 + 1
@@ -176,8 +176,8 @@ def patching(page: Page, checkpoint: str, sentence: str, runs: int) -> None:
     """Patching every head at one step against a counterfactual with one word swapped (the Counterfactual tab's
     button, in the server: both translations, one batch row per head, and causal tracing's stream grid), against a
     translation (goal: within 3x)."""
-    from model.explain.patching import patch_heads, suggested_swap
-    from ui.tabs.counterfactual import patch_at_step
+    from attention_inspector.model.explain.patching import patch_heads, suggested_swap
+    from attention_inspector.ui.tabs.counterfactual import patch_at_step
 
     counterfactual = suggested_swap(sentence) or sentence
     session = page.translate(checkpoint, sentence)[page.page.session]

@@ -49,11 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E402  (benchmarks/load.py)
 
-from model.serving.checkpoint import load_checkpoint  # noqa: E402
-from model.training.evaluate import DEFAULT_DATA  # noqa: E402
+from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa: E402
+from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
 from tests.pages import open_tab  # noqa: E402
-from ui.session import to_arrays  # noqa: E402
-from viz.attention import escape_text  # noqa: E402
+from attention_inspector.ui.session import to_arrays  # noqa: E402
+from attention_inspector.viz.attention import escape_text  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 STEPPED = 3  # sentences whose steps Next is timed on, one head and all heads
@@ -106,8 +106,8 @@ TRANSLATED = """([translation, heading]) => document.querySelector('#translation
 
 def expected_view(translator, text: str) -> tuple[str, str]:
     """(translation, the heatmap title's step line) of `text` as the app opens it: at step 4 (ui/operations.py)."""
-    from ui.operations import FIRST_STEP
-    from viz.views import step_heading
+    from attention_inspector.ui.operations import FIRST_STEP
+    from attention_inspector.viz.views import step_heading
 
     traced = translator.trace(text)
     trace = to_arrays(traced)
@@ -265,7 +265,7 @@ def what_if(page, translator, sentences: list[str]) -> None:
     """Per sentence: translate, branch at the step on screen, one cross-attention head off, the beam view, head
     statistics, alignments, where each word came from, a measure; prints each one's p50 and p95 and their ratios to
     translating's."""
-    from ui.operations import FIRST_STEP
+    from attention_inspector.ui.operations import FIRST_STEP
 
     times = {"translate": [], "branch": [], "one head off": [], "beam view": [], "head statistics": [],
              "word alignments": [], "where each word came from": [], "attribute this step (integrated gradients)": [],

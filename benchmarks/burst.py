@@ -136,7 +136,8 @@ def main() -> None:
     parser.add_argument("--model", default="en-de")
     parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k files to pick the sentences from")
     parser.add_argument("--burst", type=int, default=1000)
-    parser.add_argument("--admitted", type=int, default=64, help="the server's bound (ui/services.py load_services)")
+    parser.add_argument("--admitted", type=int, default=64,
+                        help="the server's bound (model/api/services.py load_services)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["browsers", "pool", "none"])

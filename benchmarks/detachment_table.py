@@ -21,15 +21,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.load import cpu_model  # noqa: E402
-from model.analysis.detachment import evaluation, print_evaluation  # noqa: E402
-from model.serving.checkpoint import load_checkpoint  # noqa: E402
-from model.training.data import load_pairs  # noqa: E402
-from model.training.evaluate import DEFAULT_DATA  # noqa: E402
+from attention_inspector.model.analysis.detachment import evaluation, print_evaluation  # noqa: E402
+from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa: E402
+from attention_inspector.model.training.data import load_pairs  # noqa: E402
+from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
 
 
 def hub_model(folder: Path) -> Path:
     """A tiny random opus-mt-like model, converted."""
-    from model.hub.convert_hf import convert
+    from attention_inspector.model.hub.convert_hf import convert
     from tests import hub_models
 
     return Path(convert(str(hub_models.marian(folder / "marian")), folder / "converted"))

@@ -27,13 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.load import cpu_model  # noqa: E402
-from model.analysis import heads  # noqa: E402
-from model.analysis.patching import gender_pairs, study  # noqa: E402
-from model.explain.estimates import agreement, gate_sums  # noqa: E402
-from model.keys import head_name  # noqa: E402
-from model.serving.checkpoint import load_checkpoint  # noqa: E402
-from model.training.data import load_pairs  # noqa: E402
-from model.training.evaluate import DEFAULT_DATA  # noqa: E402
+from attention_inspector.model.analysis import heads  # noqa: E402
+from attention_inspector.model.analysis.patching import gender_pairs, study  # noqa: E402
+from attention_inspector.model.explain.estimates import agreement, gate_sums  # noqa: E402
+from attention_inspector.model.keys import head_name  # noqa: E402
+from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa: E402
+from attention_inspector.model.training.data import load_pairs  # noqa: E402
+from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
 
 TOPS = (10, 20, 32)
 ESTIMATES = (("first order", "first", 1), ("second order, 2 probes", "second", 2),

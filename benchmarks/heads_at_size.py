@@ -38,11 +38,11 @@ import hub_models  # noqa: E402  (tests/hub_models.py: Hub-style folders built o
 from hub_model import convert, megabytes  # noqa: E402  (benchmarks/hub_model.py)
 from load import cpu_model  # noqa: E402
 
-from model.training.evaluate import DEFAULT_DATA  # noqa: E402
+from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
 
 # Runs the head report and prints this process's peak resident memory (KiB) as it ends.
 REPORT = ("import runpy, sys; sys.argv[0] = 'heads'\n"
-          "try:\n    runpy.run_module('model.analysis.heads', run_name='__main__')\n"
+          "try:\n    runpy.run_module('attention_inspector.model.analysis.heads', run_name='__main__')\n"
           "finally:\n"
           "    print(next(line for line in open('/proc/self/status') if line.startswith('VmHWM')), flush=True)")
 
@@ -139,8 +139,8 @@ def estimated_report(checkpoint: Path, pairs: tuple[Path, Path], args: argparse.
 def patching_times(checkpoint: Path, data: Path) -> None:
     """Patching per head at step 11 of a source of about 24 pieces (the first of Multi30k val with a word the page
     swaps, man↔woman and the like, and 20 to 28 pieces): a translation, the estimated grid and the exact grid."""
-    from model.explain.patching import suggested_swap
-    from model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.explain.patching import suggested_swap
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
     translator = load_checkpoint(checkpoint)
     with gzip.open(data / "val.en.gz", "rt", encoding="utf-8") as lines:
         source = next(line.strip() for line in lines if suggested_swap(line.strip())

@@ -23,11 +23,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from load import cpu_model  # noqa: E402  (benchmarks/load.py, beside this script)
 
-from model.analysis import heads  # noqa: E402
-from model.analysis.align import reference_alignments  # noqa: E402
-from model.nets.seq2seq import head_gates  # noqa: E402
-from model.serving.checkpoint import load_checkpoint  # noqa: E402
-from model.training.evaluate import DEFAULT_DATA  # noqa: E402
+from attention_inspector.model.analysis import heads  # noqa: E402
+from attention_inspector.model.analysis.align import reference_alignments  # noqa: E402
+from attention_inspector.model.nets.seq2seq import head_gates  # noqa: E402
+from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa: E402
+from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
 
 
 def timed(work):

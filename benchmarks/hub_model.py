@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import hub_models  # noqa: E402  (tests/hub_models.py: Hub-style folders built offline)
 import torch  # noqa: E402
 
-from model.serving.checkpoint import load_checkpoint  # noqa: E402
-from model.training.train import cpu_model  # noqa: E402
+from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa: E402
+from attention_inspector.model.training.train import cpu_model  # noqa: E402
 
 TEXT = "A man reads."  # 6 source tokens with <eos>: the random model runs to the length limit, 2 * 6 + 10 = 22
 LONG = ("Two young men in orange safety vests are working on the side of a busy road while a woman with a small "
@@ -109,12 +109,12 @@ def at_size(root: Path, name: str, runs: int) -> None:
     this large."""
     import orjson
 
-    from model.explain.attribution import INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
-    from model.explain.contributions import alti_plus
-    from model.keys import CROSS, MEAN, WEIGHTS
-    from model.text.words import PIECES
-    from ui import build_demo, listeners, load_services, operations
-    from viz.attention import PlainFigure
+    from attention_inspector.model.explain.attribution import INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps
+    from attention_inspector.model.explain.contributions import alti_plus
+    from attention_inspector.model.keys import CROSS, MEAN, WEIGHTS
+    from attention_inspector.model.text.words import PIECES
+    from attention_inspector.ui import build_demo, listeners, load_services, operations
+    from attention_inspector.viz.attention import PlainFigure
 
     torch.set_num_threads(1)  # as the app serves
     services = load_services(root, workers=0)
@@ -170,7 +170,7 @@ import sys; sys.path.insert(0, {str(ROOT)!r})
 from pathlib import Path
 import torch
 torch.set_num_threads(1)  # as app.py does before loading: workers forked after multi-threaded torch can hang
-from ui import load_services
+from attention_inspector.ui import load_services
 services = load_services(Path({str(root)!r}), workers=1)
 for name in services.translators:
     services.trace(name, {TEXT!r})

@@ -45,14 +45,14 @@ from gradio_client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from model.keys import CROSS, MEAN, WEIGHTS  # noqa: E402
-from model.nets.cores import available_cores  # noqa: E402
-from model.serving.checkpoint import load_checkpoint  # noqa: E402  (after the path set-up above)
-from model.text.words import PIECES  # noqa: E402
-from model.training.data import load_pairs  # noqa: E402
-from model.training.evaluate import DEFAULT_DATA  # noqa: E402
-from model.training.train import cpu_model  # noqa: E402
-from viz.attention import positions, step_labels  # noqa: E402
+from attention_inspector.model.keys import CROSS, MEAN, WEIGHTS  # noqa: E402
+from attention_inspector.model.nets.cores import available_cores  # noqa: E402
+from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa: E402  (after the path set-up above)
+from attention_inspector.model.text.words import PIECES  # noqa: E402
+from attention_inspector.model.training.data import load_pairs  # noqa: E402
+from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
+from attention_inspector.model.training.train import cpu_model  # noqa: E402
+from attention_inspector.viz.attention import positions, step_labels  # noqa: E402
 
 TLS_CONTEXT = ssl.create_default_context()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.nets.transformer import ModelConfig, Transformer
+from attention_inspector.model.nets.transformer import ModelConfig, Transformer
 
 torch.set_num_threads(1)
 
@@ -21,7 +21,7 @@ def pytest_configure(config):
     # (later lines win).
     for line in ("ignore::pandas.errors.Pandas4Warning:gradio",  # Gradio's queue on pandas 3, every queued event
                  "ignore:Recommended:UserWarning:transformers",  # Marian's tokenizer asks for sacremoses
-                 r"error:::(model|ui|viz|app|benchmarks|tests)(\.|$)"):
+                 r"error:::(attention_inspector|app|benchmarks|tests)(\.|$)"):
         config.addinivalue_line("filterwarnings", line)
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -84,7 +84,7 @@ def toy_data(tmp_path):
 def toy_checkpoints(tmp_path_factory):
     """A checkpoint folder with toy en->de Transformer and RNN checkpoints trained here and one broken
     folder; returns (checkpoint folder, the toy data they were trained on)."""
-    from model.training import train
+    from attention_inspector.model.training import train
 
     root = tmp_path_factory.mktemp("checkpoints")
     # Enough data and updates that the toy really learns its word-for-word task (val BLEU ~95 for every seed
@@ -108,8 +108,8 @@ def toy_checkpoints(tmp_path_factory):
 def translators_of_each_kind(toy_checkpoints, tmp_path_factory):
     """The toy Transformer, the toy GRU model and a tiny converted flan-t5-like model (pre-norm, relative
     positions, gated feed-forward), by kind."""
-    from model.hub.convert_hf import convert
-    from model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.hub.convert_hf import convert
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
     from tests import hub_models
 
     root, hub = toy_checkpoints[0], tmp_path_factory.mktemp("hub")
@@ -121,7 +121,7 @@ def translators_of_each_kind(toy_checkpoints, tmp_path_factory):
 @pytest.fixture(scope="session")
 def services(toy_checkpoints):
     """The toy checkpoints loaded as the app loads them, with forked trace workers."""
-    from ui import load_services
+    from attention_inspector.ui import load_services
 
     loaded = load_services(toy_checkpoints[0])
     yield loaded
@@ -131,7 +131,7 @@ def services(toy_checkpoints):
 @pytest.fixture(scope="session")
 def demo(services):
     """The app's page for the toy checkpoints (`demo.page` names its components)."""
-    from ui import build_demo
+    from attention_inspector.ui import build_demo
 
     return build_demo(services)
 
@@ -139,7 +139,7 @@ def demo(services):
 @pytest.fixture(scope="session")
 def server(demo, services):
     """The app launched on a free loopback port; yields its URL."""
-    from ui import launch_options
+    from attention_inspector.ui import launch_options
 
     demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
                 **launch_options(services))
@@ -197,20 +197,20 @@ class Events:
     def run(self, operation, session, *extras, view=VIEW, outputs=None, writes=True) -> dict:
         """`operation(services, session, *extras)` as an event with the page's view settings `view` (`writes`: it
         makes a new state, as all but view changes do)."""
-        from ui import listeners
+        from attention_inspector.ui import listeners
 
         answer = listeners.answer(self.page, self.services, operation,
                                   outputs or listeners.session_outputs(self.page), len(extras), writes=writes)
         return self.named(answer(session, *extras, *view))
 
     def translate(self, text, model="toy-en-de", session=None, view=VIEW) -> dict:
-        from ui import operations
+        from attention_inspector.ui import operations
 
         return self.run(operations.translate, session, model, text, view=view)
 
     def view(self, session, *view) -> dict:
         """A view change (kind, layer, head, measure, step, model view) of the stored session."""
-        from ui import listeners
+        from attention_inspector.ui import listeners
 
         return self.run(listeners.view_changed, session, view=view, outputs=listeners.view_outputs(self.page),
                         writes=False)

@@ -1,13 +1,15 @@
 """Take the README's screenshots of the real app on the shipped checkpoints: a desktop and a phone screen.
 
-    python tests/make_screenshot.py [--out tests/screenshots]
+    python tests/make_screenshot.py [--out tests/screenshots] [--only app.png app-phone.png]
 
-Each is what the screen shows without scrolling (1400x900 and 390x844), a translation stepped to step 4. Then
+Each is what the screen shows (1400x900 at the top of the page, 390x844 scrolled to the step bar), a translation
+stepped to step 4. Then
 one desktop screenshot per what-if view, scrolled to it: a branch (the second candidate at step 4, beside the
 original), three cross-attention heads of layer 2 switched off, the beam, where each word came from, and the
 cross-attention view of layer 3 showing ALTI+ contributions, rollout and (all heads) weight × value norm instead
 of weights, then integrated gradients of every step in words at the last step; last, a shared link that opens the two EN→FR GRU models compared at step 4 (a sentence they translate alike, so
-the difference map shows); and a link that opens the Counterfactual tab, every head patched.
+the difference map shows); and a link that opens the Counterfactual tab, every head patched. `--only` takes only the
+main screenshots it names, none of the what-if ones.
 """
 
 import argparse
@@ -19,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-import ui  # noqa: E402
+import attention_inspector.ui as ui  # noqa: E402
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 from tests.pages import open_tab  # noqa: E402
 
@@ -38,7 +40,7 @@ def save(page, out: Path, name: str, top: str) -> None:
     page.evaluate("(top) => window.scrollTo(0, window.scrollY + document.querySelector(top).getBoundingClientRect()"
                   ".top - 8)", top)
     page.wait_for_timeout(300)
-    page.evaluate("() => document.querySelector('#status-bar')?.click()")  # read: the status in the corner goes
+    page.evaluate("() => document.querySelector('#status-bar')?.click()")  # read: the status shown again goes
     page.screenshot(path=str(out / name))
     print(f"saved {out / name}")
 
@@ -144,6 +146,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots"))
     parser.add_argument("--sentence", default="A little girl in a pink dress is climbing the stairs to a wooden house.")
+    parser.add_argument("--only", nargs="+", choices=list(SCREENS), metavar="NAME",
+                        help=f"only these of the main screenshots ({', '.join(SCREENS)}), none of the what-if ones")
     args = parser.parse_args()
     services = ui.load_services(Path(__file__).resolve().parent.parent / "checkpoints")
     demo = ui.build_demo(services)
@@ -152,6 +156,8 @@ def main() -> None:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             for name, screen in SCREENS.items():
+                if args.only and name not in args.only:
+                    continue
                 page = browser.new_page(**screen)
                 page.goto(demo.local_url)
                 page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Translated')",
@@ -163,6 +169,8 @@ def main() -> None:
                                        " && document.querySelector('#status textarea').value.startsWith('Translated')"
                                        " && document.querySelector('#translation textarea').value !== before",
                                        arg=example, timeout=60000)
+                page.wait_for_function("() => document.querySelector('#detachment .detachment-verdict')?.textContent",
+                                       timeout=60000)  # the line under the translation: does it rest on its source?
                 page.fill("#step input[type=number]", "4")
                 page.press("#step input[type=number]", "Enter")
                 if screen["viewport"]["width"] < 600:  # on a phone, the step bar and the heatmap fill the screen
@@ -172,7 +180,7 @@ def main() -> None:
                 Path(args.out).mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(Path(args.out) / name))
                 print(f"saved {Path(args.out) / name}")
-                if screen["viewport"]["width"] >= 600:
+                if screen["viewport"]["width"] >= 600 and not args.only:
                     what_if(page, Path(args.out))
                     compare(page, Path(args.out), demo.local_url)
                     counterfactual(page, Path(args.out), demo.local_url)

@@ -7,14 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.analysis import heads
-from model.explain.ablation import copies_per_pass, heads_off_losses
-from model.nets.devices import chosen_device
-from model.nets.rnn import RNNConfig, RNNSeq2Seq
-from model.nets.seq2seq import every_head, head_gates, head_name
-from model.nets.transformer import Transformer
-from model.text.batching import make_batch
-from model.text.vocab import PAD_ID
+from attention_inspector.model.analysis import heads
+from attention_inspector.model.explain.ablation import copies_per_pass, heads_off_losses, row_losses
+from attention_inspector.model.nets.devices import chosen_device
+from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
+from attention_inspector.model.nets.seq2seq import every_head, head_gates, head_name
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.batching import make_batch
+from attention_inspector.model.text.vocab import PAD_ID
 from tests.conftest import T5_LIKE, tiny_config
 
 
@@ -57,15 +57,28 @@ def test_each_heads_loss_is_that_of_a_whole_pass_with_that_head_alone_off(name, 
     assert max(abs(loss - base) for loss in losses) > 1e-3  # switching heads off changes something
 
 
-def test_a_pass_holds_as_many_copies_as_its_logits_budget_allows_and_tells_each():
+def test_a_pass_holds_as_many_copies_as_make_its_rows_and_tells_each():
     model, batch = models()["transformer"], padded_batch()
-    per_copy = batch.tgt_in.numel() * 29 * 4
-    assert copies_per_pass(batch, 29, budget=per_copy * 5 + 1) == 5
-    assert copies_per_pass(batch, 29, budget=1) == 1
+    positions = batch.tgt_in.numel()
+    assert copies_per_pass(batch, rows=positions * 5) == 5
+    assert copies_per_pass(batch, rows=positions * 5 + 1) == 6
+    assert copies_per_pass(batch, rows=1) == 1
     told = []
     heads = [("cross", 2, head) for head in range(4)] + [("encoder", 0, 1)]
     heads_off_losses(model, batch, heads, copies=3, advance=told.append)
-    assert told == [3, 1, 1]  # the cross heads of layer 3 in passes of at most 3, then the encoder head
+    assert told == [3, 2]  # in passes of at most 3, the encoder head's first
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 29, 1000])
+@torch.no_grad()
+def test_the_losses_gathered_chunk_by_chunk_are_the_cross_entropy_of_the_whole_logits(chunk):
+    torch.manual_seed(3)
+    batch, generator = padded_batch(), torch.nn.Linear(16, 29)
+    states = torch.randn(5, batch.tgt_out.size(1), 16) * 4
+    whole = F.cross_entropy(generator(states).flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+                            reduction="none").view(batch.tgt_out.shape).sum(-1)
+    assert row_losses(states, generator, batch.tgt_out, chunk).tolist() == pytest.approx(whole.tolist(), abs=1e-4)
+    assert (batch.tgt_out == PAD_ID).any()  # padding left out, not counted
 
 
 def test_a_device_is_chosen_by_name_or_environment_and_a_missing_gpu_is_refused(monkeypatch):

@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from model.analysis import align
-from model.analysis.align import (READINGS, alignment_error_rate, cross_attention, fast_align, head_alignments,
-                                  parse_pharaoh, pharaoh, read_links, reversal_gold, silver_alignments)
-from model.nets.transformer import Transformer
-from model.serving.checkpoint import load_checkpoint
-from model.training.data import load_pairs
+from attention_inspector.model.analysis import align
+from attention_inspector.model.analysis.align import (READINGS, alignment_error_rate, cross_attention, fast_align,
+                                                      head_alignments, parse_pharaoh, pharaoh, read_links,
+                                                      reversal_gold, silver_alignments)
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.training.data import load_pairs
 from tests.conftest import SHIPPED
 
 
@@ -110,7 +111,7 @@ def test_without_gold_the_command_measures_against_a_statistical_aligner(toy_che
 
 
 def test_the_app_exports_the_alignments_of_the_decoding_on_screen(events, services):
-    from ui.tabs.statistics import read_alignments
+    from attention_inspector.ui.tabs.statistics import read_alignments
 
     session = events.translate("A man plays with a red ball.")["session"]
     trace = session.trace
@@ -130,10 +131,10 @@ def test_alignments_in_words_index_words_of_merged_pieces():
     words' (a hand check on the layer mean: the word row is its pieces' rows averaged, the keys summed)."""
     from dataclasses import replace
 
-    from model.text.words import merge, word_spans
-    from ui.services import Services
-    from ui.session import Decoding, Session, View, to_arrays
-    from ui.tabs.statistics import read_alignments
+    from attention_inspector.model.api.services import Services
+    from attention_inspector.model.text.words import merge, word_spans
+    from attention_inspector.ui.session import Decoding, Session, View, to_arrays
+    from attention_inspector.ui.tabs.statistics import read_alignments
 
     translator = load_checkpoint(SHIPPED / "en-de")
     services = Services({"en-de": translator}, root=SHIPPED)

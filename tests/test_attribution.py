@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, PASSES, SALIENCY, Prediction, attribute,
-                                       attribute_steps, gradient_scores_at, step_shares)
-from model.nets.rnn import RNNConfig, RNNSeq2Seq
-from model.nets.transformer import Transformer
-from model.text.vocab import EOS_ID
+from attention_inspector.model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, PASSES, SALIENCY,
+                                                           Prediction, attribute, attribute_steps, gradient_scores_at,
+                                                           step_shares)
+from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import EOS_ID
 from tests.conftest import T5_LIKE, tiny_config
 
 pytest.importorskip("captum")
@@ -138,7 +139,7 @@ def test_a_pad_baseline_and_bad_arguments():
 def test_the_page_attributes_the_step_on_screen_for_both_architectures(events):
     import json
 
-    from ui.tabs.sources import attribute_step
+    from attention_inspector.ui.tabs.sources import attribute_step
 
     services = events.services
     for model in ("toy-en-de", "toy-rnn"):
@@ -162,9 +163,9 @@ def test_every_gradient_method_is_a_choice_of_show_over_the_source_and_the_prefi
     decoder view to the target prefix, each step's shares of its total, computed once per decoding and method."""
     import json
 
-    from model.keys import CROSS, DECODER, ENCODER, GRADIENTS, MEAN, WEIGHTS
-    from ui.operations import GRADIENTS_OF_PREDICTIONS
-    from ui.render import view_menus
+    from attention_inspector.model.keys import CROSS, DECODER, ENCODER, GRADIENTS, MEAN, WEIGHTS
+    from attention_inspector.ui.operations import GRADIENTS_OF_PREDICTIONS
+    from attention_inspector.ui.render import view_menus
 
     session = events.translate("A man plays with a red ball.")["session"]
     trace = session.trace

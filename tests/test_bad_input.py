@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from gradio_client import Client
 
-from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, WEIGHTS
-from model.nets.decoding import output_limit
-from model.serving.translator import InputError
-from viz.attention import INVISIBLE_CATEGORIES, MAX_LABEL_CHARS
+from attention_inspector.model.keys import ALL_HEADS, CROSS, KINDS, MEAN, WEIGHTS
+from attention_inspector.model.nets.decoding import output_limit
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.viz.attention import INVISIBLE_CATEGORIES, MAX_LABEL_CHARS
 
 MODEL = "toy-en-de"
 
@@ -166,8 +166,8 @@ def test_the_status_names_each_unknown_word_once_and_whole():
     in, each once, not the pieces ("<@@", "/@@", ...)."""
     from pathlib import Path
 
-    from model.serving.checkpoint import load_checkpoint
-    from ui.operations import translate_status
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
+    from attention_inspector.ui.operations import translate_status
 
     translator = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "en-de")
     traced = translator.trace("A man <b>waves</b> 😀 and 😀.")

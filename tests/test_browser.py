@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, HEAD_LABELS, KIND_LABELS, MEAN
+from attention_inspector.model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, HEAD_LABELS, KIND_LABELS, MEAN
 from tests.pages import open_tab
-from ui.demo import TABS
-from ui.operations import FIRST_STEP
-from ui.session import to_arrays
-from viz.views import attention_figure, candidates_figure, translation_figure
+from attention_inspector.ui.demo import TABS
+from attention_inspector.ui.operations import FIRST_STEP
+from attention_inspector.ui.session import to_arrays
+from attention_inspector.viz.views import attention_figure, candidates_figure, translation_figure
 
 pytestmark = pytest.mark.slow  # drives a real browser
 SCREENSHOT = Path(os.environ.get("SCREENSHOT", Path(__file__).parent / "artifacts" / "app.png"))
@@ -794,6 +794,35 @@ def test_every_row_and_column_of_a_long_sentences_heatmap_is_named(page, service
     assert page.evaluate(count) == [len(traced.source_tokens), len(traced.target_tokens)]
 
 
+def test_on_a_phone_the_step_bar_and_the_heatmap_share_the_screen_and_the_heatmap_fits_its_width(page, server,
+                                                                                                services):
+    """Issue: on a 390x844 phone the step bar and the top of the heatmap were never on screen together, and the
+    heatmap's right side and colour bar were off to the right. Scrolled so that the step bar is at the top, the
+    heatmap starts on the screen, and it fits the width, colour bar and all; each step button is one line."""
+    phone = page.context.browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                          device_scale_factor=2)
+    try:
+        phone.goto(server)
+        translate(phone, services, LONG)
+        phone.evaluate("() => window.scrollBy(0, document.querySelector('#step-bar').getBoundingClientRect().top)")
+        phone.wait_for_timeout(300)
+        top, bottom = phone.evaluate("() => { const box = document.querySelector('#attention')"
+                                     ".getBoundingClientRect(); return [box.top, box.bottom]; }")
+        assert 0 <= top and (min(bottom, 844) - top) / (bottom - top) > 0.75, (top, bottom)  # most of it in sight
+        right = phone.evaluate("""() => Math.max(...Array.from(document.querySelectorAll(
+            '#attention .main-svg, #attention .colorbar')).map((part) => part.getBoundingClientRect().right))""")
+        assert phone.locator("#attention .colorbar").count() == 1 and right <= 390, right
+        lines = phone.evaluate("""() => ['first', 'previous', 'next', 'last'].map((id) => {
+            const button = document.getElementById(id), style = getComputedStyle(button);
+            const line = parseFloat(style.lineHeight) || 1.25 * parseFloat(style.fontSize);
+            const inner = button.getBoundingClientRect().height - ['paddingTop', 'paddingBottom', 'borderTopWidth',
+                'borderBottomWidth'].reduce((sum, side) => sum + parseFloat(style[side]), 0);
+            return inner / line; })""")
+        assert all(ratio < 1.6 for ratio in lines), lines
+    finally:
+        phone.close()
+
+
 # The entries of a menu wider than its text's room: from the input's left to the arrow drawn over its right end.
 MENU_FITS = """([selector, labels]) => {
     const input = document.querySelector(`${selector} input`);
@@ -806,8 +835,8 @@ MENU_FITS = """([selector, labels]) => {
 
 def test_every_menu_shows_its_longest_entry_whole(page, services):
     """The view's menus at 1400 px, and the model menu on a phone, are wide enough for their longest entries."""
-    from model.keys import KIND_LABELS, MEASURE_LABELS
-    from ui.operations import EVERY_HEAD, WHOLE_MODEL
+    from attention_inspector.model.keys import KIND_LABELS, MEASURE_LABELS
+    from attention_inspector.ui.operations import EVERY_HEAD, WHOLE_MODEL
 
     translate(page, services, "A dog runs.")
     models = [label for label, _ in services.model_choices()]

@@ -4,7 +4,7 @@ the page out of sight."""
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from model.keys import KINDS, head_name
+from attention_inspector.model.keys import KINDS, head_name
 from tests.pages import open_tab
 from tests.test_browser import MODEL, log_draws, status_starts, translate
 
@@ -24,7 +24,7 @@ def in_sight(page, selector: str) -> bool:
 
 
 def foot_says(page, prefix: str) -> str:
-    """The status shown in the window's corner (while the status line at the top is out of sight)."""
+    """The status shown again where the user is (while the status line at the top is out of sight)."""
     page.wait_for_function("""(prefix) => {
         const bar = document.querySelector('#status-bar');
         return bar && !bar.hidden && bar.textContent.startsWith(prefix); }""", arg=prefix, timeout=30000)
@@ -48,7 +48,7 @@ def test_a_beam_row_opens_its_hypothesis_and_says_so_where_the_user_is(page, ser
     assert "beam hypothesis #2" in foot_says(page, "Showing beam hypothesis #2")
     page.wait_for_function("() => document.querySelector('#beam-open input')?.value.startsWith('#2:')",
                            timeout=15000)
-    assert not page.evaluate("""() => {  // the status in the corner leaves the table and what it filled clear
+    assert not page.evaluate("""() => {  // the status shown again leaves the table and what it filled clear
         const bar = document.querySelector('#status-bar').getBoundingClientRect();
         return ['#n-best', '#beam-open'].some((id) => {
             const box = document.querySelector(id).getBoundingClientRect();
@@ -167,7 +167,7 @@ def test_the_counterfactual_tab_suggests_a_swap_draws_both_grids_and_a_head_clic
 def test_a_large_models_counterfactual_tab_draws_the_estimate_then_the_patched_heads(page, services, monkeypatch):
     """On a model of LARGE_MODEL parameters or more, patching draws attribution patching's grids at once, titled as
     estimates, then patches the heads they rank highest, stage by stage: the last status names how many."""
-    import ui.tabs.counterfactual as tab
+    import attention_inspector.ui.tabs.counterfactual as tab
 
     translate(page, services, SENTENCE)
     monkeypatch.setattr(tab, "large", lambda services, model: True)  # the toy model counts as large here
@@ -190,7 +190,7 @@ def test_a_large_models_counterfactual_tab_draws_the_estimate_then_the_patched_h
 def test_a_large_models_translation_shows_its_progress_then_the_translation(page, services, monkeypatch):
     """With a model of LARGE_MODEL parameters or more, Translate says at once that it is computing, with Stop in
     sight, and the queued event that follows draws the translation."""
-    from ui import operations
+    from attention_inspector.ui import operations
 
     monkeypatch.setattr(operations, "LARGE_MODEL", 1)  # the toy model counts as large
     translate(page, services, SENTENCE)  # the first visit's example is in
@@ -213,7 +213,7 @@ def test_a_link_that_opens_a_large_model_slowly_can_be_stopped_before_its_first_
     import time
     from urllib.parse import urlencode
 
-    from ui import operations
+    from attention_inspector.ui import operations
 
     monkeypatch.setattr(operations, "LARGE_MODEL", 1)  # the toy model counts as large
     translator = services.translators[MODEL]
@@ -245,7 +245,7 @@ def test_a_large_models_branch_beam_and_attribution_say_they_are_computing_then_
     Attribute this step (integrated gradients) and Which explanation to trust say at once that they are computing,
     and the queued event that follows draws the branch, the n-best table, the hypothesis, the attribution chart, the
     explanations compared."""
-    from ui import operations
+    from attention_inspector.ui import operations
 
     translate(page, services, SENTENCE)
     monkeypatch.setattr(operations, "LARGE_MODEL", 1)  # the toy model counts as large from here
@@ -522,3 +522,40 @@ def test_on_a_phone_a_tabs_progress_started_at_the_foot_of_the_screen_comes_into
         status_starts(page, "Patched at step ")
     finally:
         page.set_viewport_size({"width": 1400, "height": 900})
+
+
+# Whether the status shown where the user is (page.js) overlaps any of the elements `selectors` name.
+STATUS_COVERS = """(selectors) => {
+    const bar = document.querySelector('#status-bar').getBoundingClientRect();
+    return selectors.filter((selector) => {
+        const box = document.querySelector(selector).getBoundingClientRect();
+        return bar.left < box.right && box.left < bar.right && bar.top < box.bottom && box.top < bar.bottom; }); }"""
+
+
+@pytest.mark.parametrize("width, height, top", [(1400, 900, "#counterfactual-tab .prose"),
+                                               (390, 844, "#counterfactual-text")])
+def test_the_status_shown_down_in_a_tab_covers_none_of_the_tabs_content(page, services, width, height, top):
+    """Issue: the status box in the window's corner covered the Counterfactual tab's description at 1400x900, and
+    "Both translations" on a phone, when they were at the top of the screen. Shown in the page's flow below the row
+    of the button last pressed, it covers neither; in sight where that row is."""
+    page.set_viewport_size({"width": width, "height": height})
+    translate(page, services, SENTENCE)
+    open_tab(page, "Counterfactual")
+    page.click("#suggest-swap")
+    page.wait_for_function("() => document.querySelector('#counterfactual textarea, #counterfactual input')"
+                           "?.value.startsWith('A woman')", timeout=15000)
+    page.click("#patch")
+    status_starts(page, "Patched at step ")  # the answers are drawn: the page is long enough to scroll them up
+    page.evaluate("() => { const bar = document.querySelector('#status-bar'); if (bar) bar.hidden = true; }")
+    page.evaluate("(top) => window.scrollBy(0, document.querySelector(top).getBoundingClientRect().top - 30)", top)
+    assert not in_sight(page, "#status")  # the user is down in the tab, `top` at the top of the screen
+    if in_sight(page, "#stop-patch"):
+        page.click("#stop-patch")  # beside Patch
+    else:  # scrolled past it (a phone): pressed from the keyboard
+        page.evaluate("() => document.querySelector('#stop-patch').focus({preventScroll: true})")
+        page.keyboard.press("Enter")
+    assert foot_says(page, "Nothing to stop")
+    description = "#counterfactual-tab .prose"
+    assert page.evaluate(STATUS_COVERS, [description, "#counterfactual-text"]) == []
+    assert not in_sight(page, "#stop-patch") or in_sight(page, "#status-bar")
+    page.click("#status-bar")  # read: it goes

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from model.keys import DECODER, ENCODER, INTEGRATED_GRADIENTS, KIND_LABELS, MEASURE_LABELS, WEIGHTS
+from attention_inspector.model.keys import DECODER, ENCODER, INTEGRATED_GRADIENTS, KIND_LABELS, MEASURE_LABELS, WEIGHTS
 from tests.pages import open_tab
 from tests.test_browser import LONG, MODEL, choose, translate
 
@@ -270,7 +270,7 @@ def test_a_translation_copies_none_of_the_tabs_answers_once_they_have_been_drawn
 def test_a_tabs_slow_answer_shows_its_progress_in_the_tab_above_the_answers(page, services, monkeypatch):
     """Which explanation to trust, its integrated gradients made slow: Gradio's progress shows in the tab, right
     above the answers (over neither them nor the button), and takes room only while it runs."""
-    from ui.tabs import sources
+    from attention_inspector.ui.tabs import sources
 
     measured = sources.integrated_faithfulness
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import model.serving.catalog as catalog_module
-from model.hub.convert_hf import ConversionError, convert
-from model.serving.catalog import Catalog, memory_bytes
+import attention_inspector.model.serving.catalog as catalog_module
+from attention_inspector.model.hub.convert_hf import ConversionError, convert
+from attention_inspector.model.serving.catalog import Catalog, memory_bytes
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
@@ -63,7 +63,7 @@ def test_a_model_asked_for_at_once_by_many_is_loaded_once(hub_root, monkeypatch)
 
 
 def test_the_trace_workers_serve_a_model_loaded_after_they_started(hub_root, tmp_path, monkeypatch):
-    from ui import load_services
+    from attention_inspector.ui import load_services
 
     root = Path(shutil.copytree(hub_root, tmp_path / "checkpoints"))
     size = memory_bytes(root / "opus-a")
@@ -104,7 +104,7 @@ def stand_in_hub(tmp_path, monkeypatch):
 
 
 def test_the_hub_box_converts_a_model_once_and_adds_it_to_the_menu(tmp_path, stand_in_hub):
-    from ui.services import Services
+    from attention_inspector.model.api.services import Services
 
     root = tmp_path / "checkpoints"
     root.mkdir()
@@ -130,8 +130,8 @@ def test_the_hub_box_refuses_at_once_what_it_cannot_load(tmp_path, stand_in_hub,
 
     import huggingface_hub
 
-    from ui.links import LinkSpec, open_link
-    from ui.services import Services
+    from attention_inspector.model.api.services import Services
+    from attention_inspector.ui.links import LinkSpec, open_link
 
     root = tmp_path / "checkpoints"
     root.mkdir()
@@ -156,7 +156,7 @@ def test_the_hub_box_refuses_at_once_what_it_cannot_load(tmp_path, stand_in_hub,
 
 
 def test_a_worker_forked_before_a_model_was_loaded_hands_its_request_back(hub_root):
-    from model.serving.workers import TracePool
+    from attention_inspector.model.serving.workers import TracePool
 
     catalog = Catalog(hub_root, lazy_bytes=0)
     pool = TracePool(catalog, workers=1)  # forked while nothing is loaded; nobody forks it anew
@@ -169,8 +169,8 @@ def test_a_worker_forked_before_a_model_was_loaded_hands_its_request_back(hub_ro
 
 def test_a_model_the_disk_has_no_room_for_is_refused_before_anything_is_written(tmp_path, stand_in_hub, monkeypatch):
     """Neither a download nor a conversion starts without the room it needs on its disk; each says how much."""
-    from model.hub import convert_hf, hub_checks
-    from ui.services import Services
+    from attention_inspector.model.api.services import Services
+    from attention_inspector.model.hub import convert_hf, hub_checks
 
     root = tmp_path / "checkpoints"
     root.mkdir()
@@ -191,7 +191,7 @@ def test_a_model_the_disk_has_no_room_for_is_refused_before_anything_is_written(
 def test_the_hub_box_refuses_a_model_over_the_memory_budget_and_says_what_to_set(tmp_path, stand_in_hub):
     """The page converts what its memory for models (MODEL_MEMORY_GB) can serve, and no more; nothing is fetched
     or written for a model over it."""
-    from ui.services import Services
+    from attention_inspector.model.api.services import Services
 
     root = tmp_path / "checkpoints"
     root.mkdir()

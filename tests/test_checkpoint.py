@@ -7,11 +7,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model.keys import ALL_HEADS, CROSS, MEAN
-from model.nets.transformer import Transformer
-from model.serving.checkpoint import CONFIG, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
-from model.serving.translator import InputError, Translator
-from model.text.vocab import SPECIALS, Tokenizer, Truecaser, Vocab
+from attention_inspector.model.keys import ALL_HEADS, CROSS, MEAN
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.serving.checkpoint import (CONFIG, METRICS, VOCAB, WEIGHTS, CheckpointError,
+                                                          load_checkpoint, save_checkpoint)
+from attention_inspector.model.serving.translator import InputError, Translator
+from attention_inspector.model.text.vocab import SPECIALS, Tokenizer, Truecaser, Vocab
 from tests.conftest import Events, tiny_config
 
 
@@ -144,8 +145,8 @@ def test_shipped_rnn_checkpoints_translate_and_attend(name, heads, attention, bl
 
 def test_the_seeds_attentions_work_in_every_view_and_compare_in_the_app():
     """dot against split and against multihead, with every view, a branch, heads off and the beam."""
-    from ui import build_demo, operations
-    from ui.services import Services
+    from attention_inspector.model.api.services import Services
+    from attention_inspector.ui import build_demo, operations
 
     names = ("en-fr-rnn-dot", "en-fr-rnn-split", "en-fr-rnn-multihead")
     services = Services({name: load_checkpoint(SHIPPED / name) for name in names}, root=SHIPPED)
@@ -175,7 +176,7 @@ def test_weights_are_written_a_tensor_at_a_time_as_safetensors_reads_them(tmp_pa
     ones and integers as they are, floating ones cast where asked."""
     from safetensors.torch import load_file
 
-    from model.serving.checkpoint import write_safetensors
+    from attention_inspector.model.serving.checkpoint import write_safetensors
 
     tensors = {"w": torch.randn(3, 4), "t": torch.randn(2, 3).t(), "ids": torch.arange(5), "s": torch.tensor(1.5),
                "e": torch.zeros(0, 3)}

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from model.explain.contributions import (BLOCKS, alti_plus, block_contributions, decomposed, layers_contributions,
-                                         rollout, value_weighted)
-from model.keys import CROSS, ENCODER
-from model.nets.seq2seq import head_gates
-from model.nets.transformer import Transformer
-from model.serving.checkpoint import load_checkpoint
-from model.text.vocab import EOS_ID, SOS_ID
+from attention_inspector.model.explain.contributions import (BLOCKS, alti_plus, block_contributions, decomposed,
+                                                             layers_contributions, rollout, value_weighted)
+from attention_inspector.model.keys import CROSS, ENCODER
+from attention_inspector.model.nets.seq2seq import head_gates
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.text.vocab import EOS_ID, SOS_ID
 from tests.conftest import SHIPPED, tiny_config
 
 SRC_IDS = [5, 6, 7, 8, 9, EOS_ID]
@@ -181,7 +181,7 @@ def test_the_shipped_model_takes_most_of_each_word_from_the_source():
 
 
 def test_the_app_measures_the_decoding_on_screen_on_request(events, services):
-    from ui.tabs.sources import measure_sources
+    from attention_inspector.ui.tabs.sources import measure_sources
 
     session = events.translate("A man plays with a red ball.")["session"]
     (shares, contributions), status = measure_sources(services, session)
@@ -197,7 +197,7 @@ def test_the_app_measures_the_decoding_on_screen_on_request(events, services):
 
 
 def test_head_statistics_of_known_maps():
-    from model.explain.head_stats import head_statistics
+    from attention_inspector.model.explain.head_stats import head_statistics
 
     tokens = ["a", "dog", ".", "<eos>"]
     previous = np.zeros((1, 2, 4, 4))
@@ -214,8 +214,8 @@ def test_head_statistics_of_known_maps():
 
 
 def test_the_app_tables_every_heads_statistics(events, services):
-    from model.keys import CROSS, DECODER
-    from ui.tabs.statistics import measure_heads
+    from attention_inspector.model.keys import CROSS, DECODER
+    from attention_inspector.ui.tabs.statistics import measure_heads
 
     session = events.translate("A dog runs.")["session"]
     trace = session.trace
@@ -238,9 +238,10 @@ def test_the_app_tables_every_heads_statistics(events, services):
 def test_every_view_can_show_a_measure_instead_of_the_weights(events, services):
     import json
 
-    from model.explain.contributions import measure_maps
-    from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
-    from ui.operations import MEASURE_LINES
+    from attention_inspector.model.explain.contributions import measure_maps
+    from attention_inspector.model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, MEAN, ROLLOUT,
+                                                VALUE_NORM, WEIGHTS)
+    from attention_inspector.ui.operations import MEASURE_LINES
 
     session = events.translate("A man plays with a red ball.")["session"]
     trace = session.trace
@@ -290,8 +291,8 @@ def test_a_decodings_measures_are_computed_once_and_kept_with_it(events, service
     decoding reuse its maps; another decoding (a branch) gets its own."""
     import json
 
-    from model.keys import ALTI, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
-    from ui import operations
+    from attention_inspector.model.keys import ALTI, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
+    from attention_inspector.ui import operations
 
     session = events.translate("A man plays with a red ball.")["session"]
     trace = session.trace

@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model.hub.convert_hf import ConversionError, convert, main
-from model.nets.decoding import output_limit
-from model.serving.checkpoint import load_checkpoint
-from model.serving.translator import InputError
+from attention_inspector.model.hub.convert_hf import ConversionError, convert, main
+from attention_inspector.model.nets.decoding import output_limit
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.serving.translator import InputError
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
@@ -328,8 +328,8 @@ def test_t5_reads_the_prompt_of_each_direction_its_config_names(hub, tmp_path):
 def test_a_conversion_that_fails_leaves_nothing_in_the_checkpoints(tmp_path, monkeypatch):
     """The checkpoint is written into a hidden folder and moved into place only once whole: a conversion that
     fails midway (the disk full as the weights are written, say) leaves no half-written checkpoint to be served."""
-    from model.hub import convert_hf
-    from model.serving.catalog import Catalog
+    from attention_inspector.model.hub import convert_hf
+    from attention_inspector.model.serving.catalog import Catalog
 
     source = hub_models.marian(tmp_path / "hub")
     root = tmp_path / "checkpoints"
@@ -375,7 +375,7 @@ def test_the_conversion_reads_the_hub_file_without_changing_it_and_the_model_hol
     which a new conversion may replace under it."""
     import hashlib
 
-    from model.serving.checkpoint import read_rows, read_safetensors
+    from attention_inspector.model.serving.checkpoint import read_rows, read_safetensors
 
     folder = hub["nllb"][0]
     digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
@@ -398,7 +398,7 @@ def test_a_tokenizer_of_another_model_is_refused_and_nothing_is_written(hub, tmp
     are refused with a message that says so, not converted into a model that reads the wrong rows."""
     import shutil
 
-    from model.serving.catalog import Catalog
+    from attention_inspector.model.serving.catalog import Catalog
 
     root = tmp_path / "checkpoints"
     for build, edit, message in (

@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 
-from model.nets import cores
-from model.nets.cores import available_cores, shared
+from attention_inspector.model.nets import cores
+from attention_inspector.model.nets.cores import available_cores, shared
 
 ASKED_BY = contextvars.ContextVar("asked_by", default=None)
 

@@ -4,9 +4,9 @@ import gzip
 
 import pytest
 
-from model.text.batching import make_batch, token_batches
-from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
-from model.training.data import DataError, load_pairs
+from attention_inspector.model.text.batching import make_batch, token_batches
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
+from attention_inspector.model.training.data import DataError, load_pairs
 
 
 def test_reads_raw_gzipped_files_in_both_directions(toy_data):
@@ -146,5 +146,5 @@ def test_a_corpus_of_a_million_lines_is_memory_mapped_not_loaded(tmp_path):
 
 
 def rows_of(pairs):
-    from model.training.data import rows
+    from attention_inspector.model.training.data import rows
     return rows(pairs, "src")

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from model.nets.decoding import beam_search, greedy_decode, output_limit
-from model.text.batching import pad
-from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
+from attention_inspector.model.nets.decoding import beam_search, greedy_decode, output_limit
+from attention_inspector.model.text.batching import pad
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 
 SOURCES = [[5, 6, 7, EOS_ID], [8, 9, 10, 11, 12, 13, EOS_ID], [14, EOS_ID]]
 

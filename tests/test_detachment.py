@@ -5,15 +5,19 @@ import csv
 import itertools
 import json
 import random
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from model.analysis import detachment as command
-from model.explain.detachment import COMBINED, DEFAULT_THRESHOLDS, DETECTORS, LOG_PROBABILITY, SOURCE_SHARE, ranked
-from model.serving.checkpoint import load_checkpoint
-from model.serving.translator import InputError
+from attention_inspector.model.analysis import detachment as command
+from attention_inspector.model.explain.detachment import (COMBINED, DEFAULT_THRESHOLDS, DETECTORS, LOG_PROBABILITY,
+                                                          SOURCE_SHARE, ranked)
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.ui.render import detachment_part
 from tests.test_http_api import call
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -57,6 +61,25 @@ def test_on_en_de_a_source_paired_with_another_translation_scores_below_its_own(
                            zip(scores[command.OWN], scores[command.FULLY])) for detector in DETECTORS}
     assert below[COMBINED] >= 190 and below[LOG_PROBABILITY] >= 190  # the page flags by the combination
     assert below[SOURCE_SHARE] >= 150  # ALTI+ alone ranks most of them, not 95% (docs/explanations.md)
+
+
+@pytest.mark.parametrize("above", [0.0004, 0.003, 0.2])
+def test_a_flagged_sentence_never_reads_its_score_equal_to_its_threshold(events, above):
+    """The verdict's score and threshold are shown with the decimals that tell them apart (0.4966 under 0.4970, not
+    0.50 under 0.50), and a sentence's score under its threshold reads as under it."""
+    session = events.translate("A dog runs in the park.")["session"]
+    scored = session.current.detachment
+    score = scored.measured.score(COMBINED)
+    session = session.with_current(detachment=replace(scored, thresholds={**scored.thresholds,
+                                                                          "sentence": score + above}))
+    verdict = detachment_part(session)["verdict"]
+    shown = re.search(r"Score (\d\.\d+)", verdict).group(1)
+    threshold = re.search(r"A sentence under (\d\.\d+) is flagged", verdict).group(1)
+    assert verdict.startswith("Detached from its source?") and len(shown) == len(threshold)
+    assert float(shown) < float(threshold) and float(shown) == pytest.approx(score, abs=10 ** -(len(shown) - 2))
+    digits = len(shown) - 2  # no more decimals than part them; 2 where 2 do
+    assert digits == 2 or round(score, digits - 1) == round(score + above, digits - 1)
+    assert digits == 2 or above < 0.01
 
 
 def test_every_score_is_the_same_from_the_api_the_page_and_the_command(server, events, services, tmp_path):
@@ -154,7 +177,7 @@ def test_a_trace_scores_its_detachment_from_its_own_pass_as_a_second_pass_would(
                                                                                 monkeypatch):
     """`trace(detach=True)`: the score `detachment` gives the translation, with a forced prefix and heads off
     too, from the decoding's own pass (no teacher-forced pass runs), and the trace it returns carries no vectors."""
-    import model.serving.translator as translator_module
+    import attention_inspector.model.serving.translator as translator_module
 
     translator = translators_of_each_kind[name]
     text = "A dog runs in the park."
@@ -175,7 +198,7 @@ def test_a_trace_scores_its_detachment_from_its_own_pass_as_a_second_pass_would(
 
 def test_a_multilingual_trace_leaves_its_given_language_code_out_of_the_scores(tmp_path):
     pytest.importorskip("transformers")
-    from model.hub.convert_hf import convert
+    from attention_inspector.model.hub.convert_hf import convert
     from tests import hub_models
 
     translator = load_checkpoint(convert(str(hub_models.nllb(tmp_path / "nllb")), tmp_path / "converted"))
@@ -192,7 +215,7 @@ def test_a_translation_of_no_word_is_not_scored_and_says_why(translators_of_each
 
 
 def test_the_page_marks_a_detached_translation_and_says_its_threshold(events):
-    from ui import operations
+    from attention_inspector.ui import operations
 
     out = events.translate("A dog runs in the park.")
     session = out["session"]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from model.explain.attribution import METHODS as ATTRIBUTION_METHODS
-from model.explain.faithfulness import quick_faithfulness, sentence_faithfulness
+from attention_inspector.model.explain.attribution import METHODS as ATTRIBUTION_METHODS
+from attention_inspector.model.explain.faithfulness import quick_faithfulness, sentence_faithfulness
 
 SENTENCE = "a man is reading a newspaper ."
 
@@ -52,7 +52,7 @@ def test_every_operation_makes_its_tensors_on_the_models_device(translators_of_e
 @pytest.mark.parametrize("command", ["model.analysis.faithfulness", "model.analysis.patching",
                                      "model.serving.inspect", "model.training.evaluate", "model.analysis.heads"])
 def test_every_study_refuses_a_gpu_the_machine_lacks_before_loading_anything(command, tmp_path):
-    main = importlib.import_module(command).main
+    main = importlib.import_module(f"attention_inspector.{command}").main
     given = {"model.analysis.patching": ["--gender", "2"],
              "model.serving.inspect": ["--input", str(tmp_path / "in.txt"), "--out", str(tmp_path / "out")]}
     with pytest.raises(SystemExit, match="GPU"):
@@ -61,7 +61,7 @@ def test_every_study_refuses_a_gpu_the_machine_lacks_before_loading_anything(com
 
 
 def test_the_app_on_a_gpu_it_lacks_or_with_workers_forked_from_one_says_why_and_loads_nothing(monkeypatch, tmp_path):
-    from ui import load_services
+    from attention_inspector.ui import load_services
 
     missing = f"cuda:{torch.cuda.device_count()}"
     with pytest.raises(ValueError, match="GPU"):

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from model.nets.transformer import Transformer
-from model.training import distributed
-from model.training.train import step_loss
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.training import distributed
+from attention_inspector.model.training.train import step_loss
 from tests.conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,8 +85,8 @@ def torchrun(*args: str, module: str = "model.training.train", processes: int = 
 def test_two_processes_learn_reversal_as_one_does(tmp_path):
     """The shipped reverser's recorded command, on 2 processes (torchrun, gloo): a checkpoint that loads and
     reverses held-out strings as well as the 1-process run's (exact match >= 99%)."""
-    from model.serving.checkpoint import load_checkpoint
-    from model.training.evaluate import evaluate
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.training.evaluate import evaluate
     from tests.test_reversal import recorded_arguments
     run = torchrun(*recorded_arguments(tmp_path))  # --threads 1: a thread per process
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -115,7 +115,7 @@ def test_a_two_process_run_resumes(toy_data, tmp_path):
 
 @pytest.mark.slow
 def test_alignment_error_rates_on_two_processes_are_those_of_one(capsys):
-    from model.analysis import align
+    from attention_inspector.model.analysis import align
     argv = ["--checkpoint", str(ROOT / "checkpoints" / "reverse"), "--data", "reverse", "--split", "test",
             "--limit", "61"]
     align.main(argv)
@@ -131,7 +131,7 @@ def test_head_statistics_on_two_processes_are_those_of_one(toy_checkpoints, tmp_
     changes, and the pruning curve are those of one process reading it all."""
     import shutil
 
-    from model.analysis import heads
+    from attention_inspector.model.analysis import heads
     root, data = toy_checkpoints
     reports = {}
     for processes in (1, 2):
@@ -166,7 +166,7 @@ def test_head_statistics_on_two_processes_are_those_of_one(toy_checkpoints, tmp_
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [2, 3])
 def test_evaluation_on_several_processes_scores_the_whole_split_as_one_does(toy_checkpoints, processes, capsys):
-    from model.training import evaluate
+    from attention_inspector.model.training import evaluate
     root, data = toy_checkpoints
     argv = ["--checkpoint", str(root / "toy-en-de"), "--data", str(data), "--split", "val", "--beam", "2",
             "--threads", "1"]
@@ -182,7 +182,7 @@ def test_evaluation_on_several_processes_scores_the_whole_split_as_one_does(toy_
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [2, 3])
 def test_the_faithfulness_table_on_several_processes_is_that_of_one(toy_checkpoints, processes, capsys):
-    from model.analysis import faithfulness
+    from attention_inspector.model.analysis import faithfulness
     root, data = toy_checkpoints
     argv = ["--checkpoint", str(root / "toy-en-de"), "--data", str(data), "--split", "val", "--sentences", "5", "--steps",
             "8", "--threads", "1"]
@@ -196,7 +196,7 @@ def test_the_faithfulness_table_on_several_processes_is_that_of_one(toy_checkpoi
 
 @pytest.mark.slow
 def test_the_patching_study_on_two_processes_is_that_of_one(tmp_path, capsys):
-    from model.analysis import patching
+    from attention_inspector.model.analysis import patching
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("A man is reading a newspaper.\tA woman is reading a newspaper.\tmann\tfrau\n"
                      "A boy plays in the park.\tA girl plays in the park.\tjunge\tmädchen\n"
@@ -212,7 +212,7 @@ def test_the_patching_study_on_two_processes_is_that_of_one(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_traces_written_by_two_processes_are_those_of_one(toy_checkpoints, tmp_path):
-    from model.serving import inspect
+    from attention_inspector.model.serving import inspect
     root, _ = toy_checkpoints
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("A dog runs in the park.\n\nA woman plays with a child.\nA man runs.\nA red ball.\n",

@@ -10,8 +10,8 @@ import httpx
 import pytest
 import uvicorn
 
-from ui.door import Door
-from ui.services import Admission
+from attention_inspector.model.api.services import Admission
+from attention_inspector.ui.door import Door
 
 
 def slow_app(release: asyncio.Event):

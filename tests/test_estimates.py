@@ -10,12 +10,13 @@ import torch
 from torch import nn
 
 from conftest import tiny_config
-from model.analysis import heads
-from model.explain.estimates import agreement, gate_sums, patching_estimate, spearman, staged_patching, summed_loss
-from model.explain.patching import patch_heads
-from model.nets.seq2seq import HeadGates
-from model.nets.transformer import Transformer
-from model.text.batching import make_batch
+from attention_inspector.model.analysis import heads
+from attention_inspector.model.explain.estimates import (agreement, gate_sums, patching_estimate, spearman,
+                                                         staged_patching, summed_loss)
+from attention_inspector.model.explain.patching import patch_heads
+from attention_inspector.model.nets.seq2seq import HeadGates
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.batching import make_batch
 
 
 def small_case(**overrides):
@@ -191,7 +192,7 @@ def test_the_counterfactual_tab_on_a_large_model_draws_the_estimate_then_fills_i
     """Where a patched run per head is slow (a model of 100 M parameters or more), the tab draws the estimate at once,
     marked as one, then the heads it ranks highest patched exactly, stage by stage; the toy's 24 heads all come to
     their patched runs' effects, and the exports keep the last stage."""
-    import ui.tabs.counterfactual as tab
+    import attention_inspector.ui.tabs.counterfactual as tab
 
     monkeypatch.setattr(tab, "large", lambda services, model: True)
     services = events.services
@@ -215,7 +216,7 @@ def test_the_counterfactual_tab_on_a_large_model_draws_the_estimate_then_fills_i
 def test_the_heads_heatmap_says_what_each_estimate_is_worth():
     """The estimate's heatmap carries its measured agreement, Michel et al.'s importance is called a ranking with
     its own, and a top-K report's exact change says which heads it left blank."""
-    from ui.render import measure_note
+    from attention_inspector.ui.render import measure_note
 
     agreed = {"heads": 72, "spearman": 0.95, "exact_top10_within": {"10": 8, "20": 10, "32": 10},
               "largest_missed": {"10": -0.006, "20": -0.005, "32": None}}
@@ -241,9 +242,9 @@ def test_the_patching_estimate_is_the_derivative_of_patching_along_the_line_to_t
     (whose heads' outputs are read once per step) and a Transformer alike."""
     from pathlib import Path
 
-    from model.explain.patching import patched_scores, recorded_runs
-    from model.serving.checkpoint import load_checkpoint
-    from model.text.vocab import SOS_ID
+    from attention_inspector.model.explain.patching import patched_scores, recorded_runs
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.text.vocab import SOS_ID
 
     translator = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / name)
     text, counterfactual = "A man is riding a bicycle down the street.", "A woman is riding a bicycle down the street."

@@ -5,13 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from model.analysis import faithfulness
-from model.analysis.faithfulness import summary
-from model.explain.faithfulness import KS, METHODS, log_probabilities, sentence_faithfulness, step_faithfulness
-from model.nets.decoding import next_token_logits
-from model.nets.rnn import RNNConfig, RNNSeq2Seq
-from model.nets.transformer import Transformer
-from model.text.vocab import EOS_ID, SOS_ID, UNK_ID
+from attention_inspector.model.analysis import faithfulness
+from attention_inspector.model.analysis.faithfulness import summary
+from attention_inspector.model.explain.faithfulness import (KS, METHODS, log_probabilities, sentence_faithfulness,
+                                                            step_faithfulness)
+from attention_inspector.model.nets.decoding import next_token_logits
+from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import EOS_ID, SOS_ID, UNK_ID
 from tests.conftest import tiny_config
 
 pytest.importorskip("captum")
@@ -22,8 +23,8 @@ TGT = [12, 13, 14, EOS_ID]
 def test_the_deletion_curves_count_tokens_removed_in_order_each_count_once():
     """A fraction of the sentence comes to as many tokens as a whole number on a short sentence: one point, named
     both ways, never drawn again after a larger one (the curve went back)."""
-    from model.explain.faithfulness import KS
-    from ui.tabs.sources import k_axis
+    from attention_inspector.model.explain.faithfulness import KS
+    from attention_inspector.ui.tabs.sources import k_axis
 
     assert k_axis(3) == (["1 (20%)", "2 (50%)", "3"], [0, 1, 2])
     assert k_axis(10) == (["1", "2 (20%)", "3", "5 (50%)"], [0, 1, 2, 4]) and KS[3] == 0.2
@@ -87,7 +88,7 @@ def test_the_command_prints_a_table_per_method(toy_checkpoints, tmp_path, capsys
 def test_the_page_compares_the_explanations_of_the_word_on_screen(events):
     import json
 
-    from ui.tabs.sources import explanations_compared, explanations_integrated
+    from attention_inspector.ui.tabs.sources import explanations_compared, explanations_integrated
 
     for model, methods in (("toy-en-de", 7), ("toy-rnn", 5)):  # no heads.json: no best head; the GRU: no residual
         session = events.translate("A dog runs in the park.", model=model)["session"]
@@ -110,8 +111,8 @@ def test_the_pages_first_answer_reads_the_decodings_maps_and_gives_what_a_pass_o
     """The first answer of which explanation to trust reads the attention maps of the decoding's trace and the
     ALTI+ contributions its detachment was scored from, instead of a pass and an ALTI+ of its own: the same scores
     and deletion curves (1e-5). A decoding with heads off has none to give."""
-    from model.explain import faithfulness as measures
-    from ui.tabs.sources import explained_word, seen
+    from attention_inspector.model.explain import faithfulness as measures
+    from attention_inspector.ui.tabs.sources import explained_word, seen
 
     session = events.translate("A dog runs in the park with a ball.", model="toy-en-de")["session"]
     model, src_ids, tgt_ids, step = explained_word(events.services, session, 3)

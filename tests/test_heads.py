@@ -6,12 +6,12 @@ import shutil
 import numpy as np
 import pytest
 
-from model.analysis import align, heads
-from model.analysis.align import alignment_error_rate
-from model.nets.seq2seq import head_gates
-from model.serving.checkpoint import load_checkpoint
-from model.training.data import load_pairs
-from model.training.distributed import Ranks
+from attention_inspector.model.analysis import align, heads
+from attention_inspector.model.analysis.align import alignment_error_rate
+from attention_inspector.model.nets.seq2seq import head_gates
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.training.data import load_pairs
+from attention_inspector.model.training.distributed import Ranks
 
 
 @pytest.fixture(scope="module")

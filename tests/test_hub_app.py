@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from model.hub.convert_hf import convert
-from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, GRADIENTS, MEAN, MEASURES
-from model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.hub.convert_hf import convert
+from attention_inspector.model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, GRADIENTS, MEAN, MEASURES
+from attention_inspector.model.serving.checkpoint import load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
@@ -26,8 +26,8 @@ def hub_events(tmp_path_factory):
     converted flan-t5-like model."""
     from conftest import Events
 
-    from ui import build_demo
-    from ui.services import Services
+    from attention_inspector.model.api.services import Services
+    from attention_inspector.ui import build_demo
 
     root = tmp_path_factory.mktemp("hub-app")
     models = (("opus-a", hub_models.marian, 0), ("nllb", hub_models.nllb, 1), ("opus-b", hub_models.marian, 5),
@@ -39,7 +39,7 @@ def hub_events(tmp_path_factory):
 
 
 def test_every_view_and_measure_draws_a_converted_model(hub_events):
-    from ui import operations
+    from attention_inspector.ui import operations
 
     answer = hub_events.translate(TEXT, model="nllb")
     session = answer["session"]
@@ -65,8 +65,8 @@ def test_every_view_and_measure_draws_a_converted_model(hub_events):
 
 
 def test_choosing_languages_translates_that_way_and_a_link_keeps_them(hub_events):
-    from ui import listeners
-    from ui.links import LinkSpec, link_of, open_link
+    from attention_inspector.ui import listeners
+    from attention_inspector.ui.links import LinkSpec, link_of, open_link
 
     session = hub_events.translate(TEXT, model="nllb")["session"]
     answer = hub_events.run(listeners.change_languages, session, "nllb", TEXT, "fra_Latn", "spa_Latn")
@@ -88,7 +88,7 @@ def test_choosing_languages_translates_that_way_and_a_link_keeps_them(hub_events
 
 
 def test_a_one_way_model_hides_the_language_menus_and_compares_with_another(hub_events):
-    from ui import listeners, operations
+    from attention_inspector.ui import listeners, operations
 
     session = hub_events.translate(TEXT, model="nllb")["session"]
     answer = hub_events.run(listeners.translate_or_example, session, "opus-a", TEXT)
@@ -101,7 +101,7 @@ def test_a_one_way_model_hides_the_language_menus_and_compares_with_another(hub_
 def test_the_api_takes_languages(hub_events):
     import gradio as gr
 
-    from ui.api import endpoints
+    from attention_inspector.ui.api import endpoints
 
     trace, detach, score, beam, attribute, patch = endpoints(hub_events.services)
     traced = trace("nllb", TEXT, src_lang="fra_Latn", tgt_lang="spa_Latn")
@@ -134,7 +134,7 @@ def test_the_language_menus_in_the_browser(hub_events):
 
     from conftest import CHROMIUM, CHROMIUM_ARGS
 
-    from ui import launch_options
+    from attention_inspector.ui import launch_options
 
     if not shutil.which(CHROMIUM) and not os.environ.get("CI"):
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
@@ -177,11 +177,11 @@ def test_a_view_in_words_steps_in_the_browser_as_python_builds_it(hub_events):
     import numpy as np
     from conftest import CHROMIUM, CHROMIUM_ARGS
 
-    from model.keys import INTEGRATED_GRADIENTS
-    from ui import launch_options
-    from ui.operations import attribution_maps, gradient_trace
-    from ui.session import Decoding, to_arrays
-    from viz.views import attention_figure
+    from attention_inspector.model.keys import INTEGRATED_GRADIENTS
+    from attention_inspector.ui import launch_options
+    from attention_inspector.ui.operations import attribution_maps, gradient_trace
+    from attention_inspector.ui.session import Decoding, to_arrays
+    from attention_inspector.viz.views import attention_figure
 
     if not shutil.which(CHROMIUM) and not os.environ.get("CI"):
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
@@ -239,7 +239,7 @@ def test_a_view_in_words_steps_in_the_browser_as_python_builds_it(hub_events):
 
 
 def test_a_t5_model_reads_its_prompt_and_every_view_and_measure_draws_it(hub_events):
-    from ui import listeners
+    from attention_inspector.ui import listeners
 
     answer = hub_events.translate(TEXT, model="flan")
     session = answer["session"]
@@ -265,9 +265,9 @@ def test_a_branch_and_heads_off_compare_in_words(hub_events):
 
     import numpy as np
 
-    from model.text.words import words
-    from ui import operations
-    from viz.whatif import FORCED
+    from attention_inspector.model.text.words import words
+    from attention_inspector.ui import operations
+    from attention_inspector.viz.whatif import FORCED
 
     in_pieces = (CROSS, 0, MEAN, "weights", 2, False, "pieces")
     session = hub_events.translate(TEXT, model="flan")["session"]
@@ -307,8 +307,8 @@ def test_a_hub_model_is_scored_on_detokenized_text_in_its_directions(hub_events,
     languages asked for."""
     import sacrebleu
 
-    from model.text.vocab import Tokenizer
-    from model.training.evaluate import evaluate, multi30k_language
+    from attention_inspector.model.text.vocab import Tokenizer
+    from attention_inspector.model.training.evaluate import evaluate, multi30k_language
     from tests.conftest import write_parallel
 
     data = write_parallel(tmp_path, sizes=(("test_2016_flickr", 6),))
@@ -329,11 +329,11 @@ def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, t
     import shutil
     import time
 
-    from model.analysis import heads
-    from model.serving.catalog import REPORT_LOOK_S, Catalog
+    from attention_inspector.model.analysis import heads
+    from attention_inspector.model.serving.catalog import REPORT_LOOK_S, Catalog
     from tests.conftest import write_parallel
-    from ui import operations
-    from ui.services import Services
+    from attention_inspector.model.api.services import Services
+    from attention_inspector.ui import operations
 
     root = tmp_path / "checkpoints"
     for name in ("opus-a", "nllb"):

@@ -1,12 +1,15 @@
-"""The project as a package (issue 56): `pip install .` gives the packages and the `attention-inspector` command,
-pinned as requirements.txt pins the app; installed outside the checkout, the commands run."""
+"""The project as a package: `pip install .` gives one package, attention_inspector, with the shipped checkpoints
+inside it, and the `attention-inspector` command, pinned as requirements.txt pins the app; installed, it works from
+any folder, a user's own `model.py` beside it, and every command says what it takes with the base install."""
 
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 import tomllib
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,8 +36,8 @@ def test_the_package_pins_what_the_requirements_files_pin():
 def test_the_command_lists_every_command_and_refuses_an_unknown_one(capsys):
     cli.main(["--help"])
     listed = capsys.readouterr().out
-    for name, (module, _) in cli.COMMANDS.items():
-        assert f"  {name} " in listed and module in listed
+    for name, (_, what) in cli.COMMANDS.items():
+        assert f"  {name} " in listed and what in listed
     with pytest.raises(SystemExit, match="unknown command 'translate'"):
         cli.main(["translate"])
     with pytest.raises(SystemExit) as done:
@@ -48,48 +51,141 @@ def test_serve_says_where_it_looked_when_there_are_no_checkpoints(tmp_path, monk
         cli.main(["serve", "--checkpoints", str(tmp_path / "nowhere")])
 
 
-@pytest.mark.slow
-def test_a_wheel_installed_in_a_fresh_venv_outside_the_checkout_runs_its_commands(tmp_path):
-    source = tmp_path / "source"  # what the wheel is built from, so the checkout gets no build folders
+PACKAGED = ("attention_inspector", "model", "viz", "ui", "checkpoints")  # what the wheel is built from
+EXTRAS = ("datasets", "pyarrow", "sacrebleu")  # the `studies` extra's packages, absent from a base install
+
+
+def test_the_wheel_lists_every_package_of_the_checkout_under_one_name():
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+
+    def installed_as(init: Path) -> str:  # model/nets/__init__.py -> attention_inspector.model.nets
+        parts = init.parent.relative_to(ROOT).parts
+        return ".".join(parts if parts[0] == "attention_inspector" else ("attention_inspector", *parts))
+    folders = {installed_as(init) for package in PACKAGED[:-1] for init in (ROOT / package).rglob("__init__.py")}
+    assert set(setuptools["packages"]) == folders | {"attention_inspector.checkpoints"}
+    assert setuptools["package-dir"] == {f"attention_inspector.{name}": name for name in PACKAGED[1:]}
+
+
+def test_importing_the_package_and_loading_a_model_import_no_gradio_and_no_top_level_model():
+    probe = ("import sys, attention_inspector as ai; model = ai.load('en-de'); "
+             "print(model.trace('A dog runs.')['translation']); "
+             "print(sorted({name.split('.')[0] for name in sys.modules} & {'gradio', 'model', 'ui', 'viz'}))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]" and done.stdout.split()[0] == "Ein"
+
+
+def built_wheel(tmp_path: Path) -> Path:
+    """The wheel, built from a copy of what it packages (so that the checkout gets no build folders)."""
+    source = tmp_path / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
-    for package in ("attention_inspector", "model", "viz", "ui"):
-        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for package in PACKAGED:
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "*.partial.*"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                            str(tmp_path / "wheels"), str(source)], capture_output=True, text=True, timeout=300)
+                            str(tmp_path / "wheels"), str(source)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr
     [wheel] = (tmp_path / "wheels").glob("attention_inspector-*.whl")
-    env = tmp_path / "env"
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
-    python, command = env / "bin" / "python", env / "bin" / "attention-inspector"
-    # The dependencies are this interpreter's (nothing is downloaded): a .pth puts its site-packages after the venv's.
+    return wheel
+
+
+def fresh_venv(folder: Path, without: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A venv whose dependencies are this interpreter's (nothing is downloaded: a .pth puts its site-packages after
+    the venv's), pip and setuptools included, but for the packages `without`, which fail to import there as if
+    never installed; its python and site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=300)
+    python = folder / "bin" / "python"
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    for name in without:
+        (site / name).mkdir()
+        (site / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{name}'\", name='{name}')\n", encoding="utf-8")
+    return python, site
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_in_a_fresh_venv_works_from_a_folder_of_the_users_own_code(tmp_path, toy_data):
+    """The wheel in a venv with the app's requirements alone, used from a folder holding a `model.py`, a `ui/` and a
+    `viz.py` of the user's own: one top-level package, the shipped models found with no argument, every
+    command's --help, `detachment --pairs`, and a command that needs the `studies` extra saying so in one line."""
+    wheel = built_wheel(tmp_path)
+    print(f"the wheel: {wheel.name}, {wheel.stat().st_size / 2 ** 20:.1f} MiB")
+    python, site = fresh_venv(tmp_path / "env", without=EXTRAS)
+    command = python.parent / "attention-inspector"
     installed = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                               capture_output=True, text=True, timeout=300)
+                               capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr
-    away = tmp_path / "elsewhere"
-    away.mkdir()
+    assert sorted(path.name for path in site.iterdir() if path.name.startswith("attention")) == [
+        "attention_inspector", f"{wheel.name.split('-py3')[0]}.dist-info"]
+    assert not any((site / name).exists() for name in ("model", "ui", "viz", "checkpoints"))
+    away = tmp_path / "work"
+    (away / "ui").mkdir(parents=True)
+    (away / "model.py").write_text("raise RuntimeError('the user model.py was imported')\n", encoding="utf-8")
+    (away / "viz.py").write_text("raise RuntimeError('the user viz.py was imported')\n", encoding="utf-8")
+    (away / "ui" / "__init__.py").write_text("raise RuntimeError('the user ui/ was imported')\n", encoding="utf-8")
     environment = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "CHECKPOINTS")}
 
-    def run(*arguments, program=command):
+    def run(*arguments, program=command, **changes):
         return subprocess.run([str(program), *arguments], cwd=away, capture_output=True, text=True, timeout=600,
-                              env=environment)
+                              env={**environment, **changes})
 
-    where = run("-c", "import model, ui; print(model.__file__, ui.__file__)", program=python)
-    assert where.returncode == 0 and str(ROOT) not in where.stdout and str(site) in where.stdout
+    used = run("-c", "import sys; sys.path.insert(0, ''); import attention_inspector as ai; "
+               "model = ai.load('en-de'); print(model.trace('A dog runs.')['translation']); "
+               "print(ai.checkpoints()); print(ai.show(model, 'A dog runs.').value['view']['kind'])", program=python)
+    assert used.returncode == 0, used.stderr
+    translation, shipped, kind = used.stdout.split("\n")[:3]
+    assert translation.startswith("Ein") and shipped == str(site / "attention_inspector" / "checkpoints")
+    assert kind == "cross"
+    (away / "mine").mkdir()
+    shutil.copytree(ROOT / "checkpoints" / "reverse", away / "mine" / "backwards")
+    named = run("-c", "import attention_inspector as ai; print(ai.load('backwards').name)", program=python,
+                CHECKPOINTS=str(away / "mine"))
+    assert named.returncode == 0 and named.stdout.strip() == "backwards", named.stderr
     listed = run("--help")
     assert listed.returncode == 0 and "detachment" in listed.stdout and "serve" in listed.stdout
+    for name in cli.COMMANDS:
+        helped = run(name, "--help")
+        assert helped.returncode == 0 and "usage:" in helped.stdout and not helped.stderr, (name, helped.stderr)
     (away / "sources.txt").write_text("A dog runs in the park.\nA man is reading a newspaper.\n", encoding="utf-8")
     (away / "translations.txt").write_text("Ein Hund rennt im Park.\nZwei Frauen singen.\n", encoding="utf-8")
-    ranked = run("detachment", "--checkpoint", str(ROOT / "checkpoints" / "en-de"), "--pairs", "sources.txt",
-                 "translations.txt", "--out", "ranked.csv")
+    ranked = run("detachment", "--checkpoint", "en-de", "--pairs", "sources.txt", "translations.txt",
+                 "--out", "ranked.csv")
     assert ranked.returncode == 0, ranked.stderr
     assert "2 pairs scored" in ranked.stdout and (away / "ranked.csv").read_text().count("\n") == 3
-    unserved = run("serve")  # no checkout beside the installed packages, none here: it says where to look
-    assert unserved.returncode != 0 and "No checkpoints found" in unserved.stderr and "--checkpoints" in unserved.stderr
+    serving = served(command, away, environment)
+    assert "<html" in serving.lower(), serving[-2000:]
+    needs = run("evaluate", "--checkpoint", "en-de", "--split", "val", "--data", str(toy_data))
+    assert needs.returncode != 0 and needs.stderr.strip().splitlines() == [
+        'attention-inspector evaluate needs datasets for this: pip install "attention-inspector[studies]"']
+    nowhere = run("evaluate", "--checkpoint", "en-de", "--data", str(away / "nowhere"))  # said, not a traceback
+    assert nowhere.returncode != 0 and nowhere.stderr.strip().splitlines() == [
+        f"attention-inspector evaluate: {away / 'nowhere'} is not a folder of Multi30k files"]
+
+
+def served(command: Path, folder: Path, environment: dict) -> str:
+    """`attention-inspector serve` with no argument, started in `folder`: the page it answers once it listens, or
+    what it printed where it stopped first."""
+    from tests.test_distributed import free_port
+
+    port = free_port()
+    server = subprocess.Popen([str(command), "serve"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env={**environment, "GRADIO_SERVER_PORT": str(port), "TRACE_WORKERS": "0"})
+    try:
+        for _ in range(240):
+            if server.poll() is not None:
+                return server.stdout.read()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                    return page.read().decode()
+            except OSError:
+                time.sleep(0.5)
+        return "no answer in 120 s"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
 
 
 def assert_same(ours, theirs, where: str) -> None:

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from model.nets.decoding import next_token_logits, teacher_forced_log_probs
-from model.nets.tracing import greedy_trace
-from model.nets.rnn import RNNConfig, RNNSeq2Seq
-from model.nets.seq2seq import CROSS, DECODER, ENCODER, HeadGates, head_gates
-from model.nets.transformer import Transformer
-from model.serving.checkpoint import load_checkpoint
-from model.serving.translator import InputError
-from model.text.batching import pad
-from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
+from attention_inspector.model.nets.decoding import next_token_logits, teacher_forced_log_probs
+from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
+from attention_inspector.model.nets.seq2seq import CROSS, DECODER, ENCODER, HeadGates, head_gates
+from attention_inspector.model.nets.tracing import greedy_trace
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.text.batching import pad
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 from tests.conftest import SHIPPED, tiny_config
 
 SRC_IDS = [5, 6, 7, 8, 9, EOS_ID]

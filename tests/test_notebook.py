@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,9 +15,9 @@ import pytest
 
 import attention_inspector as ai
 from attention_inspector import notebook
-from model.serving.inspect import encode, load_trace, trace_record
+from attention_inspector.model.serving.inspect import encode, load_trace, trace_record
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS
-from viz.views import OFF
+from attention_inspector.viz.views import OFF
 
 TEXT = "A dog runs in the park."
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,6 +126,25 @@ def test_a_trace_file_and_the_apis_trace_show_as_the_model_does(toy, tmp_path):
         np.testing.assert_allclose(figure["data"][0]["z"], expected["data"][0]["z"], atol=1e-4)  # /trace rounds
 
 
+def test_the_examples_trace_opens_on_a_head_that_is_on_and_says_whether_it_rests_on_its_source():
+    """docs/notebook.ipynb's show_trace: en-de's trace with cross.3.5 off, opened on head 4 of layer 3 in words, is
+    drawn (not the "switched off" note) under the verdict line the page shows for that translation and mask."""
+    cell = next("".join(cell["source"]) for cell in json.loads((ROOT / "docs" / "notebook.ipynb").read_text())["cells"]
+                if "ai.show_trace(" in "".join(cell["source"]))
+    mask = json.loads(re.search(r"mask=(\[[^]]*\])", cell).group(1))
+    layer, head = map(int, re.search(r"show_trace\(.*layer=(\d+), head=(\d+)", cell).groups())
+    assert f"cross.{layer}.{head}" not in mask  # the example opens on a head that is on
+    model = ai.load("en-de")
+    text = re.search(r'model\.trace\("([^"]+)"', cell).group(1)
+    view = ai.show_trace(model.trace(text, mask=mask), units="words", layer=layer, head=head)
+    titles = json.loads(view.value["core"]["attention"])["layout"]["meta"]["titles"]
+    assert view.value["view"]["head"] == head - 1 and f"head {head}" in titles[0]
+    assert OFF not in view.value["core"]["attention"]
+    shown = ai.show(model, text, mask=mask, units="words", layer=layer, head=head)
+    assert view.value["core"]["detachment"]["verdict"].startswith(("It rests on its source", "Detached from"))
+    assert view.value["core"]["detachment"] == shown.value["core"]["detachment"]
+
+
 @pytest.mark.parametrize("arguments, said", [
     ({"kind": "self"}, "kind is one of encoder, decoder, cross"),
     ({"layer": 0}, "layer counts from 1 to 2"), ({"layer": 9}, "layer counts from 1 to 2"),
@@ -179,20 +199,49 @@ def test_the_page_draws_steps_and_switches_views_in_chromium(toy, browser, tmp_p
     assert page.errors == []
 
 
+# Runs in the notebook's kernel's venv, from docs/: the example executed as Jupyter runs it, written where asked.
+EXECUTE = """import sys, nbclient, nbformat
+book = nbformat.read("notebook.ipynb", as_version=4)
+nbclient.NotebookClient(book, timeout=600, kernel_name="python3", resources={"metadata": {"path": "."}}).execute()
+nbformat.write(book, sys.argv[1])
+"""
+
+
 @pytest.mark.slow
-def test_a_notebook_runs_the_example_and_its_view_draws_inline(browser, tmp_path, monkeypatch):
-    """docs/notebook.ipynb executed as Jupyter runs it (nbclient, a fresh kernel): its views are its outputs, and
-    the first, put in a page as a notebook puts it, draws in its frame, grows to its height and steps with →."""
+def test_a_notebook_runs_the_example_and_its_view_draws_inline(browser, tmp_path):
+    """docs/notebook.ipynb executed as its first cell says (nbclient, a fresh kernel): in a copy of the checkout
+    where its install line was run in docs/, into a venv of its own, from docs/ with no PYTHONPATH. Every cell
+    runs with no error and nothing on stderr (no warning box); its views are its outputs, and the first, put in a
+    page as a notebook puts it, draws in its frame, grows to its height and steps with →."""
     nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    book = nbformat.read(ROOT / "docs" / "notebook.ipynb", as_version=4)
-    nbclient.NotebookClient(book, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    pytest.importorskip("nbclient")
+    from tests.test_install import PACKAGED, fresh_venv
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, checkout / name)
+    for folder in (*PACKAGED, "docs"):
+        shutil.copytree(ROOT / folder, checkout / folder, ignore=shutil.ignore_patterns("__pycache__", "*.partial.*"))
+    said = "".join(nbformat.read(ROOT / "docs" / "notebook.ipynb", as_version=4).cells[0].source)
+    install = re.search(r"`(pip install [^`]+)`", said).group(1)
+    assert install == "pip install .."  # one line, run in docs/ (offline here: no index, the venv's dependencies)
+    python, _ = fresh_venv(tmp_path / "env")
+    environment = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "CHECKPOINTS")}
+    installed = subprocess.run([python, "-m", *install.split(), "--no-deps", "--no-build-isolation", "--no-index",
+                                "-q"], cwd=checkout / "docs", capture_output=True, text=True, timeout=600,
+                               env=environment)
+    assert installed.returncode == 0, installed.stderr
+    executed = subprocess.run([python, "-c", EXECUTE, str(tmp_path / "executed.ipynb")], cwd=checkout / "docs",
+                              capture_output=True, text=True, timeout=900, env=environment)
+    assert executed.returncode == 0, executed.stderr[-3000:]
+    book = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
+    outputs = [output for cell in book.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    assert [output for output in outputs if output.output_type == "error" or output.get("name") == "stderr"] == []
     views = [output["data"]["text/html"] for cell in book.cells if cell.cell_type == "code"
              for output in cell.get("outputs", []) if "text/html" in output.get("data", {})]
     assert len(views) >= 4 and all(view.startswith("<iframe srcdoc=") for view in views)
-    assert (tmp_path / "view.html").stat().st_size > 1e6  # the example writes one as a file, plotly.js inside
+    assert (checkout / "docs" / "view.html").stat().st_size > 1e6  # the example writes one, plotly.js inside
     host = tmp_path / "notebook-output.html"
     host.write_text(f"<!doctype html><html><body><h1>Out[3]</h1>{views[0]}</body></html>", encoding="utf-8")
     page = opened(browser, host)
@@ -217,7 +266,7 @@ def test_a_converted_hub_model_shows_in_the_languages_asked(tmp_path):
     pytest.importorskip("transformers")
     sys.path.insert(0, str(Path(__file__).parent))
     import hub_models
-    from model.hub.convert_hf import convert
+    from attention_inspector.model.hub.convert_hf import convert
 
     folder = convert(str(hub_models.nllb(tmp_path / "nllb")), tmp_path / "checkpoints" / "nllb")
     view = ai.show(folder, TEXT, tgt_lang="fra_Latn", units="words", kind="decoder", head="all")
@@ -225,3 +274,48 @@ def test_a_converted_hub_model_shows_in_the_languages_asked(tmp_path):
     assert view.value["view"]["kind"] == "decoder" and json.loads(view.value["core"]["attention"])["data"]
     with pytest.raises(ValueError, match="xx_Latn"):
         ai.show(folder, TEXT, tgt_lang="xx_Latn")
+
+
+# Each head's name over its panel (H1 ...) in a view's heatmap: [name, left, right] on screen.
+HEAD_NAMES = """() => Array.from(document.querySelectorAll('#attention .annotation-text'))
+    .filter((text) => /^H\\d+$/.test(text.textContent.trim()))
+    .map((text) => {
+        const box = text.getBoundingClientRect();
+        return [text.textContent.trim(), box.left, box.right]; })"""
+
+
+@pytest.mark.slow
+def test_every_head_of_head_view_and_model_view_is_in_sight_in_a_cells_width(browser, tmp_path):
+    """In a notebook's cell (553 px) en-de's eight heads of a layer, and of every layer, are drawn within its width:
+    none behind a sideways scroll."""
+    model = ai.load("en-de")
+    for name, view in (("head", ai.head_view(model, TEXT, layer=3)), ("model", ai.model_view(model, TEXT))):
+        page = browser.new_page(viewport={"width": 553, "height": 900})
+        page.goto(view.write_html(tmp_path / f"{name}.html").as_uri())
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_selector("#attention .main-svg")
+        page.wait_for_timeout(300)
+        names = page.evaluate(HEAD_NAMES)
+        width = page.evaluate("() => document.documentElement.clientWidth")
+        assert sorted({head for head, _, _ in names}) == sorted(f"H{h}" for h in range(1, 9)), name
+        assert all(0 <= left and right <= width for _, left, right in names), (name, width, names)
+        assert page.evaluate("""() => [document.documentElement, document.querySelector('#attention')].every(
+            (box) => box.scrollWidth <= box.clientWidth)"""), name
+        page.close()
+
+
+@pytest.mark.slow
+def test_on_a_phone_each_step_button_keeps_its_name_on_one_line(toy, browser, tmp_path):
+    """At 390 px the notebook view's step buttons (‹ Prev, Next ›) are one line high, and the view is no wider."""
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto(toy.show(TEXT).write_html(tmp_path / "view.html").as_uri())
+    page.wait_for_selector("body[data-ready=true]")
+    lines = page.evaluate("""() => ['first', 'previous', 'next', 'last'].map((id) => {
+        const button = document.getElementById(id), style = getComputedStyle(button);
+        const line = parseFloat(style.lineHeight) || 1.25 * parseFloat(style.fontSize);
+        const inner = button.getBoundingClientRect().height - ['paddingTop', 'paddingBottom', 'borderTopWidth',
+            'borderBottomWidth'].reduce((sum, side) => sum + parseFloat(style[side]), 0);
+        return inner / line; })""")
+    assert all(ratio < 1.6 for ratio in lines), lines
+    assert page.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    page.close()

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from model.analysis.patching import gender_pairs, main
-from model.explain.patching import HeadHooks, Patching, Replace, patch_heads, patched_scores, recorded_run, score
-from model.keys import CROSS, DECODER, ENCODER
-from model.serving.checkpoint import load_checkpoint
-from model.serving.translator import InputError
-from model.text.vocab import SOS_ID
+from attention_inspector.model.analysis.patching import gender_pairs, main
+from attention_inspector.model.explain.patching import (HeadHooks, Patching, Replace, patch_heads, patched_scores,
+                                                        recorded_run, score)
+from attention_inspector.model.keys import CROSS, DECODER, ENCODER
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.text.vocab import SOS_ID
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
@@ -170,7 +171,7 @@ def test_a_gru_model_patches_its_one_attention_step_by_step():
 
 @pytest.mark.parametrize("family", ["marian", "t5"])
 def test_converted_hub_models_patch_every_kind(tmp_path, family):
-    from model.hub.convert_hf import convert
+    from attention_inspector.model.hub.convert_hf import convert
 
     folder = hub_models.marian(tmp_path / "hub") if family == "marian" else hub_models.t5(tmp_path / "hub")
     translator = load_checkpoint(convert(str(folder), tmp_path / "converted"))
@@ -218,7 +219,7 @@ def test_patch_heads_refuses_a_step_past_the_translation(en_de):
 def test_the_counterfactual_tab_shows_both_translations_and_each_heads_effect(events):
     import json
 
-    from ui.tabs.counterfactual import marked, patch_at_step, suggest
+    from attention_inspector.ui.tabs.counterfactual import marked, patch_at_step, suggest
 
     services = events.services
     for model in ("toy-en-de", "toy-rnn"):
@@ -258,9 +259,9 @@ def test_an_exported_trace_keeps_the_patching_of_its_decoding(events):
     """After the Counterfactual tab has patched the decoding on screen, its trace file (both formats) holds that
     patching: the counterfactual and its translation, the step and token, both scores and every head's effect (null
     where a head was not patched: encoder heads between sources of other lengths)."""
-    from model.serving.inspect import load_trace
-    from ui.tabs.counterfactual import patch_at_step
-    from ui.tabs.share import export_trace
+    from attention_inspector.model.serving.inspect import load_trace
+    from attention_inspector.ui.tabs.counterfactual import patch_at_step
+    from attention_inspector.ui.tabs.share import export_trace
 
     services = events.services
     session = events.translate("A man plays with a red ball.")["session"]
@@ -288,9 +289,9 @@ def test_a_link_keeps_the_counterfactual_and_opens_its_tab(events):
     from types import SimpleNamespace
     from urllib.parse import parse_qs
 
-    from ui.links import LinkSpec
-    from ui.listeners import COUNTERFACTUAL_TAB, first_visit
-    from ui.tabs.share import link_query
+    from attention_inspector.ui.links import LinkSpec
+    from attention_inspector.ui.listeners import COUNTERFACTUAL_TAB, first_visit
+    from attention_inspector.ui.tabs.share import link_query
 
     session = events.translate("A man plays with a red ball.")["session"]
     (query,), _ = link_query(events.services, session, 2, "A woman plays with a red ball.")
@@ -311,7 +312,7 @@ def test_a_link_keeps_the_counterfactual_and_opens_its_tab(events):
     (-1.0, -2.0, 0.5, "(+0.50, -50% of the whole; against the whole, which other heads outweigh: heads that cancel)."),
 ])
 def test_a_heads_share_of_the_whole_says_why_it_is_above_100_or_below_0(original, counterfactual, effect, said):
-    from ui.tabs.counterfactual import patching_said
+    from attention_inspector.ui.tabs.counterfactual import patching_said
 
     result = Patching(0, 0, None, original, counterfactual, {CROSS: np.array([[effect, 0.0]])})
     assert patching_said(result, 3, "auf", 'log p("auf")', None).endswith(said)
@@ -319,7 +320,7 @@ def test_a_heads_share_of_the_whole_says_why_it_is_above_100_or_below_0(original
 
 def test_a_counterfactual_that_barely_moves_the_score_gets_no_share():
     """Issue 57: "-737% of the whole" of a change of -0.00, at a step where both translations write "auf"."""
-    from ui.tabs.counterfactual import patching_said
+    from attention_inspector.ui.tabs.counterfactual import patching_said
 
     result = Patching(3, 0, None, -0.51, -0.512, {CROSS: np.array([[0.02, -0.01]])})
     said = patching_said(result, 4, "auf", 'log p("auf")', "step 1: ein / eine")

@@ -5,10 +5,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model.nets.decoding import output_limit
-from model.nets.tracing import greedy_trace
-from model.nets.transformer import Transformer
-from model.text.vocab import EOS_ID, SPECIALS, UNK_ID, Tokenizer, Vocab, detokenize
+from attention_inspector.model.nets.decoding import output_limit
+from attention_inspector.model.nets.tracing import greedy_trace
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import EOS_ID, SPECIALS, UNK_ID, Tokenizer, Vocab, detokenize
 from tests.conftest import tiny_config
 
 WORDS = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)

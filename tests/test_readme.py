@@ -79,7 +79,7 @@ def test_shipped_checkpoints_are_small():
 def test_the_readmes_word_in_pieces_example_is_what_the_shipped_model_forces():
     """A word whose own byte-pair pieces the vocabulary lacks is spelled in the fewest pieces it has, as the README
     says, and forcing it translates on from there."""
-    from model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
 
     word, pieces = re.search(r'`force=\["(\w+)"\]`\s+forces (`[^()]*`),', README).groups()
     translator = load_checkpoint(ROOT / "checkpoints" / "en-de")

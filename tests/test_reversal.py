@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.serving.checkpoint import load_checkpoint
-from model.training import train
-from model.training.data import load_pairs
-from model.training.evaluate import evaluate
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.training import train
+from attention_inspector.model.training.data import load_pairs
+from attention_inspector.model.training.evaluate import evaluate
 
 pytestmark = pytest.mark.slow  # trains the shipped reverser from scratch (about two minutes)
 

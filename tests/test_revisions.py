@@ -7,11 +7,11 @@ import math
 import gradio as gr
 import numpy as np
 
-from model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WEIGHTS
-from model.nets.cores import parts
+from attention_inspector.model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WEIGHTS
+from attention_inspector.model.nets.cores import parts
 from tests.conftest import VIEW
-from ui import listeners, operations
-from ui.session import Revisions, Session
+from attention_inspector.ui import listeners, operations
+from attention_inspector.ui.session import Revisions, Session
 
 GRADIENT_VIEW = (CROSS, 1, MEAN, INTEGRATED_GRADIENTS, 2, False, "pieces")
 DROPPED = {"session": gr.skip()}
@@ -117,8 +117,8 @@ def test_on_a_large_model_saliency_comes_later_in_a_few_passes_with_progress(eve
     """Saliency at every step takes one batch, at once, on a small model; on one of LARGE_MODEL parameters or more
     (seconds at NLLB-600M's size) it is drawn later, in up to PASSES batches with progress after each, and gives
     what the one batch gives."""
-    from model.explain.attribution import PASSES
-    from model.keys import SALIENCY
+    from attention_inspector.model.explain.attribution import PASSES
+    from attention_inspector.model.keys import SALIENCY
 
     session = translated(events)
     page, services = events.page, events.services
@@ -223,7 +223,7 @@ def test_a_large_models_integrated_gradients_of_a_step_come_batch_by_batch_with_
     """Attribute this step with integrated gradients on a model of LARGE_MODEL parameters or more answers at once
     that it is computing; its queued twin (which the page starts on reading that) computes them in batches of the
     integral's points, each told to Gradio's progress, to the same attributions; Stop stops it at the next batch."""
-    from ui.tabs.sources import attribute_step
+    from attention_inspector.ui.tabs.sources import attribute_step
 
     session = translated(events)
     page = events.page
@@ -264,7 +264,7 @@ def test_a_link_that_opens_a_large_model_shows_its_steps_as_the_page_loads_and_s
     stops it at its next step and says what to do."""
     from types import SimpleNamespace
 
-    from ui.listeners import first_visit
+    from attention_inspector.ui.listeners import first_visit
 
     request = SimpleNamespace(query_params={"model": ["toy-en-de"], "text": ["A dog runs in the park."],
                                             "mask": ["cross.1.1"]})
@@ -298,7 +298,7 @@ def test_which_explanation_to_trust_answers_at_once_then_adds_integrated_gradien
     already complete, it does nothing; a large model's first answer is the queued event's too."""
     import inspect
 
-    from ui.tabs.sources import explanations_compared, explanations_integrated
+    from attention_inspector.ui.tabs.sources import explanations_compared, explanations_integrated
 
     page = events.page
     wired = []
@@ -354,7 +354,8 @@ def test_stop_says_what_the_tab_keeps_of_the_comparison(events):
     """Stop on *Which explanation to trust*: nothing running (it said "not compared" all the same), nothing compared
     yet, the first answer alone (integrated gradients stopped), or the whole comparison already on screen (nothing
     left to stop)."""
-    from ui.tabs.sources import INTEGRATING, explanations_compared, explanations_integrated, stop_comparing
+    from attention_inspector.ui.tabs.sources import (INTEGRATING, explanations_compared, explanations_integrated,
+                                                     stop_comparing)
 
     session = translated(events)
     assert events.run(stop_comparing, session)["status"] == "Nothing to stop: no comparison is running."

@@ -4,11 +4,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model.nets.decoding import beam_search, greedy_decode
-from model.nets.rnn import RNNConfig, RNNSeq2Seq
-from model.serving.checkpoint import load_checkpoint
-from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
-from model.training import train
+from attention_inspector.model.nets.decoding import beam_search, greedy_decode
+from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
+from attention_inspector.model.training import train
 
 
 def tiny_rnn(**overrides) -> RNNSeq2Seq:

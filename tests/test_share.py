@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
-from model.serving import inspect
-from model.serving.checkpoint import load_checkpoint
-from model.serving.inspect import load_trace
-from ui import operations
-from ui.links import LinkSpec, open_link
-from ui.render import render
-from ui.services import Services
-from ui.session import View
-from ui.tabs.share import export_trace, export_view, link_query
-from viz.views import comparison_frames
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, ROLLOUT, VALUE_NORM, WEIGHTS
+from attention_inspector.model.serving import inspect
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.serving.inspect import load_trace
+from attention_inspector.ui import operations
+from attention_inspector.ui.links import LinkSpec, open_link
+from attention_inspector.ui.render import render
+from attention_inspector.ui.session import View
+from attention_inspector.ui.tabs.share import export_trace, export_view, link_query
+from attention_inspector.viz.views import comparison_frames
 
 MODEL = "toy-en-de"
 TEXT = "A man plays with a red ball."

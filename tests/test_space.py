@@ -82,6 +82,6 @@ def requirement_names(name: str) -> set[str]:
 def test_the_app_requirements_are_run_time_only():
     app, dev = requirement_names("requirements.txt"), requirement_names("requirements-dev.txt")
     assert {"torch", "gradio", "plotly", "spacy", "numpy", "safetensors"} <= app
-    assert not app & {"pytest", "hypothesis", "playwright", "datasets", "sacrebleu", "tqdm"}
+    assert not app & {"pytest", "hypothesis", "playwright", "datasets", "sacrebleu"}  # tqdm: the commands' bars
     assert {"pytest", "hypothesis", "playwright", "datasets", "sacrebleu"} <= dev
     assert "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text().splitlines()

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.nets.tracing import TraceBatch, TraceRequest, greedy_trace
-from model.nets.seq2seq import head_gates
-from model.nets.transformer import Transformer
-from model.text.vocab import EOS_ID
+from attention_inspector.model.nets.seq2seq import head_gates
+from attention_inspector.model.nets.tracing import TraceBatch, TraceRequest, greedy_trace
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import EOS_ID
 from tests.conftest import T5_LIKE, tiny_config
 
 # Sources of mixed lengths (ids of the tiny vocabulary, ending with <eos>).
@@ -101,7 +101,7 @@ def test_a_batch_is_empty_after_its_sentences_finish_and_can_be_used_again():
 
 def test_the_shipped_model_traces_sixteen_sentences_together_as_alone():
     """The real en-de checkpoint, 16 different sentences at once, joined in two waves."""
-    from model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
     from tests.conftest import SHIPPED
     translator = load_checkpoint(SHIPPED / "en-de")
     texts = ["A dog runs in the park.", "Two men are playing soccer on a green field.", "A child eats.",
@@ -164,8 +164,8 @@ def storages(tensors) -> dict[int, int]:
 def test_a_served_model_holds_its_decoder_weights_once():
     """The step decoder's fused weights are the model's own (its linear maps view them, tied weights stay tied):
     the model and its step decoder together hold no more memory than the model's parameters."""
-    from model.nets.step_decoder import StepDecoder
-    from model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.nets.step_decoder import StepDecoder
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
 
     translator = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "en-de")
     model, step = translator.model, translator.step_decoder

@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model.serving.checkpoint import load_checkpoint
-from model.training import evaluate, train
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.training import evaluate, train
 from tests.conftest import WORDS
 
 TINY = ["--d-model", "32", "--heads", "2", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from model.nets.decoding import greedy_decode
-from model.nets.tracing import greedy_trace
-from model.nets.positions import relative_buckets
-from model.nets.transformer import LayerCache, ModelConfig, Transformer, attention
-from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
+from attention_inspector.model.nets.decoding import greedy_decode
+from attention_inspector.model.nets.positions import relative_buckets
+from attention_inspector.model.nets.tracing import greedy_trace
+from attention_inspector.model.nets.transformer import LayerCache, ModelConfig, Transformer, attention
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 from tests.conftest import T5_LIKE, tiny_config
 
 

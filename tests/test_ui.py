@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from gradio_client import Client
 
-from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, MEAN, ROLLOUT, WEIGHTS
-from model.text.words import PIECES
-from ui import operations
-from ui.listeners import first_visit, translate_or_example
-from ui.session import NOTHING_YET, Revisions, View
+from attention_inspector.model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, MEAN, ROLLOUT, WEIGHTS
+from attention_inspector.model.text.words import PIECES
+from attention_inspector.ui import operations
+from attention_inspector.ui.listeners import first_visit, translate_or_example
+from attention_inspector.ui.session import NOTHING_YET, Revisions, View
 
 MODEL = "toy-en-de"
 
@@ -259,7 +259,7 @@ def test_a_source_outside_the_trained_lengths_is_said_to_be(services, monkeypatc
 
 
 def test_the_shipped_reverser_warns_beyond_its_16_characters():
-    from model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
 
     reverser = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "reverse")
     assert reverser.metrics["training"]["source_tokens"] == [2, 16]
@@ -289,8 +289,8 @@ def test_the_head_chosen_for_the_weights_comes_back_after_a_measure_of_the_whole
 def test_a_model_switch_never_sends_a_menu_value_its_choices_lack(events):
     """Layer 2 of the Transformer, compared with a GRU, then the GRU as the model: every menu's value is one of the
     choices sent with it (Gradio would refuse the next request otherwise)."""
-    from ui import operations as ops
-    from ui.listeners import translate_or_example
+    from attention_inspector.ui import operations as ops
+    from attention_inspector.ui.listeners import translate_or_example
 
     session = events.translate("A dog runs.", view=(CROSS, 1, 2, WEIGHTS, 1, False))["session"]
     compared = events.run(ops.compare, session, "toy-rnn", view=(CROSS, 1, 2, WEIGHTS, 1, False))["session"]
@@ -334,7 +334,7 @@ def test_the_heads_off_translation_shows_only_while_there_is_one(events):
 def test_the_busiest_events_answer_in_gradios_form_without_its_processing(demo, events):
     """Translations and view changes skip Gradio's pre- and postprocessing: what Gradio would have done to their
     values is done by `serialized` and `view_of`."""
-    from ui.listeners import serialized, view_of
+    from attention_inspector.ui.listeners import serialized, view_of
 
     page = demo.page
     out = events.translate("A man plays with a red ball.")
@@ -356,7 +356,7 @@ def test_the_busiest_events_answer_in_gradios_form_without_its_processing(demo, 
 
 
 def test_a_view_change_runs_in_the_event_loop_only_when_it_needs_no_model_work(events):
-    from ui.listeners import light
+    from attention_inspector.ui.listeners import light
 
     session = events.translate("A man plays with a red ball.")["session"]
     light = partial(light, events.services)
@@ -375,7 +375,7 @@ def test_the_same_request_sent_twice_at_once_is_answered_once(demo, services):
     import asyncio
     import threading
 
-    from ui.listeners import admitted
+    from attention_inspector.ui.listeners import admitted
 
     calls, release = [], threading.Event()
 
@@ -425,7 +425,7 @@ def test_a_new_sentence_says_that_show_went_back_to_the_weights(events):
 def test_a_sentence_in_another_language_than_the_model_reads_is_named_as_such():
     """English typed for the shipped de-en (the model menu switched, the sentence kept): so many unknown words that
     the status asks whether the sentence is in German; a German sentence with a rare name gets no such question."""
-    from model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
 
     model = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / "de-en")
     english = model.trace("A woman in a blue shirt with an umbrella watches the children.")

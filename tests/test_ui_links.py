@@ -2,8 +2,8 @@
 
 from urllib.parse import parse_qs
 
-from model.keys import ALL_HEADS, CROSS, DECODER, MEAN, ROLLOUT, WEIGHTS
-from ui.links import LinkSpec, link_of, open_link
+from attention_inspector.model.keys import ALL_HEADS, CROSS, DECODER, MEAN, ROLLOUT, WEIGHTS
+from attention_inspector.ui.links import LinkSpec, link_of, open_link
 
 MODEL = "toy-en-de"
 
@@ -71,7 +71,7 @@ def test_a_rollout_link_keeps_its_head_for_the_weights(services):
 
 
 def test_a_link_opens_a_gradient_method_and_gives_it_back(services):
-    from model.keys import INTEGRATED_GRADIENTS
+    from attention_inspector.model.keys import INTEGRATED_GRADIENTS
 
     session, status = open_link(services, *LinkSpec.parse({"text": ["A dog runs."], "kind": ["decoder"],
                                                            "layer": ["2"], "measure": [INTEGRATED_GRADIENTS]}))

@@ -8,10 +8,12 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from viz.attention import attention_heatmap, escape, label, plain_figure, probability_bars
-from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure, candidates_figure,
-                       model_comparison_figure, overview_figure, translation_figure)
-from viz.whatif import IMPORTANCE_MEASURES, comparison_figure, importance_figure, log_prob_change_figure
+from attention_inspector.viz.attention import attention_heatmap, escape, label, plain_figure, probability_bars
+from attention_inspector.viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure,
+                                           candidates_figure, model_comparison_figure, overview_figure,
+                                           translation_figure)
+from attention_inspector.viz.whatif import (IMPORTANCE_MEASURES, comparison_figure, importance_figure,
+                                            log_prob_change_figure)
 
 HOSTILE = '<img src=x onerror="alert(1)">'
 

@@ -13,10 +13,12 @@ import plotly
 import plotly.graph_objects as go
 import pytest
 
-from viz.attention import GRID_PX, escape, label_every, positions, step_labels, thinned
-from viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure, candidates_figure,
-                       model_comparison_figure, overview_figure, translation_figure)
-from viz.whatif import comparison_figure, contribution_figure, log_prob_change_figure, source_share_figure
+from attention_inspector.viz.attention import GRID_PX, escape, label_every, positions, step_labels, thinned
+from attention_inspector.viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure,
+                                           candidates_figure, model_comparison_figure, overview_figure,
+                                           translation_figure)
+from attention_inspector.viz.whatif import (comparison_figure, contribution_figure, log_prob_change_figure,
+                                            source_share_figure)
 
 MODEBAR_PX = 26  # Plotly's mode bar: 2 px from the top, 22 px high
 TITLE_LINE_PX = 17  # one line of the 13 px title
@@ -340,7 +342,7 @@ def test_drawn_titles_names_mode_bar_and_labels_do_not_overlap(browser_page, val
 def test_every_title_line_fits_a_phones_heatmap(browser_page):
     """Titles are not wrapped by Plotly: on a 390 px phone the attention plot is 330 px wide, and each line of a
     measure's title, integrated gradients' completeness line and a word's line must fit it whole."""
-    from ui.operations import COMPLETENESS, MEASURE_LINES
+    from attention_inspector.ui.operations import COMPLETENESS, MEASURE_LINES
 
     base = sentence(6, 5)
     pieces = dataclasses.replace(base, target_tokens=["die", "zeitungs@@", "les@@", "erin", "<eos>"],

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.text.vocab import BPE, SPECIALS, UNK_ID, Tokenizer, Truecaser, Vocab, _merge_pair, detokenize, join_pieces
+from attention_inspector.model.text.vocab import (BPE, SPECIALS, UNK_ID, Tokenizer, Truecaser, Vocab, _merge_pair,
+                                                  detokenize, join_pieces)
 
 
 def test_tokenizer_splits_punctuation_and_lowercases():

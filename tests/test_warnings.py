@@ -8,7 +8,8 @@ import pytest
 
 def test_a_warning_from_our_own_code_fails_and_a_named_third_party_one_is_ignored():
     with pytest.raises(UserWarning, match="ours"):
-        warnings.warn_explicit("ours", UserWarning, "model/serving/translator.py", 1, module="model.serving.translator")
+        warnings.warn_explicit("ours", UserWarning, "model/serving/translator.py", 1,
+                               module="attention_inspector.model.serving.translator")
     with warnings.catch_warnings(record=True) as caught:
         warnings.warn_explicit("Recommended: pip install sacremoses.", UserWarning, "tokenization_marian.py", 176,
                                module="transformers.models.marian.tokenization_marian")

@@ -8,23 +8,23 @@ import numpy as np
 import pytest
 import torch
 
-from model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, MEAN, WEIGHTS
-from model.nets.decoding import beam_search, beam_trace, greedy_decode
-from model.nets.seq2seq import head_gates
-from model.nets.step_decoder import StepDecoder
-from model.serving.checkpoint import load_checkpoint
-from model.serving.translator import InputError
-from model.text.vocab import EOS_ID
-from model.training.data import DataError
+from attention_inspector.model.keys import ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, MEAN, WEIGHTS
+from attention_inspector.model.nets.decoding import beam_search, beam_trace, greedy_decode
+from attention_inspector.model.nets.seq2seq import head_gates
+from attention_inspector.model.nets.step_decoder import StepDecoder
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.text.vocab import EOS_ID
+from attention_inspector.model.training.data import DataError
 from tests.conftest import SHIPPED
 from tests.test_http_api import call
 from tests.test_interventions import MODELS, SRC_IDS
-from ui import operations
-from ui.listeners import translate_or_example, use_example
-from ui.session import ORIGINAL, Revisions, to_arrays
-from ui.tabs.heads import from_grids
-from viz.views import TraceArrays
-from viz.whatif import DIFFERS, FORCED, token_differences
+from attention_inspector.ui import operations
+from attention_inspector.ui.listeners import translate_or_example, use_example
+from attention_inspector.ui.session import ORIGINAL, Revisions, to_arrays
+from attention_inspector.ui.tabs.heads import from_grids
+from attention_inspector.viz.views import TraceArrays
+from attention_inspector.viz.whatif import DIFFERS, FORCED, token_differences
 
 MODEL = "toy-en-de"
 SENTENCE = "A man plays with a red ball in the park."
@@ -329,7 +329,7 @@ def test_opening_a_head_by_name(events):
 
 
 def test_the_importance_heatmap_names_every_head_of_the_shipped_model(en_de):
-    from viz.whatif import IMPORTANCE_MEASURES, importance_figure
+    from attention_inspector.viz.whatif import IMPORTANCE_MEASURES, importance_figure
 
     report = en_de.head_report
     trace = TraceArrays(["a"], ["<sos>"], ["b"], np.ones(1), [["b"]], np.ones((1, 1)), np.zeros((3, 8, 1, 1)),
@@ -392,10 +392,10 @@ def test_beam_and_branch_through_raw_http(server, services):
 
 @pytest.mark.slow
 def test_the_least_important_head_matters_less_for_val_bleu_than_the_most_important(en_de):
-    from model.analysis.heads import greedy_bleu
-    from model.nets.seq2seq import head_gates
-    from model.training.data import load_pairs
-    from model.training.evaluate import DEFAULT_DATA
+    from attention_inspector.model.analysis.heads import greedy_bleu
+    from attention_inspector.model.nets.seq2seq import head_gates
+    from attention_inspector.model.training.data import load_pairs
+    from attention_inspector.model.training.evaluate import DEFAULT_DATA
 
     try:
         pairs = load_pairs(DEFAULT_DATA, "val", "en", "de")

@@ -6,7 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from model.text.words import BPE, CHARACTERS, PIECES, SENTENCEPIECE, WHOLE, merge, word_label, word_spans
+from attention_inspector.model.text.words import (BPE, CHARACTERS, PIECES, SENTENCEPIECE, WHOLE, merge, word_label,
+                                                  word_spans)
 
 
 def labels(tokens, how):
@@ -53,7 +54,7 @@ def test_merging_checks_that_the_words_cover_the_map():
 
 # A trace of pieces (tests/test_viz.py's way): "die zeitungsleserin liest ." with the word in three pieces.
 def piece_trace(units: str = "words", scheme: str = "bpe"):
-    from viz.views import TraceArrays
+    from attention_inspector.viz.views import TraceArrays
 
     rng = np.random.default_rng(1)
     target = ["die", "zeitungs@@", "les@@", "erin", "liest", ".", "<eos>"]
@@ -72,8 +73,8 @@ def piece_trace(units: str = "words", scheme: str = "bpe"):
 
 
 def test_a_view_in_words_merges_the_pieces_and_the_step_says_which_word_is_being_built():
-    from viz.views import (CROSS, DECODER, ENCODER, attention_figure, query_labels, step_description, step_heading,
-                           step_title)
+    from attention_inspector.viz.views import (CROSS, DECODER, ENCODER, attention_figure, query_labels,
+                                               step_description, step_heading, step_title)
 
     trace = piece_trace()
     weights, _, keys, highlight = trace.at_step(CROSS, 2)  # step 3 outputs "les@@": "zeitungsles" so far
@@ -106,7 +107,7 @@ def test_a_view_in_words_merges_the_pieces_and_the_step_says_which_word_is_being
 
 
 def test_whole_words_in_words_are_the_view_in_pieces():
-    from viz.views import CROSS, DECODER, ENCODER, attention_figure
+    from attention_inspector.viz.views import CROSS, DECODER, ENCODER, attention_figure
 
     for kind in (ENCODER, DECODER, CROSS):
         words, pieces = piece_trace("words", "whole words"), piece_trace("pieces", "bpe")
@@ -116,7 +117,7 @@ def test_whole_words_in_words_are_the_view_in_pieces():
 def test_stepping_a_view_in_words_sends_every_steps_figure():
     import json
 
-    from viz.views import CROSS, attention_figure, view_frames
+    from attention_inspector.viz.views import CROSS, attention_figure, view_frames
 
     trace = piece_trace()
     sent = json.loads(view_frames(trace, CROSS, 1, 2, False)["attention"])
@@ -132,8 +133,8 @@ def test_stepping_a_view_in_words_sends_every_steps_figure():
 def test_the_probability_chart_in_words_gives_each_word_its_pieces_product_and_steps_along_the_word():
     import json
 
-    from viz.attention import HIGHLIGHT
-    from viz.views import probability_frames
+    from attention_inspector.viz.attention import HIGHLIGHT
+    from attention_inspector.viz.views import probability_frames
 
     trace = piece_trace()
     sent = json.loads(probability_frames(trace))

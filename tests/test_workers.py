@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from model.serving.checkpoint import load_all
-from model.serving.translator import InputError
-from model.serving.workers import NICENESS, TracePool, can_fork
+from attention_inspector.model.serving.checkpoint import load_all
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.serving.workers import NICENESS, TracePool, can_fork
 from tests.test_trace_batch import ROUNDING
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="trace workers are forked")
@@ -179,7 +179,7 @@ def capture(call, *args):
 
 def test_the_app_forks_a_worker_per_core(services):
     """Decoding takes every core the server leaves (the workers' lower priority keeps the server's answers first)."""
-    from model.nets.cores import available_cores
+    from attention_inspector.model.nets.cores import available_cores
 
     assert services.pool.workers == available_cores()
     assert all(os.getpriority(os.PRIO_PROCESS, pid) > os.getpriority(os.PRIO_PROCESS, 0)

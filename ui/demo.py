@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ui import listeners
-from ui.api import endpoints
-from ui.door import door
-from ui.listeners import QUEUE_SIZE, STATIC
-from ui.page import Page
-from ui.plots import serve_plotly
-from ui.services import Services
-from ui.session import Revisions
-from ui.tabs import beam, branch, compare, counterfactual, heads, hub, inspect, share, sources, statistics
+from attention_inspector.model.api.services import Services
+from attention_inspector.ui import listeners
+from attention_inspector.ui.api import endpoints
+from attention_inspector.ui.door import door
+from attention_inspector.ui.listeners import QUEUE_SIZE, STATIC
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import serve_plotly
+from attention_inspector.ui.session import Revisions
+from attention_inspector.ui.tabs import (beam, branch, compare, counterfactual, heads, hub, inspect, share, sources,
+                                         statistics)
 
 TABS = (branch, heads, beam, statistics, compare, counterfactual, share, sources, hub)
 # Memory bounds for a public server: a session is freed an hour after its last update, and Gradio keeps the
@@ -43,8 +44,8 @@ def build_demo(services: Services) -> gr.Blocks:
         listeners.wire(page, services)
         for tab in TABS:
             tab.wire(page, services)
-        # The JSON API: trace, score, beam search and attributions with every number (ui/api.py), queued with model
-        # work.
+        # The JSON API: trace, score, beam search and attributions with every number (model/api/answers.py, ui/api.py),
+        # queued with model work.
         for function in endpoints(services):
             gr.api(function, api_name=function.__name__, **services.trace_queue)
     demo.queue(default_concurrency_limit=2, max_size=QUEUE_SIZE)

@@ -14,7 +14,7 @@ import json
 
 from starlette.middleware import Middleware
 
-from ui.services import Admission, Busy
+from attention_inspector.model.api.services import Admission, Busy
 
 GUARDED = "/gradio_api/run/"  # the page's events outside the queue (its queued ones wait in Gradio's bounded queue)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
-from model.hub.convert_hf import ConversionError
-from model.keys import ALL_HEADS, CROSS, KINDS, MEAN, MEASURES, WEIGHTS
-from model.serving.translator import InputError
-from model.text.words import PIECES, UNITS
-from ui.operations import Told, compare_trace, large, plural, shown, translate, with_measures, with_view
-from ui.services import Services
-from ui.session import Decoding, Session, View
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.hub.convert_hf import ConversionError
+from attention_inspector.model.keys import ALL_HEADS, CROSS, KINDS, MEAN, MEASURES, WEIGHTS
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.text.words import PIECES, UNITS
+from attention_inspector.ui.operations import (Told, compare_trace, large, plural, shown, translate, with_measures,
+                                               with_view)
+from attention_inspector.ui.session import Decoding, Session, View
 
 PARAMETERS = ("model", "text", "force", "mask", "step", "kind", "layer", "head", "measure", "compare", "src_lang",
               "tgt_lang", "units", "counterfactual")

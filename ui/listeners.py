@@ -23,17 +23,17 @@ from pathlib import Path
 import anyio
 import gradio as gr
 
-from model.keys import KINDS, MEASURE_LABELS, MEASURES, WEIGHTS
-from model.serving.translator import InputError
-from model.text.words import PIECES, UNITS
-from ui import operations
-from ui.links import PARAMETERS, LinkSpec, open_link, query_values
-from ui.page import Page
-from ui.plots import answers_value, core_value
-from ui.render import render
-from ui.services import Services
-from ui.session import Revisions, Session, View, clamp, packed, read_revision, unpacked
-from viz.attention import visible
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.keys import KINDS, MEASURE_LABELS, MEASURES, WEIGHTS
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.text.words import PIECES, UNITS
+from attention_inspector.ui import operations
+from attention_inspector.ui.links import PARAMETERS, LinkSpec, open_link, query_values
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import answers_value, core_value
+from attention_inspector.ui.render import render
+from attention_inspector.ui.session import Revisions, Session, View, clamp, packed, read_revision, unpacked
+from attention_inspector.viz.attention import visible
 
 STATIC = Path(__file__).parent / "static"
 QUEUE_SIZE = 64

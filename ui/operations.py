@@ -12,19 +12,22 @@ from functools import wraps
 
 import numpy as np
 
-from model.explain.attribution import step_shares
-from model.explain.contributions import VALUE_NORM_TOGETHER
-from model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, HEAD_LABELS, INPUT_X_GRADIENT,
-                        INTEGRATED_GRADIENTS, KIND_LABELS, KINDS, MEAN, MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT,
-                        SALIENCY, VALUE_NORM, WEIGHTS, head_name, parse_head_name)
-from model.serving.translator import InputError, TracedTranslation
-from model.text.hub_tokenizer import LANGUAGE_NAMES
-from model.text.words import words
-from ui.services import Services
-from ui.session import NOTHING_YET, ORIGINAL, Beam, Comparison, Decoding, MaskEffect, Pending, Session, View, to_arrays
-from viz.attention import visible
-from viz.views import TraceArrays
-from viz.whatif import beam_step_rows, n_best_rows
+from attention_inspector.model.api.answers import shown
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.explain.attribution import step_shares
+from attention_inspector.model.explain.contributions import VALUE_NORM_TOGETHER
+from attention_inspector.model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENCODER, GRADIENTS, HEAD_LABELS,
+                                            INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, KIND_LABELS, KINDS, MEAN,
+                                            MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT, SALIENCY, VALUE_NORM, WEIGHTS,
+                                            head_name, parse_head_name)
+from attention_inspector.model.serving.translator import InputError, TracedTranslation
+from attention_inspector.model.text.hub_tokenizer import LANGUAGE_NAMES
+from attention_inspector.model.text.words import words
+from attention_inspector.ui.session import (NOTHING_YET, ORIGINAL, Beam, Comparison, Decoding, MaskEffect, Pending,
+                                            Session, View, to_arrays)
+from attention_inspector.viz.attention import visible
+from attention_inspector.viz.views import TraceArrays
+from attention_inspector.viz.whatif import beam_step_rows, n_best_rows
 
 FIRST_STEP = 4  # a new translation opens a few tokens in, where a row shows more than <sos>'s attention
 # What each measure's maps hold, for the view's title line and colour bar: (line, unit).
@@ -62,12 +65,6 @@ Told = Callable[[int, int], None]  # told (steps done, at most) after each step 
 GRADIENTS_OF_PREDICTIONS = ("Gradient attributions explain each step's prediction: they are shown over the source "
                             "tokens (Cross-attention) or the target prefix (Decoder self-attention), not in the "
                             "encoder's view; showing them over the source.")
-
-
-def shown(value: object, limit: int = 60) -> str:
-    """A value from a request, quoted for a message (repr spells out invisible and broken characters), cut short."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def plural(count: int, noun: str) -> str:

@@ -20,7 +20,7 @@ import gradio as gr
 import plotly
 import plotly.io
 
-from viz.attention import PlainFigure
+from attention_inspector.viz.attention import PlainFigure
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 STATIC = Path(__file__).parent / "static"

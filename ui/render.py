@@ -16,17 +16,17 @@ from dataclasses import replace
 import gradio as gr
 import numpy as np
 
-from model.explain.detachment import COMBINED, LOG_PROBABILITY, SOURCE_SHARE
-from model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
-from model.text.words import WHOLE, summed, words
-from ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
-from ui.plots import figure_json
-from ui.services import Services
-from ui.session import Session
-from viz.attention import visible
-from viz.views import comparison_frames, probability_frames, translation_frames, view_frames
-from viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, comparison_figure, importance_figure,
-                        log_prob_change_figure, token_differences)
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.explain.detachment import COMBINED, LOG_PROBABILITY, SOURCE_SHARE, ScoredDetachment
+from attention_inspector.model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
+from attention_inspector.model.text.words import WHOLE, summed, words
+from attention_inspector.ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
+from attention_inspector.ui.plots import figure_json
+from attention_inspector.ui.session import Session
+from attention_inspector.viz.attention import visible
+from attention_inspector.viz.views import comparison_frames, probability_frames, translation_frames, view_frames
+from attention_inspector.viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, comparison_figure, importance_figure,
+                                            log_prob_change_figure, token_differences)
 
 GREEDY = ("This is the greedy translation. Branch it (click a candidate or type a word) or switch heads off to "
           "compare.")
@@ -187,21 +187,28 @@ def source_marks(session: Session) -> list[tuple[str, str | None]]:
 
 def detachment_part(session: Session) -> dict | None:
     """Whether the decoding on screen rests on its source (model/explain/detachment.py), for the core view
-    (ui/static/core.js): a verdict line with the threshold and what it means, and the translation in the view's
-    units, each token or word [text, marked, what it scored] marked where it falls under the token threshold."""
+    (ui/static/core.js): `scored_part` of its detachment in the view's units."""
     scored = session.current.detachment
     if scored is None:
         return None
     if isinstance(scored, str):
         return {"verdict": f"Not scored: {scored}", "detached": False, "words": []}
     trace = replace(session.trace, units=session.view.units)
-    labels, signals, marked = scored.in_units(trace.scheme, trace.in_words)
+    return scored_part(scored, trace.scheme, trace.in_words)
+
+
+def scored_part(scored: ScoredDetachment, scheme: str, in_words: bool, unit: str | None = None) -> dict:
+    """A scored detachment as the core view shows it: a verdict line with the threshold and what it means, and the
+    translation's tokens (or words, `in_words`, by `scheme`), each [text, marked, what it scored] marked where it
+    falls under the token threshold. `unit` names what it scores where its tokens are already words."""
+    labels, signals, marked = scored.in_units(scheme, in_words)
     detached, _ = scored.flags
     measured, thresholds, meaning = scored.measured, scored.thresholds, scored.threshold_meaning
-    unit = "word" if trace.in_words else "token"
-    score = measured.score(COMBINED)
-    verdict = (f"Detached from its source? Score {score:.2f}" if detached
-               else f"It rests on its source: score {score:.2f}")
+    unit = unit or ("word" if in_words else "token")
+    score, threshold = measured.score(COMBINED), thresholds["sentence"]
+    digits = digits_apart(score, threshold)
+    verdict = (f"Detached from its source? Score {score:.{digits}f}" if detached
+               else f"It rests on its source: score {score:.{digits}f}")
     if measured.source_shares is not None:
         said = [f"score {value:.2f}: {share:.0%} from the source, probability {math.exp(log_p):.2f}"
                 for value, share, log_p in zip(signals["combined"], signals["source_share"],
@@ -212,12 +219,18 @@ def detachment_part(session: Session) -> dict | None:
     else:
         said = [f"probability {value:.2f}" for value in signals["combined"]]
         verdict += (f", its tokens' mean probability ({measured.unavailable})")
-    verdict += (f". A sentence under {thresholds['sentence']:.2f} is flagged, a {unit} under "
+    verdict += (f". A sentence under {threshold:.{digits}f} is flagged, a {unit} under "
                 f"{thresholds['token']:.2f} underlined: {meaning}.")
     if scored.unknown:
         verdict += f" Read as <unk>: {', '.join(map(visible, scored.unknown))}."
     return {"verdict": visible(verdict), "detached": bool(detached),
             "words": [[visible(label), bool(flag), what] for label, flag, what in zip(labels, marked, said)]}
+
+
+def digits_apart(value: float, threshold: float, least: int = 2, most: int = 6) -> int:
+    """Decimals enough, from `least`, that `value` and `threshold` read apart (a score just under its threshold
+    shown equal to it reads as a wrong verdict), at most `most`."""
+    return next((digits for digits in range(least, most) if round(value, digits) != round(threshold, digits)), most)
 
 
 def written_updates(page, session: Session, charted: bool = True) -> dict:

@@ -2,8 +2,8 @@
 command line, the checkpoints loaded, the page launched.
 
 Settings come from the environment:
-- CHECKPOINTS: the folder of checkpoint folders (`--checkpoints` too; default: the checkout's checkpoints/, beside
-  the packages, else checkpoints/ in the current folder);
+- CHECKPOINTS: the folder of checkpoint folders (`--checkpoints` too; default: the shipped ones, inside the
+  installed package or a checkout's checkpoints/, else checkpoints/ in the current folder);
 - DEVICE: cpu, cuda or cuda:N, where the models run (default: cuda where there is a GPU, else cpu);
 - TRACE_WORKERS: forked processes that decode translations together (default: one per core on the CPU, none on
   a GPU; 0: none);
@@ -24,25 +24,27 @@ from pathlib import Path
 
 import torch
 
-from ui.demo import build_demo, launch_options
-from ui.services import load_services
-
-CHECKOUT_CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"  # in a checkout, beside the packages
+import attention_inspector
+from attention_inspector.model.api.services import load_services
+from attention_inspector.ui.demo import build_demo, launch_options
 
 
 def checkpoints_folder(given: str | None = None) -> Path:
-    """Where the checkpoints are: `given`, else CHECKPOINTS, else the checkout's, else ./checkpoints; exits saying
-    where it looked and how to tell it where they are, where none of these is a folder."""
+    """Where the checkpoints are: `given`, else CHECKPOINTS, else the shipped ones (`attention_inspector.checkpoints`),
+    else ./checkpoints; exits saying where it looked and how to tell it where they are, where none of these is a
+    folder."""
     if given or os.environ.get("CHECKPOINTS"):
         folder = Path(given or os.environ["CHECKPOINTS"])
         if not folder.is_dir():
             sys.exit(f"No checkpoints folder at {folder}: give the folder that holds the checkpoint folders (a "
                      "checkout's checkpoints/) with --checkpoints DIR or CHECKPOINTS=DIR")
         return folder
-    for folder in (CHECKOUT_CHECKPOINTS, Path("checkpoints")):
-        if folder.is_dir():
-            return folder
-    sys.exit(f"No checkpoints found (looked in {CHECKOUT_CHECKPOINTS} and {Path('checkpoints').resolve()}): give the "
+    shipped = attention_inspector.checkpoints()
+    if shipped is not None:
+        return shipped
+    if Path("checkpoints").is_dir():
+        return Path("checkpoints")
+    sys.exit(f"No checkpoints found (none shipped, none in {Path('checkpoints').resolve()}): give the "
              "folder that holds the checkpoint folders (a checkout's checkpoints/) with --checkpoints DIR or "
              "CHECKPOINTS=DIR")
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None, name: str = "app.py") -> None:
     parser = argparse.ArgumentParser(prog=name, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", help="the folder of checkpoint folders (default: CHECKPOINTS, else the "
-                                              "checkout's checkpoints/, else ./checkpoints)")
+                                              "shipped ones, else ./checkpoints)")
     args = parser.parse_args(argv)
     root = checkpoints_folder(args.checkpoints)
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from model.explain.detachment import ScoredDetachment
-from model.keys import ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES, WEIGHTS
-from model.serving.translator import TracedTranslation
-from model.text.words import PIECES, UNITS
-from viz.views import TraceArrays
+from attention_inspector.model.explain.detachment import ScoredDetachment
+from attention_inspector.model.keys import (ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES,
+                                            WEIGHTS)
+from attention_inspector.model.serving.translator import TracedTranslation
+from attention_inspector.model.text.words import PIECES, UNITS
+from attention_inspector.viz.views import TraceArrays
 
 NOTHING_YET = "Translate a sentence first: there is nothing to show or change yet."
 ORIGINAL = "greedy translation"  # the first of a sentence's decodings, as the breadcrumb names it

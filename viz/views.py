@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, KINDS, MEAN, head_name
-from model.text.words import BPE, PIECES, WHOLE, WORDS, merge, word_label, word_spans
-from viz.attention import (COLORSCALE, DIVERGING, KEY_LABELS, MAX_PLOT_PX, MIN_PLOT_PX, NAME_ROOM, ROW_PX, TICK_FONT,
-                           TICK_SPACING, X_LABEL_ROOM, PlainFigure, Word, _colorbar, _heatmap, _row_outline,
-                           attention_heatmap, bar_colors, bar_step, head_grid, label_every, plain_figure,
-                           probability_bars, step_labels, title_layout, title_room, title_text, token_axis)
+from attention_inspector.model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, KINDS, MEAN, head_name
+from attention_inspector.model.text.words import BPE, PIECES, WHOLE, WORDS, merge, word_label, word_spans
+from attention_inspector.viz.attention import (COLORSCALE, DIVERGING, KEY_LABELS, MAX_PLOT_PX, MIN_PLOT_PX, NAME_ROOM,
+                                               ROW_PX, TICK_FONT, TICK_SPACING, X_LABEL_ROOM, PlainFigure, Word,
+                                               _colorbar, _heatmap, _row_outline, attention_heatmap, bar_colors,
+                                               bar_step, head_grid, label_every, plain_figure, probability_bars,
+                                               step_labels, title_layout, title_room, title_text, token_axis)
 
 OFF = "switched off"
 # A map of the whole model (gradient attributions) in the view of a kind: what it holds instead of a layer's heads.

@@ -10,10 +10,11 @@ import textwrap
 
 import numpy as np
 
-from model.keys import KINDS, head_name
-from viz.attention import (COLORSCALE, DIVERGING, HIGHLIGHT, MIN_PLOT_PX, MODEBAR_ROOM, ROW_PX, TICK_FONT, X_LABEL_ROOM,
-                           PlainFigure, attention_heatmap, escape_text, plain_figure, positions, title_layout,
-                           title_room, title_text, token_axis, visible)
+from attention_inspector.model.keys import KINDS, head_name
+from attention_inspector.viz.attention import (COLORSCALE, DIVERGING, HIGHLIGHT, MIN_PLOT_PX, MODEBAR_ROOM, ROW_PX,
+                                               TICK_FONT, X_LABEL_ROOM, PlainFigure, attention_heatmap, escape_text,
+                                               plain_figure, positions, title_layout, title_room, title_text,
+                                               token_axis, visible)
 
 SAME, DIFFERS, FORCED = None, "differs", "chosen by you"
 # What the heads heatmap can show, from a checkpoint's heads.json (model/analysis/heads.py): label -> (key, colour bar).

@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from model.keys import OUTPUT, READINGS, head_name  # noqa: F401  (READINGS re-exported)
-from model.serving.checkpoint import load_checkpoint
-from model.serving.translator import Translator
-from model.training import distributed
+from attention_inspector.model.keys import OUTPUT, READINGS, head_name  # noqa: F401  (READINGS re-exported)
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.serving.translator import Translator
+from attention_inspector.model.training import distributed
 
 Links = set[tuple[int, int]]
 
@@ -137,7 +137,8 @@ def reference_alignments(translator: Translator, data: str | None, split: str, s
     `gold` file's (Pharaoh format), the reversal task's exact alignment, or else a statistical aligner's (trained
     on the training split of `data` and this split's sentences, as unsupervised aligners are; on these sentences
     alone where `data` is None: a user's own); ValueError if unusable."""
-    from model.training.data import REVERSE, load_pairs  # datasets: for the commands only, not for the app
+    # datasets: for the commands only, not for the app
+    from attention_inspector.model.training.data import REVERSE, load_pairs
 
     if gold:
         lines = Path(gold).read_text(encoding="utf-8").splitlines()[:len(sources)]
@@ -182,8 +183,9 @@ def head_alignments(maps: list[np.ndarray], shape: tuple[int, int] | None = None
 
 
 def main(argv: list[str] | None = None) -> None:
-    from model.training.data import REVERSE, load_pairs  # datasets: for the command only, not for the app's readings
-    from model.training.evaluate import DEFAULT_DATA
+    # datasets: for the command only, not for the app's readings
+    from attention_inspector.model.training.data import REVERSE, load_pairs
+    from attention_inspector.model.training.evaluate import DEFAULT_DATA
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True)

@@ -42,13 +42,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from model.explain.detachment import (CALIBRATED_SHARE, COMBINED, DETECTOR_LABELS, DETECTORS, Detachment, ranked,
-                                      thresholds_of)
-from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-from model.serving.checkpoint import METRICS, load_checkpoint, read_json, write_json
-from model.serving.translator import InputError, Translator
-from model.training.data import load_pairs
-from model.training.evaluate import DEFAULT_DATA
+from attention_inspector.model.explain.detachment import (CALIBRATED_SHARE, COMBINED, DETECTOR_LABELS, DETECTORS,
+                                                          Detachment, ranked, thresholds_of)
+from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
+from attention_inspector.model.serving.checkpoint import METRICS, load_checkpoint, read_json, write_json
+from attention_inspector.model.serving.translator import InputError, Translator
+from attention_inspector.model.training.data import load_pairs
+from attention_inspector.model.training.evaluate import DEFAULT_DATA
 
 SHARED_START = 3  # tokens of the source's own translation that lead a partially detached one
 INSERTED = ("the", "and", "of", "a", "in", "very", "red", "dog", "photo", "yesterday")  # before a source (Lee et al.)

@@ -17,14 +17,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from model.explain.faithfulness import KS, StepFaithfulness, k_label, sentence_faithfulness
-from model.explain.head_stats import best_aligning_head
-from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-from model.serving.checkpoint import load_checkpoint
-from model.serving.translator import InputError
-from model.training import distributed
-from model.training.data import load_pairs
-from model.training.evaluate import DEFAULT_DATA
+from attention_inspector.model.explain.faithfulness import KS, StepFaithfulness, k_label, sentence_faithfulness
+from attention_inspector.model.explain.head_stats import best_aligning_head
+from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.training import distributed
+from attention_inspector.model.training.data import load_pairs
+from attention_inspector.model.training.evaluate import DEFAULT_DATA
 
 
 def summary(results: list[StepFaithfulness]) -> dict:

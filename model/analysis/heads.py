@@ -38,22 +38,23 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from model.analysis.align import alignment_error_rate, head_alignments, reference_alignments
-from model.explain.ablation import heads_off_losses, pass_tokens
-from model.explain.estimates import ORDERS, PROBES, GateSums, agreement, gate_sums, named
-from model.explain.head_stats import head_statistics
-from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-from model.nets.seq2seq import HeadGates, head_gates, head_name
-from model.nets.seq2seq import every_head as every_head_of  # (kind, layer, head); `every_head` here: names
-from model.serving.checkpoint import HEADS, load_checkpoint, read_json, write_json
-from model.serving.translator import InputError, Translator
-from model.text.batching import make_batch, token_batches
-from model.text.vocab import PAD_ID
-from model.training import distributed
-from model.training.data import load_pairs
-from model.training.distributed import Ranks
-from model.training.evaluate import DEFAULT_DATA, score
-from model.training.train import hardware
+from attention_inspector.model.analysis.align import alignment_error_rate, head_alignments, reference_alignments
+from attention_inspector.model.explain.ablation import heads_off_losses, pass_tokens
+from attention_inspector.model.explain.estimates import ORDERS, PROBES, GateSums, agreement, gate_sums, named
+from attention_inspector.model.explain.head_stats import head_statistics
+from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
+from attention_inspector.model.nets.seq2seq import HeadGates, head_gates, head_name
+# (kind, layer, head); `every_head` here: names
+from attention_inspector.model.nets.seq2seq import every_head as every_head_of
+from attention_inspector.model.serving.checkpoint import HEADS, load_checkpoint, read_json, write_json
+from attention_inspector.model.serving.translator import InputError, Translator
+from attention_inspector.model.text.batching import make_batch, token_batches
+from attention_inspector.model.text.vocab import PAD_ID
+from attention_inspector.model.training import distributed
+from attention_inspector.model.training.data import load_pairs
+from attention_inspector.model.training.distributed import Ranks
+from attention_inspector.model.training.evaluate import DEFAULT_DATA, score
+from attention_inspector.model.training.train import hardware
 
 PRUNED_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 # The heads measured exactly by default, and the random check among the rest: on en-de and de-en the second-order

@@ -22,13 +22,13 @@ import sys
 import numpy as np
 import torch
 
-from model.explain.patching import Patching
-from model.keys import KINDS, head_name
-from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-from model.serving.checkpoint import load_checkpoint
-from model.training import distributed
-from model.training.data import load_pairs
-from model.training.evaluate import DEFAULT_DATA
+from attention_inspector.model.explain.patching import Patching
+from attention_inspector.model.keys import KINDS, head_name
+from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+from attention_inspector.model.training import distributed
+from attention_inspector.model.training.data import load_pairs
+from attention_inspector.model.training.evaluate import DEFAULT_DATA
 
 # Multi30k's English words of one gender and their swap, with the German article each takes in the nominative
 # (what an en-de model writes first for "A man ..." / "The woman ..."): the token and the contrast of the study.

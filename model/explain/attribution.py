@@ -30,11 +30,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from model.keys import GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY
-from model.nets.cores import parts, shared
-from model.nets.decoding import next_token_logits
-from model.nets.seq2seq import HeadGates, Seq2Seq, device_of
-from model.text.vocab import PAD_ID, SOS_ID
+from attention_inspector.model.keys import GRADIENTS, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY
+from attention_inspector.model.nets.cores import parts, shared
+from attention_inspector.model.nets.decoding import next_token_logits
+from attention_inspector.model.nets.seq2seq import HeadGates, Seq2Seq, device_of
+from attention_inspector.model.text.vocab import PAD_ID, SOS_ID
 
 METHODS = GRADIENTS
 PASSES = 8  # batches that saliency and input × gradient at every step, or integrated gradients' points, are split

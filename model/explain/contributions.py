@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.keys import ALTI, CROSS, DECODER, ENCODER, ROLLOUT, VALUE_NORM
-from model.nets.seq2seq import Attention, HeadGates, device_of
-from model.nets.transformer import Transformer
-from model.text.vocab import SOS_ID
+from attention_inspector.model.keys import ALTI, CROSS, DECODER, ENCODER, ROLLOUT, VALUE_NORM
+from attention_inspector.model.nets.seq2seq import Attention, HeadGates, device_of
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import SOS_ID
 
 
 @dataclass

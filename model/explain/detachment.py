@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.explain.contributions import Contributions
-from model.text.words import summed, words
+from attention_inspector.model.explain.contributions import Contributions
+from attention_inspector.model.text.words import summed, words
 
 SOURCE_SHARE, LOG_PROBABILITY, COMBINED, ATTENTION = "source_share", "log_probability", "combined", "attention"
 DETECTORS = (SOURCE_SHARE, LOG_PROBABILITY, COMBINED, ATTENTION)

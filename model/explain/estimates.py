@@ -29,13 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model.explain.patching import (HeadHooks, Patching, Run, patched_scores, recorded_runs, score, skipped_kinds,
-                                    step_prefix)
-from model.keys import head_name
-from model.nets.seq2seq import HeadGates, Seq2Seq, device_of
-from model.nets.transformer import Transformer
-from model.text.batching import Batch
-from model.text.vocab import PAD_ID
+from attention_inspector.model.explain.patching import (HeadHooks, Patching, Run, patched_scores, recorded_runs, score,
+                                                        skipped_kinds, step_prefix)
+from attention_inspector.model.keys import head_name
+from attention_inspector.model.nets.seq2seq import HeadGates, Seq2Seq, device_of
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.batching import Batch
+from attention_inspector.model.text.vocab import PAD_ID
 
 TOP_PATCHED, PER_STAGE = 32, 8  # heads `staged_patching` patches exactly after its estimate, and per stage
 ORDERS = ("first", "second")  # the orders of `GateSums.estimate`

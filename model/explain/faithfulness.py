@@ -35,15 +35,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute, attribute_steps,
-                                       gradient_scores_at)
-from model.explain.contributions import Contributions, alti_plus, rollout
-from model.keys import ROLLOUT
-from model.nets.cores import parts, shared
-from model.nets.decoding import next_token_logits
-from model.nets.seq2seq import Seq2Seq, device_of
-from model.nets.transformer import Transformer
-from model.text.vocab import SOS_ID, UNK_ID
+from attention_inspector.model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, SALIENCY, attribute,
+                                                           attribute_steps, gradient_scores_at)
+from attention_inspector.model.explain.contributions import Contributions, alti_plus, rollout
+from attention_inspector.model.keys import ROLLOUT
+from attention_inspector.model.nets.cores import parts, shared
+from attention_inspector.model.nets.decoding import next_token_logits
+from attention_inspector.model.nets.seq2seq import Seq2Seq, device_of
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import SOS_ID, UNK_ID
 
 ATTENTION, BEST_HEAD, ALTI_PLUS, RANDOM = "attention", "best_head", "alti_plus", "random"
 METHODS = (ATTENTION, BEST_HEAD, ROLLOUT, ALTI_PLUS, SALIENCY, INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, RANDOM)

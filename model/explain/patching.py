@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.keys import DECODER, ENCODER, head_name
-from model.nets.decoding import next_token_logits
-from model.nets.seq2seq import Seq2Seq, device_of, every_head
-from model.nets.transformer import LayerCache, Transformer
-from model.text.vocab import SOS_ID
+from attention_inspector.model.keys import DECODER, ENCODER, head_name
+from attention_inspector.model.nets.decoding import next_token_logits
+from attention_inspector.model.nets.seq2seq import Seq2Seq, device_of, every_head
+from attention_inspector.model.nets.transformer import LayerCache, Transformer
+from attention_inspector.model.text.vocab import SOS_ID
 
 Head = tuple[str, int, int]  # (kind, 0-based layer, 0-based head)
 Advance = Callable[[int], None]  # told the rows of each batch done

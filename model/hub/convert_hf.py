@@ -34,13 +34,14 @@ from pathlib import Path
 
 import torch
 
-from model.hub.hub_checks import (DEFAULT_MAX_BYTES, ConversionError, check_room, checked_hub_id, hub_id, is_folder,
-                                  shown_id, too_large)
-from model.hub.vocabulary import HubTokens, hub_tokens, json_of, renumbering, side_languages, split_at_whitespace
-from model.hub.weights import hub_weights, model_config, state_dict, t5_state_dict
-from model.nets.transformer import ModelConfig, Transformer
-from model.serving.checkpoint import (METRICS, WEIGHTS, CheckpointError, assembled, checkpoint_parts, save_weights,
-                                      unique_state_dict, write_json)
+from attention_inspector.model.hub.hub_checks import (DEFAULT_MAX_BYTES, ConversionError, check_room, checked_hub_id,
+                                                      hub_id, is_folder, shown_id, too_large)
+from attention_inspector.model.hub.vocabulary import (HubTokens, hub_tokens, json_of, renumbering, side_languages,
+                                                      split_at_whitespace)
+from attention_inspector.model.hub.weights import hub_weights, model_config, state_dict, t5_state_dict
+from attention_inspector.model.nets.transformer import ModelConfig, Transformer
+from attention_inspector.model.serving.checkpoint import (METRICS, WEIGHTS, CheckpointError, assembled,
+                                                          checkpoint_parts, save_weights, unique_state_dict, write_json)
 
 HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "README.md",
              "tokenizer.json", "tokenizer_config.json", "source.spm", "target.spm", "vocab.json",

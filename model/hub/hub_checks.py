@@ -8,7 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
-from model.serving.catalog import DEFAULT_BUDGET
+from attention_inspector.model.serving.catalog import DEFAULT_BUDGET
 
 # The largest weights file converted without asking: the memory the app keeps for models (MODEL_MEMORY_GB, 8 GiB
 # by default, half a free Space's 16 GB), which a model must fit to be served. NLLB-200-distilled-600M's and

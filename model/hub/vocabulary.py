@@ -9,10 +9,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.hub.hub_checks import ConversionError
-from model.serving.checkpoint import CheckpointError, read_json
-from model.text.hub_tokenizer import LANGUAGE_NAMES, M2M100_LANGUAGES, Languages
-from model.text.vocab import SPECIALS
+from attention_inspector.model.hub.hub_checks import ConversionError
+from attention_inspector.model.serving.checkpoint import CheckpointError, read_json
+from attention_inspector.model.text.hub_tokenizer import LANGUAGE_NAMES, M2M100_LANGUAGES, Languages
+from attention_inspector.model.text.vocab import SPECIALS
 
 
 @dataclass(frozen=True)

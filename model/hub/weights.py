@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from model.hub.hub_checks import ConversionError
-from model.nets.transformer import ModelConfig
-from model.serving.checkpoint import CheckpointError, read_rows, read_weights
+from attention_inspector.model.hub.hub_checks import ConversionError
+from attention_inspector.model.nets.transformer import ModelConfig
+from attention_inspector.model.serving.checkpoint import CheckpointError, read_rows, read_weights
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 

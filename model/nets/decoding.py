@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.nets.seq2seq import CROSS, DECODER, Attention, HeadGates, Seq2Seq, device_of
-from model.nets.step_decoder import StepDecoder
-from model.nets.transformer import Transformer
-from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
+from attention_inspector.model.nets.seq2seq import CROSS, DECODER, Attention, HeadGates, Seq2Seq, device_of
+from attention_inspector.model.nets.step_decoder import StepDecoder
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 
 NEVER_EMITTED = (PAD_ID, SOS_ID)
 

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from model.training.distributed import Ranks
+from attention_inspector.model.training.distributed import Ranks
 
 
 def chosen_device(name: str | None = None, ranks: Ranks = Ranks()) -> torch.device:

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from model.nets.seq2seq import CROSS, Attention, HeadGates
-from model.nets.transformer import MultiHeadAttention, padding_mask
+from attention_inspector.model.nets.seq2seq import CROSS, Attention, HeadGates
+from attention_inspector.model.nets.transformer import MultiHeadAttention, padding_mask
 
 # What the decoder's attention computes (see the module's docstring): no weights, heads without weights, or learned
 # projections.
@@ -122,14 +122,17 @@ class RNNSeq2Seq(nn.Module):
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[RNNCache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
                need_vectors: bool = False, teacher_forcing: float = 1.0, embedded: Tensor | None = None,
-               positions: Tensor | None = None) -> tuple[Tensor, Attention | None]:
+               positions: Tensor | None = None, states: bool = False) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, the cross-`Attention` (1, B, H, T, S).
 
         With `cache`, decoding continues from the cached state. With `teacher_forcing` < 1 each step after the
         first reads the gold token with that probability, else the model's own best guess. `embedded`
         (B, T, embedding_dim): the gold tokens' vectors to read instead of the table's (teacher forcing only).
-        `positions` (B,): only the position of each sequence whose logits are wanted, (B, 1, V) then.
+        `positions` (B,): only the position of each sequence whose logits are wanted, (B, 1, V) then. `states`:
+        the vectors `generator` reads in place of the logits (teacher forcing only: a guess reads the logits).
         """
+        if states and teacher_forcing < 1.0:
+            raise ValueError("states are for teacher forcing: a step that reads its own guess needs the logits")
         need_weights = need_weights or need_vectors
         state = cache[0] if cache is not None else RNNCache()
         if state.hidden is None:
@@ -152,7 +155,7 @@ class RNNSeq2Seq(nn.Module):
             context, weights = self.cross_attention(hidden[:, None], state.cross_keys, state.cross_values, src_mask,
                                                     fused and not need_weights, gate)
             feed = torch.tanh(self.combine(torch.cat([hidden, context[:, 0]], dim=-1)))  # (B, hidden)
-            logits.append(self.generator(self.dropout(feed)))
+            logits.append(self.dropout(feed) if states else self.generator(self.dropout(feed)))
             maps.append(weights)
         state.hidden = torch.cat([hidden, feed], dim=-1)
         logits = torch.stack(logits, dim=1)

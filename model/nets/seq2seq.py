@@ -16,7 +16,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from model.keys import CROSS, DECODER, ENCODER, KINDS, head_name  # noqa: F401  (re-exported: the model code's names)
+# (re-exported: the model code's names)
+from attention_inspector.model.keys import CROSS, DECODER, ENCODER, KINDS, head_name  # noqa: F401
 
 
 @dataclass
@@ -82,6 +83,7 @@ class Seq2Seq(Protocol):
     """An encoder-decoder that decoding, traces, checkpoints and the app can use: the Transformer or the GRU model."""
 
     config: object  # a frozen dataclass with at least max_len and pad_id
+    generator: torch.nn.Linear  # the output layer: the decoder's states -> logits
 
     def heads(self) -> dict[str, tuple[int, int]]:
         """(layers, heads) of each attention kind the network has."""
@@ -93,13 +95,14 @@ class Seq2Seq(Protocol):
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[Cache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
-               need_vectors: bool = False, embedded: Tensor | None = None, positions: Tensor | None = None
-               ) -> tuple[Tensor, Attention | None]:
+               need_vectors: bool = False, embedded: Tensor | None = None, positions: Tensor | None = None,
+               states: bool = False) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, the decoder side of `Attention`.
 
         With `cache`, `tgt` holds only the new positions, and the cache is extended with them. `embedded`: the
         target tokens' vectors to read instead of the token table's. `positions` (B,): only the position of each
-        sequence whose logits are wanted, (B, 1, V) then.
+        sequence whose logits are wanted, (B, 1, V) then. `states`: the vectors the output layer `generator` reads
+        in place of the logits, (B, T, d) (teacher-forced only).
         """
 
     def new_cache(self) -> list[Cache]:

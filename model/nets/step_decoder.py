@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.nets.transformer import ACTIVATIONS, Transformer
+from attention_inspector.model.nets.transformer import ACTIVATIONS, Transformer
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model.nets.decoding import next_token_logits, output_limit
-from model.nets.seq2seq import CROSS, DECODER, Attention, HeadGates, Seq2Seq, device_of
-from model.nets.step_decoder import StepDecoder
-from model.nets.transformer import Transformer
-from model.text.vocab import EOS_ID, SOS_ID
+from attention_inspector.model.nets.decoding import next_token_logits, output_limit
+from attention_inspector.model.nets.seq2seq import CROSS, DECODER, Attention, HeadGates, Seq2Seq, device_of
+from attention_inspector.model.nets.step_decoder import StepDecoder
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import EOS_ID, SOS_ID
 
 
 @dataclass

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.nets.positions import POSITIONALS, relative_buckets
-from model.nets.seq2seq import CROSS, DECODER, ENCODER, Attention, HeadGates
+from attention_inspector.model.nets.positions import POSITIONALS, relative_buckets
+from attention_inspector.model.nets.seq2seq import CROSS, DECODER, ENCODER, Attention, HeadGates
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
                "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}  # T5 v1.1's "gelu_new"
@@ -455,14 +455,15 @@ class Transformer(nn.Module):
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: list[LayerCache] | None = None,
                need_weights: bool = False, fused: bool = False, gates: HeadGates | None = None,
                need_vectors: bool = False, embedded: Tensor | None = None, positions: Tensor | None = None,
-               start: tuple[int, Tensor] | None = None) -> tuple[Tensor, Attention | None]:
+               start: tuple[int, Tensor] | None = None, states: bool = False) -> tuple[Tensor, Attention | None]:
         """Target ids (B, T) -> logits (B, T, V) and, if asked, decoder self- and cross-`Attention`.
 
         With `cache`, `tgt` holds only the new positions, which follow those already in the cache. `embedded`
         (B, T, d_model): token vectors to read instead of the table's. `positions` (B,): only the position of each
         sequence whose logits are wanted, (B, 1, V) then (gradient attributions: an output layer of 256k tokens at
         every position costs T times one). `start` (layer, stream (B, T, d_model)): continue from that layer with
-        the stream entering it, as `encode`'s (without a cache).
+        the stream entering it, as `encode`'s (without a cache). `states`: the normed last layer's output, which
+        `generator` reads, in place of the logits.
         """
         need_weights = need_weights or need_vectors
         offset = 0 if cache is None or cache[0].self_keys is None else cache[0].self_keys.size(2)
@@ -488,7 +489,7 @@ class Transformer(nn.Module):
             recorded.append(vectors)
         if positions is not None and not last_only:
             x = x[torch.arange(x.size(0), device=x.device), positions][:, None]
-        logits = self.generator(self.decoder_norm(x))
+        logits = self.decoder_norm(x) if states else self.generator(self.decoder_norm(x))
         if not need_weights:
             return logits, None
         attention = Attention(decoder=torch.stack(self_maps), cross=torch.stack(cross_maps))

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from model.serving.checkpoint import (CONFIG, HEADS, METRICS, VOCAB, WEIGHTS, CheckpointError, load_checkpoint,
-                                      read_json, safetensors_header)
-from model.serving.translator import Translator
-from model.text.hub_tokenizer import Languages
+from attention_inspector.model.serving.checkpoint import (CONFIG, HEADS, METRICS, VOCAB, WEIGHTS, CheckpointError,
+                                                          load_checkpoint, read_json, safetensors_header)
+from attention_inspector.model.serving.translator import Translator
+from attention_inspector.model.text.hub_tokenizer import Languages
 
 LAZY_BYTES = 64 * 1024 ** 2  # weights larger than this load on first use
 REPORT_LOOK_S = 1.0  # how often a checkpoint's heads.json is looked at on disk, at most

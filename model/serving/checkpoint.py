@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -12,12 +13,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from model.nets.rnn import RNNConfig, RNNSeq2Seq
-from model.nets.seq2seq import Seq2Seq
-from model.nets.transformer import ModelConfig, Transformer
-from model.serving.translator import Translator
-from model.text.hub_tokenizer import HubTokenizer, Languages
-from model.text.vocab import BPE, Tokenizer, Truecaser, Vocab
+import attention_inspector
+from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
+from attention_inspector.model.nets.seq2seq import Seq2Seq
+from attention_inspector.model.nets.transformer import ModelConfig, Transformer
+from attention_inspector.model.serving.translator import Translator
+from attention_inspector.model.text.hub_tokenizer import HubTokenizer, Languages
+from attention_inspector.model.text.vocab import BPE, Tokenizer, Truecaser, Vocab
 
 WEIGHTS, CONFIG, VOCAB, METRICS, HEADS = \
     "model.safetensors", "config.json", "vocab.json", "metrics.json", "heads.json"
@@ -301,11 +303,27 @@ class CheckpointParts(NamedTuple):
     languages: Languages | None
 
 
+def named_checkpoints() -> Path | None:
+    """The folder whose checkpoints a name finds: CHECKPOINTS=DIR, else the shipped ones."""
+    return Path(os.environ["CHECKPOINTS"]) if os.environ.get("CHECKPOINTS") else attention_inspector.checkpoints()
+
+
+def checkpoint_folder(name_or_folder: str | Path) -> Path:
+    """A checkpoint folder as given where it is one, else one by name ("en-de") in `named_checkpoints()`; as given
+    where neither is a folder."""
+    folder, named = Path(name_or_folder), named_checkpoints()
+    if not folder.is_dir() and len(folder.parts) == 1 and named is not None and (named / folder).is_dir():
+        return named / folder
+    return folder
+
+
 def checkpoint_parts(folder: str | Path) -> CheckpointParts:
-    """A checkpoint folder read, every file checked (a CheckpointError names the one at fault)."""
-    folder = Path(folder)
+    """A checkpoint folder, or a checkpoint by name (`checkpoint_folder`), read, every file checked (a
+    CheckpointError names the one at fault)."""
+    given, folder = folder, checkpoint_folder(folder)
     if not folder.is_dir():
-        raise CheckpointError(f"checkpoint folder {folder} does not exist")
+        raise CheckpointError(f"No checkpoint {str(given)!r}: the folder {folder} does not exist; give a checkpoint "
+                              f"folder, or the name of one in {named_checkpoints() or 'CHECKPOINTS=DIR'}")
     config = load_config(folder)
     vocab_data = read_json(folder / VOCAB)
     try:

@@ -36,9 +36,9 @@ import numpy as np
 import orjson
 import torch
 
-from model.explain.attribution import METHODS, Attributions
-from model.explain.patching import Patching
-from model.text.words import PIECES, UNITS, WHOLE, word_spans
+from attention_inspector.model.explain.attribution import METHODS, Attributions
+from attention_inspector.model.explain.patching import Patching
+from attention_inspector.model.text.words import PIECES, UNITS, WHOLE, word_spans
 
 SCHEMA_VERSION = 1
 FORMATS = ("json", "npz")
@@ -143,10 +143,10 @@ def load_trace(path: str | Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm  # the command's progress bar: the app, which reads and writes trace files, needs none
 
-    from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-    from model.serving.checkpoint import load_checkpoint
-    from model.serving.translator import InputError
-    from model.training import distributed
+    from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
+    from attention_inspector.model.serving.translator import InputError
+    from attention_inspector.model.training import distributed
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="checkpoint folder")

@@ -10,24 +10,27 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from model.explain.attribution import INTEGRATED_GRADIENTS
-from model.explain.attribution import METHODS as ATTRIBUTION_METHODS
-from model.explain.attribution import Attributions, attribute, attribute_steps
-from model.explain.contributions import Contributions, alti_plus, alti_plus_pass, decomposed, measure_maps
-from model.explain.detachment import NO_SOURCE_SHARE, Detachment, ScoredDetachment, attention_peaks, thresholds_of
-from model.explain.estimates import patching_estimate, staged_patching
-from model.explain.patching import Patching, patch_heads
-from model.nets.decoding import (BeamTrace, Hypothesis, beam_search, beam_trace, chosen_log_probs, greedy_decode,
-                                 output_limit, teacher_forced, teacher_forced_log_probs)
-from model.nets.seq2seq import Attention, HeadGates, Seq2Seq, copies_gated, device_of, head_gates
-from model.nets.step_decoder import StepDecoder
-from model.nets.tracing import Trace, TraceBatch, TraceRequest, greedy_trace
-from model.nets.transformer import Transformer
-from model.text.batching import pad, token_batches
-from model.text.hub_tokenizer import Languages
-from model.text.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
-from model.text.words import WHOLE
-from model.text.words import scheme as word_scheme
+from attention_inspector.model.explain.attribution import INTEGRATED_GRADIENTS
+from attention_inspector.model.explain.attribution import METHODS as ATTRIBUTION_METHODS
+from attention_inspector.model.explain.attribution import Attributions, attribute, attribute_steps
+from attention_inspector.model.explain.contributions import (Contributions, alti_plus, alti_plus_pass, decomposed,
+                                                             measure_maps)
+from attention_inspector.model.explain.detachment import (NO_SOURCE_SHARE, Detachment, ScoredDetachment,
+                                                          attention_peaks, thresholds_of)
+from attention_inspector.model.explain.estimates import patching_estimate, staged_patching
+from attention_inspector.model.explain.patching import Patching, patch_heads
+from attention_inspector.model.nets.decoding import (BeamTrace, Hypothesis, beam_search, beam_trace, chosen_log_probs,
+                                                     greedy_decode, output_limit, teacher_forced,
+                                                     teacher_forced_log_probs)
+from attention_inspector.model.nets.seq2seq import Attention, HeadGates, Seq2Seq, copies_gated, device_of, head_gates
+from attention_inspector.model.nets.step_decoder import StepDecoder
+from attention_inspector.model.nets.tracing import Trace, TraceBatch, TraceRequest, greedy_trace
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.batching import pad, token_batches
+from attention_inspector.model.text.hub_tokenizer import Languages
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
+from attention_inspector.model.text.words import WHOLE
+from attention_inspector.model.text.words import scheme as word_scheme
 
 MAX_INPUT_CHARS = 2000
 

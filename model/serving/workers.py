@@ -33,9 +33,9 @@ from multiprocessing.connection import Connection
 
 import torch
 
-from model.explain.detachment import ScoredDetachment
-from model.nets.tracing import TraceRequest
-from model.serving.translator import TracedTranslation, Translator
+from attention_inspector.model.explain.detachment import ScoredDetachment
+from attention_inspector.model.nets.tracing import TraceRequest
+from attention_inspector.model.serving.translator import TracedTranslation, Translator
 
 log = logging.getLogger(__name__)
 

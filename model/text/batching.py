@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model.text.vocab import EOS_ID, PAD_ID, SOS_ID
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 
 
 @dataclass

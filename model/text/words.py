@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from model.text.vocab import CHARS, CONTINUES, SPACE
+from attention_inspector.model.text.vocab import CHARS, CONTINUES, SPACE
 
 PIECES, WORDS = "pieces", "words"
 UNITS = (PIECES, WORDS)

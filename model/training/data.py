@@ -14,11 +14,9 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
-import pyarrow.compute as pc
-
-from model.text.vocab import CHARS
+from attention_inspector.model.text.vocab import CHARS
 
 HUB_ID = "bentrevett/multi30k"
 REVERSE = "reverse"
@@ -28,6 +26,11 @@ LANGUAGES = ("en", "de", "fr", "cs")
 SPLITS = ("train", "val", "test")
 LOCAL_FILE_STEMS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
 HUB_SPLIT_NAMES = {"train": "train", "val": "validation", "test": "test"}
+
+# `datasets` (the `studies` extra) is imported where a table is made, not here: the commands that import this
+# module say what they take (--help) and read a user's own files with the app's requirements alone.
+if TYPE_CHECKING:
+    import datasets
 
 
 class DataError(ValueError):
@@ -39,6 +42,8 @@ def load_pairs(source: str, split: str, src_lang: str, tgt_lang: str) -> dataset
     if source == REVERSE:
         if (src_lang, tgt_lang) != (CHARS, CHARS) or split not in SPLITS:
             raise DataError(f"the {REVERSE} task is character level: use --src {CHARS} --tgt {CHARS}")
+        import datasets
+
         sources = reversal_strings()[split]
         return datasets.Dataset.from_dict({"src": sources, "tgt": [s[::-1] for s in sources]})
     for lang in (src_lang, tgt_lang):
@@ -92,6 +97,8 @@ def _load_local(folder: Path, split: str, src_lang: str, tgt_lang: str) -> datas
     if len(src_lines) != len(tgt_lines):
         raise DataError(f"misaligned files: {src_path} has {len(src_lines)} lines "
                         f"but {tgt_path} has {len(tgt_lines)}")
+    import datasets
+
     pairs = datasets.concatenate_datasets([src_lines.rename_column("text", "src"),
                                            tgt_lines.rename_column("text", "tgt")], axis=1)
     empty = _first_empty_line(pairs)
@@ -103,11 +110,15 @@ def _load_local(folder: Path, split: str, src_lang: str, tgt_lang: str) -> datas
 def _memory_mapped_lines(path: Path) -> datasets.Dataset:
     """The lines of a text file (gzipped or not) as a table in an Arrow file that `datasets` writes once into its
     cache and memory-maps: a corpus of millions of lines is read from disk as it is used, never held whole."""
+    import datasets
+
     return datasets.load_dataset("text", data_files=str(path), split="train")
 
 
 def _first_empty_line(pairs: datasets.Dataset) -> int | None:
     """The index of the first pair with an empty (or blank) side, scanned a block of rows at a time."""
+    import pyarrow.compute as pc
+
     start = 0
     for block in pairs.with_format("arrow").iter(batch_size=100_000):
         blank = pc.or_(*(pc.equal(pc.utf8_trim_whitespace(block[side]), "") for side in ("src", "tgt")))
@@ -146,6 +157,8 @@ def take(values: Sequence, indices: list[int]) -> list:
 
 
 def _load_hub(dataset_id: str, split: str, src_lang: str, tgt_lang: str) -> datasets.Dataset:
+    import datasets
+
     try:
         dataset = datasets.load_dataset(dataset_id, split=HUB_SPLIT_NAMES[split])
     except Exception as error:  # the hub raises many kinds: offline, not found, gated

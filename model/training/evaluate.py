@@ -10,17 +10,16 @@ import json
 import time
 from pathlib import Path
 
-import sacrebleu
 import torch
 
-from model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-from model.serving.checkpoint import METRICS, load_checkpoint, write_json
-from model.serving.translator import Translator
-from model.text.hub_tokenizer import HubTokenizer
-from model.text.vocab import Tokenizer
-from model.training import distributed
-from model.training.data import load_pairs
-from model.training.distributed import Ranks
+from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
+from attention_inspector.model.serving.checkpoint import METRICS, load_checkpoint, write_json
+from attention_inspector.model.serving.translator import Translator
+from attention_inspector.model.text.hub_tokenizer import HubTokenizer
+from attention_inspector.model.text.vocab import Tokenizer
+from attention_inspector.model.training import distributed
+from attention_inspector.model.training.data import load_pairs
+from attention_inspector.model.training.distributed import Ranks
 
 DEFAULT_DATA = "../shared/data/multi30k"
 # The ISO 639-3 codes that NLLB-200's languages start with, as Multi30k's two-letter names.
@@ -36,6 +35,8 @@ def score(translator: Translator, hypotheses: list[list[str]], references: list[
     model's output is read as text by `target_language`'s spaCy tokenizer, never counted in its pieces).
     `exact_match`: percent of outputs identical to their reference (the measure for string reversal).
     """
+    import sacrebleu  # the `studies` extra: imported here, so that the commands importing this module say --help
+
     detokenized = [translator.to_text(h) for h in hypotheses]
     bleu = sacrebleu.BLEU()
     chrf = sacrebleu.CHRF()

@@ -34,16 +34,16 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.nets.rnn import ATTENTIONS, RNNConfig
-from model.nets.transformer import ModelConfig
-from model.serving.checkpoint import (build_model, load_checkpoint, load_weights, read_json, save_checkpoint,
-                                      save_weights, write_json)
-from model.serving.translator import Translator
-from model.text.batching import make_batch, token_batches
-from model.text.vocab import BPE, CHARS, EOS_ID, PAD_ID, Tokenizer, Truecaser, Vocab
-from model.training import distributed
-from model.training.data import Column, load_pairs, rows, take
-from model.training.evaluate import DEFAULT_DATA, score
+from attention_inspector.model.nets.rnn import ATTENTIONS, RNNConfig
+from attention_inspector.model.nets.transformer import ModelConfig
+from attention_inspector.model.serving.checkpoint import (build_model, load_checkpoint, load_weights, read_json,
+                                                          save_checkpoint, save_weights, write_json)
+from attention_inspector.model.serving.translator import Translator
+from attention_inspector.model.text.batching import make_batch, token_batches
+from attention_inspector.model.text.vocab import BPE, CHARS, EOS_ID, PAD_ID, Tokenizer, Truecaser, Vocab
+from attention_inspector.model.training import distributed
+from attention_inspector.model.training.data import Column, load_pairs, rows, take
+from attention_inspector.model.training.evaluate import DEFAULT_DATA, score
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

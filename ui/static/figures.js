@@ -75,6 +75,10 @@
   const HEATMAP_SIDES = 190;
   const BAR_SIDES = 80;
   const GRID_PX = 720; // viz/attention.py GRID_PX: its panels label as many keys as fit them
+  const GRID_SIDES = 190; // viz/attention.py GRID_SIDES: a grid's row labels and colour bar
+  const PHONE = window.matchMedia("(max-width: 720px)"); // style.css's one column
+  const COLORBAR_ABOVE = 44; // a colour bar laid across, with its title above it
+  const ROW_LABEL_SIDE = 110; // a heatmap's row labels and its axis title, without the colour bar beside them
 
   // Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
   // for the page's life: Plotly.react redraws from scratch whenever it is handed a different config.
@@ -110,16 +114,44 @@
       figure.layout.title.text = meta.narrow.title;
     }
     // A heatmap of one map, and a bar chart, name every key: they are drawn at least wide enough for them; a grid of
-    // maps (the model view, two models compared) as wide as a laptop draws it, its labels apart. (Its box scrolls
-    // sideways.)
+    // maps (the model view, two models compared) as wide as a laptop draws it, its labels apart (its box scrolls
+    // sideways), or, where the page fits grids to their box (`inspector.gridsFit`: a notebook's cell,
+    // ui/static/notebook.js), as wide as its box, each panel naming as many keys as fit its share of it.
     const [first] = figure.data;
     const keys = first && first.x ? first.x.length : 0;
+    const grid = first?.type === "heatmap" && !narrow && !!figure.layout.xaxis2;
+    const fitted = grid && inspector.gridsFit;
+    // On a phone a heatmap of one map has its colour bar above it, under its title: the width beside its keys is its
+    // row labels' alone, and a sentence of up to ~18 keys fits the screen's width (a longer one still scrolls).
+    const single = first?.type === "heatmap" && !grid && !narrow;
+    const above = single && PHONE.matches && first.colorbar;
+    if (above) {
+      for (const trace of figure.data) {
+        if (!trace.colorbar) continue;
+        const title = trace.colorbar.title || {};
+        trace.colorbar = { ...trace.colorbar, orientation: "h", x: 0, xanchor: "left", xref: "container",
+                           y: 1, yanchor: "bottom", yref: "paper", ypad: 2, len: 1, thickness: 10,
+                           title: { ...title, side: "top" } };
+      }
+      figure.layout.margin = { ...figure.layout.margin, t: (figure.layout.margin?.t ?? 0) + COLORBAR_ABOVE };
+      figure.layout.height += COLORBAR_ABOVE;
+    }
     const least = first?.type === "bar" ? KEY_PX * keys + BAR_SIDES
-      : first?.type !== "heatmap" || narrow ? 0 : figure.layout.xaxis2 ? GRID_PX : KEY_PX * keys + HEATMAP_SIDES;
+      : first?.type !== "heatmap" || narrow || fitted ? 0 : grid ? GRID_PX
+        : KEY_PX * keys + (above ? ROW_LABEL_SIDE : HEATMAP_SIDES);
+    const box = fitted ? target.parentElement?.clientWidth || GRID_PX : GRID_PX; // read only where it counts
+    if (fitted && meta.keyLabels && box < GRID_PX) {
+      meta.keyFit = Math.max(2, Math.floor(meta.keyFit * (box - GRID_SIDES) / (GRID_PX - GRID_SIDES)));
+    }
     const steps = meta.titles ? meta.titles.length : meta.bars ? meta.bars.length : 0;
     const step = at === null ? Math.round(inspector.step) || 1 : at + 1;
     const t = steps ? Math.min(Math.max(step, 1), steps) - 1 : 0;
     const shown = meta.titles ? figureAtStep(figure, t) : meta.bars ? barsAtStep(figure, t) : figure;
+    if (fitted && meta.keyLabels && box < GRID_PX && meta.grows !== "square") { // the keys shown, thinned anew
+      const every = Math.max(1, Math.ceil(meta.keyLabels.length / meta.keyFit));
+      const keyText = meta.keyLabels.map((label, i) => (i % every === 0 ? label : ""));
+      for (const [name, axis] of Object.entries(shown.layout)) if (name.startsWith("xaxis")) axis.ticktext = keyText;
+    }
     return { shown, least, stepped: meta.titles ? "heatmap" : meta.bars ? "bars" : null,
              grows: !!(meta.titles && (meta.grows || meta.frames)) };
   }

@@ -15,6 +15,7 @@
   const unzipped = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
   const value = JSON.parse(await new Response(unzipped).text());
   const inspector = window.attentionInspector;
+  inspector.gridsFit = true; // a grid of maps as wide as the cell, every head in sight (ui/static/figures.js)
   const root = document.getElementById("core");
   const $ = (id) => root.querySelector(`#${id}`);
   const view = { ...value.view, head: String(value.view.head) };

@@ -68,13 +68,25 @@
   });
 
   // The status line where the user looks: while the one at the top is out of sight (the user is down in a tab),
-  // each new status shows in the window's top right corner too, as text, until clicked or for 10 s; `always`:
-  // whether or not (the server's "busy", ui/static/busy.js). "Stop computing" and the progress show above the
-  // heatmap while something slow is computed. (`said` is called on every change of the status line.)
+  // each new status shows again, as text, until clicked or for 10 s, in the page's flow right below the row the
+  // user last pressed in (else above the tabs): it moves what follows down, and covers nothing. `always`: whether
+  // or not (the server's "busy", ui/static/busy.js). "Stop computing" and the progress show above the heatmap while
+  // something slow is computed. (`said` is called on every change of the status line.)
   const bar = Object.assign(document.createElement("div"), { id: "status-bar", hidden: true });
   bar.setAttribute("role", "status");
   bar.addEventListener("click", () => { bar.hidden = true; });
-  document.body.appendChild(bar);
+  let pressed = null; // the row (or block) the user last pressed in
+  document.addEventListener("pointerdown", (event) => {
+    const target = event.target instanceof Element ? event.target : null;
+    if (!target || target.closest("#status-bar, [role=listbox]")) return; // a menu's entries float over the page
+    pressed = target.closest(".row") || target.closest(".block") || pressed;
+  }, true);
+  const placeBar = () => {
+    const place = pressed?.isConnected && pressed.checkVisibility() ? pressed : document.querySelector("#what-if");
+    if (!place) document.body.append(bar);
+    else if (place.id === "what-if") { if (place.previousElementSibling !== bar) place.before(bar); }
+    else if (place.nextElementSibling !== bar) place.after(bar);
+  };
   let statusInView = true;
   let hideLater = null;
   let watched = false;
@@ -137,6 +149,7 @@
     } else if (text.startsWith("Comparing the explanations with")) integrated();
     if (!text || (statusInView && !always)) { bar.hidden = true; return; }
     bar.textContent = text;
+    placeBar();
     bar.hidden = false;
     clearTimeout(hideLater);
     hideLater = setTimeout(() => { bar.hidden = true; }, 10000);

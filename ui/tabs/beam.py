@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ui import operations
-from ui.listeners import answer, decoding_outputs, on, settings
-from ui.page import Page
-from ui.services import Services
-from ui.session import Session
+from attention_inspector.model.api.services import Services
+from attention_inspector.ui import operations
+from attention_inspector.ui.listeners import answer, decoding_outputs, on, settings
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.session import Session
 
 
 def build(page: Page, services: Services) -> None:

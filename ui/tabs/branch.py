@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ui import operations
-from ui.listeners import on
-from ui.page import Page
-from ui.plots import plot
-from ui.services import Services
-from viz.whatif import DIFFERS, FORCED
+from attention_inspector.model.api.services import Services
+from attention_inspector.ui import operations
+from attention_inspector.ui.listeners import on
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import plot
+from attention_inspector.viz.whatif import DIFFERS, FORCED
 
 
 def build(page: Page, services: Services) -> None:

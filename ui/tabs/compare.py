@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ui import operations
-from ui.listeners import COMPARE_TAB, on, view_outputs
-from ui.page import Page
-from ui.plots import plot
-from ui.services import Services
+from attention_inspector.model.api.services import Services
+from attention_inspector.ui import operations
+from attention_inspector.ui.listeners import COMPARE_TAB, on, view_outputs
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import plot
 
 
 def build(page: Page, services: Services) -> None:

@@ -10,18 +10,18 @@ from dataclasses import replace
 
 import gradio as gr
 
-from model.explain.faithfulness import Told
-from model.explain.patching import Patching, parting, suggested_swap
-from model.keys import ENCODER, KIND_LABELS
-from model.serving.inspect import patching_record
-from ui.listeners import COUNTERFACTUAL_TAB, on, tab_answer
-from ui.operations import large, operation
-from ui.page import Page
-from ui.plots import Answer, answers_view, figure_json
-from ui.services import Services
-from ui.session import Session, clamp
-from viz.attention import visible
-from viz.whatif import patching_figure, stream_figure
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.explain.faithfulness import Told
+from attention_inspector.model.explain.patching import Patching, parting, suggested_swap
+from attention_inspector.model.keys import ENCODER, KIND_LABELS
+from attention_inspector.model.serving.inspect import patching_record
+from attention_inspector.ui.listeners import COUNTERFACTUAL_TAB, on, tab_answer
+from attention_inspector.ui.operations import large, operation
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import Answer, answers_view, figure_json
+from attention_inspector.ui.session import Session, clamp
+from attention_inspector.viz.attention import visible
+from attention_inspector.viz.whatif import patching_figure, stream_figure
 
 PATCHING = "patch_view"  # the event's name (its API name, private)
 BARELY = 0.05  # nats: a counterfactual that moves the score less than this leaves no difference to share out

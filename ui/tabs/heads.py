@@ -7,15 +7,15 @@ from functools import partial
 
 import gradio as gr
 
-from model.keys import KIND_LABELS, KINDS
-from ui import operations
-from ui.listeners import on, tab_answer
-from ui.page import Page
-from ui.plots import figure_json, plot
-from ui.render import IMPORTANCE_KEYS, importance_plot
-from ui.services import Services
-from ui.session import Session
-from viz.whatif import DIFFERS
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.keys import KIND_LABELS, KINDS
+from attention_inspector.ui import operations
+from attention_inspector.ui.listeners import on, tab_answer
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import figure_json, plot
+from attention_inspector.ui.render import IMPORTANCE_KEYS, importance_plot
+from attention_inspector.ui.session import Session
+from attention_inspector.viz.whatif import DIFFERS
 
 
 def build(page: Page, services: Services) -> None:

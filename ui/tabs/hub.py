@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model.hub.convert_hf import ConversionError
-from ui.listeners import PAGE_EVENT, folded, on, session_outputs, translate_or_example
-from ui.page import Page
-from ui.services import Services
-from ui.session import unpacked
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.hub.convert_hf import ConversionError
+from attention_inspector.ui.listeners import PAGE_EVENT, folded, on, session_outputs, translate_or_example
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.session import unpacked
 
 
 def build(page: Page, services: Services) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from model.keys import CROSS, HEAD_LABELS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
-from model.text.words import PIECES, WORDS
-from ui.operations import EVERY_HEAD, WHOLE_MODEL
-from ui.page import Page
-from ui.plots import core_view, plot
-from ui.services import Services
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.keys import CROSS, HEAD_LABELS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
+from attention_inspector.model.text.words import PIECES, WORDS
+from attention_inspector.ui.operations import EVERY_HEAD, WHOLE_MODEL
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import core_view, plot
 
 # Steps a decoding can have at most, as far as Gradio's check of the step slider's value goes (`build`).
 STEP_BOUND = 100_000

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import gradio as gr
 
-from model.keys import GRADIENTS
-from model.serving.inspect import FORMATS, encode, trace_record
-from ui.links import link_of
-from ui.listeners import STATIC, tab_answer
-from ui.operations import drawn, operation, shown
-from ui.page import Page
-from ui.render import file_stem
-from ui.services import Services
-from ui.session import Session
-from viz.attention import standalone_html
-from viz.views import attention_figure, view_name
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.keys import GRADIENTS
+from attention_inspector.model.serving.inspect import FORMATS, encode, trace_record
+from attention_inspector.ui.links import link_of
+from attention_inspector.ui.listeners import STATIC, tab_answer
+from attention_inspector.ui.operations import drawn, operation, shown
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.render import file_stem
+from attention_inspector.ui.session import Session
+from attention_inspector.viz.attention import standalone_html
+from attention_inspector.viz.views import attention_figure, view_name
 
 # "Copy link": the view on screen as a link's query (made on the server from the session and the page's step), then
 # in the page a URL of this page, copied to the clipboard where the browser allows it and shown to copy by hand.

@@ -7,19 +7,21 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-from model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
-from model.explain.detachment import ScoredDetachment
-from model.explain.faithfulness import (KS, METHOD_LABELS, Seen, StepFaithfulness, Told, integrated_faithfulness,
-                                        k_label, quick_faithfulness, removable_count)
-from model.nets.seq2seq import Seq2Seq
-from model.text.words import WORDS, summed, words
-from ui.listeners import Stopped, on, tab_answer
-from ui.operations import large, operation, shown
-from ui.page import Page
-from ui.plots import Answer, answers_view, figure_json
-from ui.services import Services
-from ui.session import Session, clamp
-from viz.whatif import attribution_figure, contribution_figure, faithfulness_figure, source_share_figure
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.explain.attribution import INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, METHODS, SALIENCY
+from attention_inspector.model.explain.detachment import ScoredDetachment
+from attention_inspector.model.explain.faithfulness import (KS, METHOD_LABELS, Seen, StepFaithfulness, Told,
+                                                            integrated_faithfulness, k_label, quick_faithfulness,
+                                                            removable_count)
+from attention_inspector.model.nets.seq2seq import Seq2Seq
+from attention_inspector.model.text.words import WORDS, summed, words
+from attention_inspector.ui.listeners import Stopped, on, tab_answer
+from attention_inspector.ui.operations import large, operation, shown
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import Answer, answers_view, figure_json
+from attention_inspector.ui.session import Session, clamp
+from attention_inspector.viz.whatif import (attribution_figure, contribution_figure, faithfulness_figure,
+                                            source_share_figure)
 
 # What the page says at once where a large model's integrated gradients of a step come later (ui/static/page.js).
 ATTRIBUTING = ("Computing attributions with {model}: integrated gradients of step {step}, in batches of its points. "

@@ -6,17 +6,17 @@ from dataclasses import replace
 
 import gradio as gr
 
-from model.analysis.align import pharaoh_lines
-from model.explain.head_stats import STATISTICS, head_statistics
-from model.keys import CROSS, DECODER, ENCODER, READINGS
-from model.text.words import merge, word_spans
-from ui.listeners import tab_answer
-from ui.operations import operation, shown
-from ui.page import Page
-from ui.plots import Answer, answers_view
-from ui.services import Services
-from ui.session import Session
-from viz.whatif import head_statistics_rows
+from attention_inspector.model.analysis.align import pharaoh_lines
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.explain.head_stats import STATISTICS, head_statistics
+from attention_inspector.model.keys import CROSS, DECODER, ENCODER, READINGS
+from attention_inspector.model.text.words import merge, word_spans
+from attention_inspector.ui.listeners import tab_answer
+from attention_inspector.ui.operations import operation, shown
+from attention_inspector.ui.page import Page
+from attention_inspector.ui.plots import Answer, answers_view
+from attention_inspector.ui.session import Session
+from attention_inspector.viz.whatif import head_statistics_rows
 
 
 def build(page: Page, services: Services) -> None:

@@ -12,16 +12,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model.explain.detachment import ScoredDetachment
-from model.explain.head_stats import best_aligning_head
-from model.hub.convert_hf import convert
-from model.hub.hub_checks import ConversionError, checked_hub_id
-from model.nets.cores import available_cores
-from model.nets.devices import chosen_device
-from model.serving.catalog import DEFAULT_BUDGET, Card, Catalog
-from model.serving.translator import InputError, TracedTranslation, Translator
-from model.serving.workers import TracePool, can_fork
-from model.text.vocab import CHARS
+from attention_inspector.model.explain.detachment import ScoredDetachment
+from attention_inspector.model.explain.head_stats import best_aligning_head
+from attention_inspector.model.hub.convert_hf import convert
+from attention_inspector.model.hub.hub_checks import ConversionError, checked_hub_id
+from attention_inspector.model.nets.cores import available_cores
+from attention_inspector.model.nets.devices import chosen_device
+from attention_inspector.model.serving.catalog import DEFAULT_BUDGET, Card, Catalog
+from attention_inspector.model.serving.translator import InputError, TracedTranslation, Translator
+from attention_inspector.model.serving.workers import TracePool, can_fork
+from attention_inspector.model.text.vocab import CHARS
 
 TOP_K = 5  # candidates kept per step
 
