@@ -51,9 +51,9 @@ from load import cpu_model, free_port, pick_sentences, start_server  # noqa: E40
 
 from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa: E402
 from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
-from tests.pages import open_tab  # noqa: E402
 from attention_inspector.ui.session import to_arrays  # noqa: E402
 from attention_inspector.viz.attention import escape_text  # noqa: E402
+from tests.pages import open_tab  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 STEPPED = 3  # sentences whose steps Next is timed on, one head and all heads

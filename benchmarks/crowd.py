@@ -44,11 +44,11 @@ from attention_inspector.model.keys import DECODER, KIND_LABELS  # noqa: E402
 from attention_inspector.model.nets.cores import available_cores  # noqa: E402
 from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa: E402
 from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
-from tests.pages import tab_button  # noqa: E402
 from attention_inspector.ui.operations import FIRST_STEP  # noqa: E402
 from attention_inspector.ui.session import to_arrays  # noqa: E402
 from attention_inspector.viz.attention import escape_text  # noqa: E402
 from attention_inspector.viz.views import step_heading  # noqa: E402
+from tests.pages import tab_button  # noqa: E402
 
 # The heatmap's title, or '' while there is none.
 TITLE = "(document.querySelector('#attention .js-plotly-plot')?.layout?.title?.text || '')"

@@ -14,6 +14,12 @@ report's: loading, statistics and the pruning curve's decodings included); then 
 
     python benchmarks/heads_at_size.py [--pairs 20] [--exact 32|all] [--processes 2] [--family nllb-600m|marian]
                                        [--device cpu] [--torchrun-only] [--no-patching | --patching-only]
+                                       [--goal-only]
+
+`--goal-only` runs only the goal's two parts, as the report runs them (`estimated_changes`, then
+`log_likelihood_changes` of the top `--exact` and the check), in a process of their own, and prints their times
+and its peak memory: the report's other parts (statistics, BLEU, the pruning curve's nine decodings) take another
+~20 minutes at this size.
 
 Needs the dev requirements (transformers). `--family marian` takes opus-mt-en-de's sizes (384 heads, 58k tokens)
 for a quicker run.
@@ -76,6 +82,7 @@ def main() -> None:
     parser.add_argument("--exact", default="32", help="the report's --exact: K heads (default 32), or all")
     parser.add_argument("--no-patching", action="store_true", help="leave out the patching grids' timings")
     parser.add_argument("--patching-only", action="store_true", help="only the patching grids' timings")
+    parser.add_argument("--goal-only", action="store_true", help="only the estimate and the exact heads, timed")
     parser.add_argument("--torchrun-only", action="store_true",
                         help="the run under torchrun alone (the one process's measured before, in another run)")
     args = parser.parse_args()
@@ -91,6 +98,9 @@ def main() -> None:
     heads = 3 * sizes["encoder_layers"] * sizes["encoder_attention_heads"]
     print(f"{cpu_model()}; a random {args.family}-size model ({heads} heads, {sizes['vocab_size']:,} tokens); "
           f"{args.pairs} pairs of Multi30k val")
+    if args.goal_only:
+        goal_parts(checkpoint, pairs, int(args.exact))
+        return
     if args.exact != "all":
         if not args.patching_only:
             estimated_report(checkpoint, pairs, args)
@@ -134,6 +144,40 @@ def estimated_report(checkpoint: Path, pairs: tuple[Path, Path], args: argparse.
     harm = record["largest_harm_in_check"]
     if harm:
         print(f"the largest harm in the random check: {harm['head']} {harm['log_likelihood_change']:+.5f} per token")
+
+
+# The goal's two parts as the head report runs them (model/analysis/heads.py `main`), timed in a process of their own.
+GOAL = """import sys, time
+from pathlib import Path
+from attention_inspector.model.analysis import heads
+from attention_inspector.model.serving.checkpoint import load_checkpoint
+checkpoint, sources, targets, exact = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+translator = load_checkpoint(checkpoint)
+sources = translator.src_tokenizer.tokenize_all(sources.read_text(encoding="utf-8").splitlines())
+targets = translator.tgt_tokenizer.tokenize_all(targets.read_text(encoding="utf-8").splitlines())
+began = time.perf_counter()
+batches = heads.teacher_forced_batches(translator, sources, targets, heads.estimate_tokens(translator))
+estimate, _ = heads.estimated_changes(translator, batches, "second", heads.PROBES)
+estimated, began = time.perf_counter() - began, time.perf_counter()
+top, check = heads.measured_heads(estimate, exact, heads.CHECK)
+heads.log_likelihood_changes(translator, sources, targets, names=top + check)
+print(estimated, time.perf_counter() - began, len(top), len(check))
+print(next(line for line in open('/proc/self/status') if line.startswith('VmHWM')), flush=True)
+"""
+
+
+def goal_parts(checkpoint: Path, pairs: tuple[Path, Path], exact: int) -> None:
+    """The estimate of every head and the exact changes of the top `exact` and the check, timed as the report
+    runs them (one process, the report's defaults)."""
+    done = subprocess.run([sys.executable, "-c", GOAL, str(checkpoint), *map(str, pairs), str(exact)], cwd=ROOT,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"the goal's parts failed:\n{done.stderr[-3000:]}")
+    times, memory = done.stdout.strip().splitlines()[-2:]
+    estimated, measured, top, check = (float(value) for value in times.split())
+    print(f"estimate of every head: {estimated:,.1f} s; exact changes of {top:.0f} + a check of {check:.0f} heads: "
+          f"{measured:,.1f} s; together {estimated + measured:,.1f} s ({(estimated + measured) / 60:.1f} min; goal 12 "
+          f"min); peak memory {megabytes(int(memory.split()[1]))}")
 
 
 def patching_times(checkpoint: Path, data: Path) -> None:

@@ -16,8 +16,8 @@ import pytest
 import attention_inspector as ai
 from attention_inspector import notebook
 from attention_inspector.model.serving.inspect import encode, load_trace, trace_record
-from tests.conftest import CHROMIUM, CHROMIUM_ARGS
 from attention_inspector.viz.views import OFF
+from tests.conftest import CHROMIUM, CHROMIUM_ARGS
 
 TEXT = "A dog runs in the park."
 ROOT = Path(__file__).resolve().parent.parent

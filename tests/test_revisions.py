@@ -9,9 +9,9 @@ import numpy as np
 
 from attention_inspector.model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WEIGHTS
 from attention_inspector.model.nets.cores import parts
-from tests.conftest import VIEW
 from attention_inspector.ui import listeners, operations
 from attention_inspector.ui.session import Revisions, Session
+from tests.conftest import VIEW
 
 GRADIENT_VIEW = (CROSS, 1, MEAN, INTEGRATED_GRADIENTS, 2, False, "pieces")
 DROPPED = {"session": gr.skip()}

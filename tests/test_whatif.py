@@ -16,15 +16,15 @@ from attention_inspector.model.serving.checkpoint import load_checkpoint
 from attention_inspector.model.serving.translator import InputError
 from attention_inspector.model.text.vocab import EOS_ID
 from attention_inspector.model.training.data import DataError
-from tests.conftest import SHIPPED
-from tests.test_http_api import call
-from tests.test_interventions import MODELS, SRC_IDS
 from attention_inspector.ui import operations
 from attention_inspector.ui.listeners import translate_or_example, use_example
 from attention_inspector.ui.session import ORIGINAL, Revisions, to_arrays
 from attention_inspector.ui.tabs.heads import from_grids
 from attention_inspector.viz.views import TraceArrays
 from attention_inspector.viz.whatif import DIFFERS, FORCED, token_differences
+from tests.conftest import SHIPPED
+from tests.test_http_api import call
+from tests.test_interventions import MODELS, SRC_IDS
 
 MODEL = "toy-en-de"
 SENTENCE = "A man plays with a red ball in the park."
