@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # What the Space runs: the app, its packages, the checkpoints, the run-time requirements, the README that
 # carries the Space's settings (its YAML header) and the LFS rule.
-SPACE_PATTERNS = ("app.py", "requirements.txt", "README.md", ".gitattributes", "model/*.py", "model/*/*.py", "viz/*.py",
-                  "ui/*.py", "ui/tabs/*.py", "ui/static/*", "checkpoints/*/*")
+SPACE_PATTERNS = ("app.py", "requirements.txt", "README.md", ".gitattributes", "attention_inspector/*.py", "model/*.py",
+                  "model/*/*.py", "viz/*.py", "ui/*.py", "ui/tabs/*.py", "ui/static/*", "checkpoints/*/*")
 LFS_THRESHOLD = 10 * 2**20  # the Hub refuses larger files outside LFS
 
 

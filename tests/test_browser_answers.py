@@ -175,8 +175,11 @@ def test_a_large_models_counterfactual_tab_draws_the_estimate_then_the_patched_h
     page.click("#suggest-swap")
     page.wait_for_function("""() => document.querySelector('#counterfactual textarea, #counterfactual input')
         ?.value === 'A woman plays with a red ball in the park.'""", timeout=15000)
-    page.evaluate("""() => { window.statuses = [];  // every status line shown, however briefly
-        setInterval(() => window.statuses.push(document.querySelector('#status textarea').value), 2); }""")
+    page.evaluate("""() => { window.statuses = [];  // every status line set, however briefly shown
+        const box = document.querySelector('#status textarea');
+        const own = Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value');
+        Object.defineProperty(box, 'value', { configurable: true, get() { return own.get.call(this); },
+            set(text) { window.statuses.push(text); own.set.call(this, text); } }); }""")
     page.click("#patch")
     page.wait_for_function("""() => document.querySelector('#status textarea').value
         .includes('24 heads it ranks highest since patched exactly')""", timeout=60000)

@@ -45,7 +45,8 @@ def test_the_uploaded_files_alone_start_the_app_without_training_packages(tmp_pa
     for path in publish_module().space_files():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, tmp_path / path)
-    script = ("import sys, app, ui; from pathlib import Path; services = ui.load_services(Path('checkpoints'), 0); "
+    script = ("import sys, app; import attention_inspector.ui as ui; from pathlib import Path; "
+              "services = ui.load_services(Path('checkpoints'), 0); "
               "ui.build_demo(services); ui.launch_options(services); "
               "print(sorted(services.translators), services.load_errors, services.trace('en-de', 'A dog runs.').text); "
               "print([m for m in ('datasets', 'sacrebleu', 'pytest', 'tqdm.auto') if m in sys.modules])")
