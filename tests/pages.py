@@ -12,3 +12,14 @@ def tab_button(page, name: str):
 def open_tab(page, name: str) -> None:
     """Open the tab `name` below the view."""
     tab_button(page, name).click()
+
+
+def step_button_lines(page) -> list[float]:
+    """How many lines high each step button's name is («, ‹ Prev, Next ›, »: the page's and a notebook view's ids
+    alike), its height inside padding and border over its line height."""
+    return page.evaluate("""() => ['first', 'previous', 'next', 'last'].map((id) => {
+        const button = document.getElementById(id), style = getComputedStyle(button);
+        const line = parseFloat(style.lineHeight) || 1.25 * parseFloat(style.fontSize);
+        const inner = button.getBoundingClientRect().height - ['paddingTop', 'paddingBottom', 'borderTopWidth',
+            'borderBottomWidth'].reduce((sum, side) => sum + parseFloat(style[side]), 0);
+        return inner / line; })""")

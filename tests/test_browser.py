@@ -16,7 +16,7 @@ from attention_inspector.ui.demo import TABS
 from attention_inspector.ui.operations import FIRST_STEP
 from attention_inspector.ui.session import to_arrays
 from attention_inspector.viz.views import attention_figure, candidates_figure, translation_figure
-from tests.pages import open_tab
+from tests.pages import open_tab, step_button_lines
 
 pytestmark = pytest.mark.slow  # drives a real browser
 SCREENSHOT = Path(os.environ.get("SCREENSHOT", Path(__file__).parent / "artifacts" / "app.png"))
@@ -812,12 +812,7 @@ def test_on_a_phone_the_step_bar_and_the_heatmap_share_the_screen_and_the_heatma
         right = phone.evaluate("""() => Math.max(...Array.from(document.querySelectorAll(
             '#attention .main-svg, #attention .colorbar')).map((part) => part.getBoundingClientRect().right))""")
         assert phone.locator("#attention .colorbar").count() == 1 and right <= 390, right
-        lines = phone.evaluate("""() => ['first', 'previous', 'next', 'last'].map((id) => {
-            const button = document.getElementById(id), style = getComputedStyle(button);
-            const line = parseFloat(style.lineHeight) || 1.25 * parseFloat(style.fontSize);
-            const inner = button.getBoundingClientRect().height - ['paddingTop', 'paddingBottom', 'borderTopWidth',
-                'borderBottomWidth'].reduce((sum, side) => sum + parseFloat(style[side]), 0);
-            return inner / line; })""")
+        lines = step_button_lines(phone)
         assert all(ratio < 1.6 for ratio in lines), lines
     finally:
         phone.close()

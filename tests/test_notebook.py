@@ -18,6 +18,7 @@ from attention_inspector import notebook
 from attention_inspector.model.serving.inspect import encode, load_trace, trace_record
 from attention_inspector.viz.views import OFF
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.pages import step_button_lines
 
 TEXT = "A dog runs in the park."
 ROOT = Path(__file__).resolve().parent.parent
@@ -310,12 +311,7 @@ def test_on_a_phone_each_step_button_keeps_its_name_on_one_line(toy, browser, tm
     page = browser.new_page(viewport={"width": 390, "height": 844})
     page.goto(toy.show(TEXT).write_html(tmp_path / "view.html").as_uri())
     page.wait_for_selector("body[data-ready=true]")
-    lines = page.evaluate("""() => ['first', 'previous', 'next', 'last'].map((id) => {
-        const button = document.getElementById(id), style = getComputedStyle(button);
-        const line = parseFloat(style.lineHeight) || 1.25 * parseFloat(style.fontSize);
-        const inner = button.getBoundingClientRect().height - ['paddingTop', 'paddingBottom', 'borderTopWidth',
-            'borderBottomWidth'].reduce((sum, side) => sum + parseFloat(style[side]), 0);
-        return inner / line; })""")
+    lines = step_button_lines(page)
     assert all(ratio < 1.6 for ratio in lines), lines
     assert page.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
     page.close()
