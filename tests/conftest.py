@@ -1,5 +1,6 @@
 """Shared fixtures: tiny models and tiny Multi30k-like data that the tests make themselves."""
 
+import fcntl
 import gzip
 import json
 import os
@@ -15,14 +16,28 @@ from attention_inspector.model.nets.transformer import ModelConfig, Transformer
 torch.set_num_threads(1)
 
 
+# Every test has a time limit (pytest-timeout), so that a regression that hangs fails with a traceback instead of
+# stopping the run: the fast tests' limit is pyproject.toml's `timeout`, and a slow one gets SLOW_LIMIT unless it is
+# marked with a limit of its own.
+SLOW_LIMIT = 600  # seconds: a browser session, a study, a wheel installed into a fresh venv
+
+
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: trains, launches servers or browsers (skip with -m 'not slow')")
+    config.addinivalue_line("markers", "slow: trains, launches servers or browsers (skip with -m 'not slow'); "
+                                       f"limited to {SLOW_LIMIT} s unless marked with a timeout of its own")
     # Warnings: the third-party ones we cannot fix are named here and ignored; one from our own code fails the test
     # (later lines win).
     for line in ("ignore::pandas.errors.Pandas4Warning:gradio",  # Gradio's queue on pandas 3, every queued event
                  "ignore:Recommended:UserWarning:transformers",  # Marian's tokenizer asks for sacremoses
                  r"error:::(attention_inspector|app|benchmarks|tests)(\.|$)"):
         config.addinivalue_line("filterwarnings", line)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_LIMIT))
+
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 
@@ -84,13 +99,28 @@ def toy_data(tmp_path):
 def toy_checkpoints(tmp_path_factory):
     """A checkpoint folder with toy en->de Transformer and RNN checkpoints trained here and one broken
     folder; returns (checkpoint folder, the toy data they were trained on)."""
+    kept = os.environ.get("TOY_CHECKPOINTS")  # a folder to train them into once, for many runs (benchmarks/mutation.py)
+    if not kept:
+        return train_toys(tmp_path_factory.mktemp("checkpoints"), tmp_path_factory.mktemp("multi30k"),
+                          tmp_path_factory)
+    Path(kept).mkdir(parents=True, exist_ok=True)
+    with open(Path(kept) / "lock", "w") as lock:  # runs at once wait for the first to train them
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (Path(kept) / "trained").is_file():
+            for folder in ("checkpoints", "multi30k"):
+                (Path(kept) / folder).mkdir(exist_ok=True)
+            train_toys(Path(kept) / "checkpoints", Path(kept) / "multi30k", tmp_path_factory)
+            (Path(kept) / "trained").touch()
+    return Path(kept) / "checkpoints", Path(kept) / "multi30k"
+
+
+def train_toys(root: Path, data_folder: Path, tmp_path_factory) -> tuple[Path, Path]:
+    """`toy_checkpoints` trained into `root` on data written into `data_folder`."""
     from attention_inspector.model.training import train
 
-    root = tmp_path_factory.mktemp("checkpoints")
     # Enough data and updates that the toy really learns its word-for-word task (val BLEU ~95 for every seed
     # tried); with fewer, what it outputs depended on the CPU's floating-point rounding.
-    data = write_parallel(tmp_path_factory.mktemp("multi30k"),
-                          sizes=(("train", 2000), ("val", 30), ("test_2016_flickr", 30)))
+    data = write_parallel(data_folder, sizes=(("train", 2000), ("val", 30), ("test_2016_flickr", 30)))
     train.main(["--data", str(data), "--out", str(root / "toy-en-de"), "--work", str(tmp_path_factory.mktemp("work")),
                 "--epochs", "6", "--d-model", "64", "--heads", "4", "--d-ff", "128", "--encoder-layers", "2",
                 "--decoder-layers", "2", "--max-tokens", "400", "--warmup", "20", "--lr", "3e-3", "--decay", "linear",

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from attention_inspector.model.analysis import heads
-from attention_inspector.model.explain.ablation import copies_per_pass, heads_off_losses, row_losses
+from attention_inspector.model.explain.ablation import (computed_from, copies_per_pass, heads_off_losses, pass_tokens,
+                                                        row_losses)
 from attention_inspector.model.nets.devices import chosen_device
 from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
 from attention_inspector.model.nets.seq2seq import every_head, head_gates, head_name
@@ -57,6 +58,27 @@ def test_each_heads_loss_is_that_of_a_whole_pass_with_that_head_alone_off(name, 
     assert max(abs(loss - base) for loss in losses) > 1e-3  # switching heads off changes something
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_losses_of_a_half_precision_output_layer_are_read_in_float32_with_or_without_a_bias(bias):
+    torch.manual_seed(0)
+    generator = torch.nn.Linear(8, 11, bias=bias)
+    states, tgt_out = torch.randn(3, 4, 8), torch.tensor([[5, 6, 2, PAD_ID], [7, 2, PAD_ID, PAD_ID], [4, 4, 4, 2]])
+    expected = F.cross_entropy(generator(states).flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
+                               reduction="none").view(3, 4).sum(-1)
+    losses = row_losses(states.half(), generator.half(), tgt_out, chunk=5)
+    assert losses.dtype == torch.float32
+    torch.testing.assert_close(losses, expected, atol=0.02, rtol=0.01)  # the weights' and states' half rounding
+
+
+def test_a_batchs_tokens_are_as_many_as_its_float32_logits_fit_in_32_mib_on_a_cpu():
+    cpu = torch.device("cpu")
+    assert pass_tokens(6457, cpu) == 32 * 2 ** 20 // (4 * 6457) == 1299  # en-de's vocabulary
+    assert pass_tokens(256_206, cpu) == 32  # NLLB's
+    assert pass_tokens(100, cpu) == 4000  # at most MAX_TOKENS
+    assert pass_tokens(10 ** 8, cpu) == 1  # at least one, however large the vocabulary
+    assert pass_tokens(256_206, torch.device("cuda")) == 2 * 2 ** 30 // (4 * 256_206)
+
+
 def test_a_pass_holds_as_many_copies_as_make_its_rows_and_tells_each():
     model, batch = models()["transformer"], padded_batch()
     positions = batch.tgt_in.numel()
@@ -67,6 +89,9 @@ def test_a_pass_holds_as_many_copies_as_make_its_rows_and_tells_each():
     heads = [("cross", 2, head) for head in range(4)] + [("encoder", 0, 1)]
     heads_off_losses(model, batch, heads, copies=3, advance=told.append)
     assert told == [3, 2]  # in passes of at most 3, the encoder head's first
+    # Heads are grouped in the order the model computes them: the encoder's layers, then the decoder's.
+    places = [("decoder", 1), ("encoder", 2), ("decoder", 0), ("encoder", 0)]
+    assert sorted(places, key=computed_from) == [("encoder", 0), ("encoder", 2), ("decoder", 0), ("decoder", 1)]
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 29, 1000])

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from attention_inspector.model.explain.attribution import (INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, PASSES, SALIENCY,
-                                                           Prediction, attribute, attribute_steps, gradient_scores_at,
-                                                           step_shares)
+                                                           Attributions, Prediction, attribute, attribute_steps,
+                                                           gradient_scores_at, step_shares)
+from attention_inspector.model.nets.seq2seq import head_gates
 from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
 from attention_inspector.model.nets.transformer import Transformer
-from attention_inspector.model.text.vocab import EOS_ID
+from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
 from tests.conftest import T5_LIKE, tiny_config
 
 pytest.importorskip("captum")
@@ -85,21 +86,26 @@ def test_saliency_and_input_x_gradient_are_the_gradients_by_hand(name):
 
 
 @pytest.mark.parametrize("name", list(models()))
-@pytest.mark.parametrize("contrast", [None, 14])
-def test_every_step_in_one_batch_equals_each_step_alone(name, contrast):
+@pytest.mark.parametrize("contrast, off", [(None, False), (14, False), (None, True)])
+def test_every_step_in_one_batch_equals_each_step_alone(name, contrast, off):
     model = models()[name]
+    heads = ["cross.1.1"] if name == "gru" else ["encoder.1.1", "decoder.2.2", "cross.1.2"]
+    gates = head_gates(model, heads) if off else None  # heads off: the batch reads through the same gates
     for method in (SALIENCY, INPUT_X_GRADIENT):
-        every = attribute_steps(model, SRC, TGT, method, contrast=contrast)
+        every = attribute_steps(model, SRC, TGT, method, contrast=contrast, gates=gates)
         assert [r.step for r in every] == list(range(len(TGT)))
         told = []  # in passes of a few rows (a large model's, with progress), each pass's rows over the cores
-        passes = attribute_steps(model, SRC, TGT, method, contrast=contrast, progress=lambda *done: told.append(done))
+        passes = attribute_steps(model, SRC, TGT, method, contrast=contrast, gates=gates,
+                                 progress=lambda *done: told.append(done))
         assert told[-1] == (len(TGT), len(TGT)) and len(told) == min(PASSES, len(TGT))
         for ours, theirs in zip(passes, every, strict=True):
             np.testing.assert_allclose(ours.source, theirs.source, atol=1e-5)
             np.testing.assert_allclose(ours.target, theirs.target, atol=1e-5)
         for step, result in enumerate(every):
-            alone = attribute(model, SRC, TGT, step, method, contrast=contrast)
-            assert result.token == TGT[step] and result.score == pytest.approx(alone.score, abs=1e-5)
+            alone = attribute(model, SRC, TGT, step, method, contrast=contrast, gates=gates)
+            assert (result.method, result.step, result.token, result.contrast) == (method, step, TGT[step], contrast) \
+                == (alone.method, alone.step, alone.token, alone.contrast)
+            assert result.score == pytest.approx(alone.score, abs=1e-5)
             np.testing.assert_allclose(result.source, alone.source, atol=1e-5)
             np.testing.assert_allclose(result.target, alone.target, atol=1e-5)  # (step + 1,): none after it
 
@@ -116,6 +122,80 @@ def test_step_shares_keep_each_sign_and_sum_to_one_in_absolute_value():
     np.testing.assert_allclose(target[2, :3], results[2].target / total)
 
 
+def test_step_shares_by_hand():
+    def step(number: int, source: list[float], target: list[float]) -> Attributions:
+        return Attributions(SALIENCY, number, 0, None, np.array(source), np.array(target), 0.0)
+
+    # Step 0: |0.1| + |-0.2| + |0.1| = 0.4 in all; step 1 attributes nothing (its shares stay 0, not NaN).
+    source, target = step_shares([step(0, [0.1, -0.2], [0.1]), step(1, [0.0, 0.0], [0.0, 0.0])])
+    np.testing.assert_allclose(source, [[0.25, -0.5], [0.0, 0.0]])
+    np.testing.assert_allclose(target, [[0.25, 0.0], [0.0, 0.0]])
+    source, target = step_shares([])
+    assert source.shape == (0, 0) and target.shape == (0, 0)
+
+
+@pytest.mark.parametrize("name", list(models()))
+def test_a_predictions_score_is_the_models_log_probability_with_the_same_heads_off(name):
+    model = models()[name]
+    off = ["cross.1.1"] if name == "gru" else ["encoder.1.1", "decoder.2.2", "cross.1.3"]
+    gates = head_gates(model, off)
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([SRC]), torch.tensor([[SOS_ID] + TGT[:2]]), gates=gates)
+    logits[..., [PAD_ID, SOS_ID]] = float("-inf")  # never emitted, as decoding rules them out
+    expected = logits[0, -1].log_softmax(-1)
+    result = attribute(model, SRC, TGT, 2, INTEGRATED_GRADIENTS, steps=4, gates=gates)
+    assert result.score == pytest.approx(float(expected[TGT[2]]), abs=1e-5)
+    contrasted = attribute(model, SRC, TGT, 2, SALIENCY, contrast=14, gates=gates)
+    assert contrasted.score == pytest.approx(float(expected[TGT[2]] - expected[14]), abs=1e-5)
+
+
+def test_with_every_cross_attention_head_off_nothing_is_attributed_to_the_source():
+    model = models()["transformer"]
+    layers, heads = model.heads()["cross"]
+    gates = head_gates(model, [f"cross.{layer}.{head}" for layer in range(1, layers + 1)
+                               for head in range(1, heads + 1)])
+    for method in (SALIENCY, INTEGRATED_GRADIENTS):
+        assert not np.any(attribute(model, SRC, TGT, 2, method, steps=4, gates=gates).source)
+
+
+def test_the_baselines_are_zero_and_every_token_as_pad():
+    model = models()["shared vocabulary, T5-like"]
+    prediction = Prediction(model, SRC, TGT[:2], TGT[2])
+    source, target = prediction.embeddings("zero")
+    assert source.shape == (1, len(SRC), 32) and target.shape == (1, 3, 32) and not source.any() and not target.any()
+    source, target = prediction.embeddings("pad")
+    pad = model.src_embedding(torch.tensor([PAD_ID]))[0]
+    assert torch.equal(source, pad.expand(1, len(SRC), -1)) and torch.equal(target, pad.expand(1, 3, -1))
+    np.testing.assert_allclose(attribute(model, SRC, TGT, 0, INTEGRATED_GRADIENTS).source,
+                               attribute(model, SRC, TGT, 0, INTEGRATED_GRADIENTS, steps=32).source, atol=1e-6)
+
+
+def test_a_translation_longer_than_the_passes_is_told_pass_by_pass():
+    long = TGT[:-1] * 3 + [EOS_ID]  # 13 steps: at most PASSES = 8 batches, so of ⌈13 / 8⌉ = 2 rows each
+    told = []
+    results = attribute_steps(models()["transformer"], SRC, long, SALIENCY, progress=lambda *done: told.append(done))
+    assert PASSES == 8 and len(results) == len(long)
+    assert told == [(2, 13), (4, 13), (6, 13), (8, 13), (10, 13), (12, 13), (13, 13)]
+
+
+def test_integrated_gradients_at_every_step_are_each_steps_own_with_its_contrast_heads_off_and_32_points():
+    model = models()["transformer"]
+    gates = head_gates(model, ["cross.1.1", "decoder.2.3"])
+    told = []
+    every = attribute_steps(model, SRC, TGT[:3], INTEGRATED_GRADIENTS, contrast=14, steps=4, baseline="pad",
+                            gates=gates, progress=lambda *done: told.append(done))
+    assert told == [(1, 3), (2, 3), (3, 3)]  # a step at a time
+    for step, result in enumerate(every):
+        alone = attribute(model, SRC, TGT[:3], step, INTEGRATED_GRADIENTS, contrast=14, steps=4, baseline="pad",
+                          gates=gates)
+        assert result.score == pytest.approx(alone.score, abs=1e-6) and result.contrast == 14
+        assert result.baseline_score == pytest.approx(alone.baseline_score, abs=1e-6)
+        np.testing.assert_allclose(result.source, alone.source, atol=1e-6)
+    [first] = attribute_steps(model, SRC, TGT[:1], INTEGRATED_GRADIENTS)  # 32 points unless told
+    np.testing.assert_allclose(first.source, attribute(model, SRC, TGT[:1], 0, INTEGRATED_GRADIENTS, steps=32).source,
+                               atol=1e-6)
+
+
 def test_contrast_explains_the_difference_of_two_log_probabilities():
     model = models()["transformer"]
     plain = attribute(model, SRC, TGT, step=1, method=INTEGRATED_GRADIENTS, steps=128)
@@ -130,9 +210,17 @@ def test_a_pad_baseline_and_bad_arguments():
     model = models()["transformer"]
     result = attribute(model, SRC, TGT, step=3, method=INTEGRATED_GRADIENTS, baseline="pad", steps=256)
     assert abs(result.delta) < 0.01 * abs(result.score - result.baseline_score)
-    for bad in (dict(method="lime"), dict(baseline="noise"), dict(step=len(TGT))):
-        with pytest.raises(ValueError):
+    for bad, said in ((dict(method="lime"), "method must be one of saliency, input_x_gradient, integrated_gradients, "
+                                            "not 'lime'"),
+                      (dict(baseline="noise"), "baseline must be one of zero, pad, not 'noise'"),
+                      (dict(step=len(TGT)), "step 5 is not a step of this translation of 5 tokens")):
+        with pytest.raises(ValueError, match=f"^{said}$"):
             attribute(model, SRC, TGT, **{"step": 0, **bad})
+    with pytest.raises(ValueError, match="^method must be one of saliency, input_x_gradient, integrated_gradients, "
+                                         "not 'lime'$"):
+        attribute_steps(model, SRC, TGT, "lime")
+    # A token named past the translation's end: the step after its last (what it would say next) is a step too.
+    assert attribute(model, SRC, TGT, len(TGT), SALIENCY, token=14).token == 14
     assert model.training is False
 
 

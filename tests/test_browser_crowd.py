@@ -28,7 +28,7 @@ def test_four_pages_at_once_each_end_on_their_own_translation_and_view_with_no_c
     translator = services.translators["toy-en-de"]
     expected = [Expected.of(translator, text) for text in SENTENCES]
     assert len({e.translation for e in expected}) == len(expected)  # a page showing another's would be seen
-    alone, visits = asyncio.run(crowd(server, expected, steps=4))
+    alone, visits = asyncio.run(asyncio.wait_for(crowd(server, expected, steps=4), 300))
     assert len(visits) == 4
     for visit in (alone, *visits):
         assert not visit.wrong and not visit.errors, (visit.wrong, visit.errors)

@@ -34,7 +34,11 @@ def test_contributions_are_shares_that_sum_to_one(norm):
     sources = len(SRC_IDS)
     for t in range(len(TGT_IDS)):  # a prediction at step t sees the decoder inputs up to t, never after
         assert (contributions.decoder[t, sources + t + 1:] == 0).all()
-    assert ((contributions.source_contribution > 0) & (contributions.source_contribution < 1)).all()
+    # The source share is the sum of every source column, its <eos> included, and with the target's it makes 1.
+    shares = contributions.source_contribution
+    np.testing.assert_allclose(shares, contributions.decoder[:, :sources].sum(-1), rtol=1e-6)
+    np.testing.assert_allclose(shares + contributions.decoder[:, sources:].sum(-1), 1, atol=1e-5)
+    assert ((shares > 0) & (shares < 1)).all()
 
 
 def test_with_every_cross_attention_head_off_nothing_comes_from_the_source():
@@ -65,6 +69,12 @@ def test_value_weighted_attention_is_the_weights_when_every_value_has_the_same_n
     assert (together <= weights.sum(1) + 1e-6).all()  # the heads' vectors add up to at most their norms' sum
     scaled, _ = value_weighted(weights, values * torch.arange(1, 6)[:, None])  # key j's vector j+1 times longer
     torch.testing.assert_close(scaled, weights * torch.arange(1, 6))
+    # One layer without a batch dimension (H, Q, K), square as self-attention's maps are: the same numbers.
+    square, square_values = weights[..., :4], values[..., :4, :] * torch.arange(1, 5)[:, None]
+    for one in range(3):
+        per_head_alone, together_alone = value_weighted(square[one], square_values[one])
+        torch.testing.assert_close(per_head_alone, square[one] * torch.arange(1, 5))
+        torch.testing.assert_close(together_alone, value_weighted(square, square_values)[1][one])
 
 
 def test_rollout_of_identity_attention_is_the_identity():
@@ -72,6 +82,13 @@ def test_rollout_of_identity_attention_is_the_identity():
     torch.testing.assert_close(rollout(identity), torch.eye(4))
     uniform = torch.full((1, 1, 4, 4), 0.25)
     torch.testing.assert_close(rollout(uniform), 0.5 * torch.eye(4) + 0.125)
+    # Rows re-normalised: [[1, 0], [1, 1]] mixes to [[1, 0], [0.5, 1]], whose rows sum to 1 and 1.5.
+    uneven = torch.tensor([[[[1.0, 0.0], [1.0, 1.0]]]])
+    torch.testing.assert_close(rollout(uneven), torch.tensor([[1.0, 0.0], [1 / 3, 2 / 3]]))
+    two_layers = torch.tensor([[[[0.5, 0.5], [0.0, 1.0]]], [[[1.0, 0.0], [0.5, 0.5]]]])  # (L, H, Q, Q)
+    first = torch.tensor([[0.75, 0.25], [0.0, 1.0]])  # 0.5 · layer 1 + 0.5 · I
+    second = torch.tensor([[1.0, 0.0], [0.25, 0.75]])
+    torch.testing.assert_close(rollout(two_layers), second @ first)  # later layers on the left
 
 
 def hand_alti(weights, values, residual, bias, gamma, beta, eps, self_attention):

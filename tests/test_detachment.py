@@ -2,6 +2,7 @@
 API, the page and the command, and a clear answer to what cannot be scored."""
 
 import csv
+import gzip
 import itertools
 import json
 import random
@@ -11,10 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from attention_inspector.model.analysis import detachment as command
-from attention_inspector.model.explain.detachment import (COMBINED, DEFAULT_THRESHOLDS, DETECTORS, LOG_PROBABILITY,
-                                                          SOURCE_SHARE, ranked)
+from attention_inspector.model.explain.contributions import alti_plus
+from attention_inspector.model.explain.detachment import (ATTENTION, COMBINED, DEFAULT_THRESHOLDS, DETECTORS,
+                                                          LOG_PROBABILITY, SOURCE_SHARE, Detachment, ScoredDetachment,
+                                                          attention_peaks, ranked, thresholds_of)
+from attention_inspector.model.text.vocab import PAD_ID, SOS_ID
+from attention_inspector.model.text.words import SENTENCEPIECE
 from attention_inspector.model.serving.checkpoint import load_checkpoint
 from attention_inspector.model.serving.translator import InputError
 from attention_inspector.ui.render import detachment_part
@@ -32,8 +38,86 @@ def test_roc_auc_and_precision_at_90_recall_have_their_known_answers():
     # 10 detached at 0..9, 10 attached at 5..14: 9 of them must be flagged, so everything up to 8 (4 attached).
     auc, precision = ranked(list(range(10)) + list(range(5, 15)), [True] * 10 + [False] * 10)
     assert auc == pytest.approx(1 - 12.5 / 100) and precision == pytest.approx(9 / 13)
-    with pytest.raises(ValueError, match="both"):
+    # detached given as 0/1 flags, as a CSV column reads: flags, not indices
+    assert ranked([0.1, 0.9, 0.2, 0.8], [1, 0, 1, 0]) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="^ROC-AUC needs detached and attached pairs both$"):
         ranked([0.1, 0.2], [True, True])
+
+
+# A translation of two tokens, by hand: probabilities 1/2 and 1/4, source shares 1/2 and 1, so that each token's
+# √(share × probability) is exactly 1/2 and the sentence's √(3/4 × √(1/8)) (its means: share 3/4, probability the
+# geometric mean √(1/2 × 1/4)).
+BY_HAND = Detachment(log_probabilities=np.log([0.5, 0.25]), attention_peaks=np.array([0.25, 0.75]),
+                     source_shares=np.array([0.5, 1.0]))
+BY_HAND_COMBINED = np.sqrt(0.75 * np.sqrt(0.125))
+
+
+def test_a_translation_by_hand_has_its_known_scores():
+    assert BY_HAND.score(SOURCE_SHARE) == 0.75 and BY_HAND.score(ATTENTION) == 0.5
+    assert BY_HAND.score(LOG_PROBABILITY) == pytest.approx(np.log(np.sqrt(0.125)))
+    assert BY_HAND.score(COMBINED) == pytest.approx(BY_HAND_COMBINED)  # the geometric mean, not (0.75 + 0.354) / 2
+    np.testing.assert_allclose(BY_HAND.token_signal(), [0.5, 0.5])
+    without = replace(BY_HAND, source_shares=None, unavailable="a GRU")
+    assert without.score(SOURCE_SHARE) is None and without.score(COMBINED) == pytest.approx(np.sqrt(0.125))
+    np.testing.assert_allclose(without.token_signal(), [0.5, 0.25])  # the probability alone
+    negative = replace(BY_HAND, source_shares=np.array([-0.25, 1.0]))  # a share under 0 counts as none
+    np.testing.assert_allclose(negative.token_signal(), [0.0, 0.5])
+    with pytest.raises(ValueError, match="^detector must be one of source_share, log_probability, combined, "
+                                         "attention, not 'nope'$"):
+        BY_HAND.score("nope")
+
+
+def test_a_sentence_is_flagged_by_the_sentence_threshold_and_a_token_by_the_token_one_strictly_under_each():
+    just = BY_HAND.score(COMBINED)
+    sentence, tokens = BY_HAND.flags({"sentence": just, "token": 0.5})  # at a threshold is not under it
+    assert not sentence and tokens.tolist() == [False, False]
+    sentence, tokens = BY_HAND.flags({"sentence": just + 1e-9, "token": 0.5 + 1e-9})
+    assert sentence and tokens.tolist() == [True, True]
+    sentence, tokens = BY_HAND.flags({"sentence": 0.6, "token": 0.1})  # the sentence under, no token under
+    assert sentence and tokens.tolist() == [False, False]
+    sentence, tokens = BY_HAND.flags({"sentence": 0.1, "token": 0.6})
+    assert not sentence and tokens.tolist() == [True, True]
+
+
+def test_in_words_a_words_share_and_peak_are_its_pieces_mean_and_its_log_probability_their_sum():
+    pieces = Detachment(log_probabilities=np.log([0.5, 0.5, 0.25, 0.8]), attention_peaks=np.array([0.2, 0.4, 0.6, 0.1]),
+                        source_shares=np.array([0.5, 0.25, 0.75, 0.4]))
+    scored = ScoredDetachment(source_tokens=["▁A", "▁dog", "<eos>"], target_tokens=["▁ein", "▁Hu", "nd", "<eos>"],
+                              unknown=[], measured=pieces, contributions=None,
+                              thresholds={"sentence": 0.4, "token": 0.5}, threshold_meaning="by hand")
+    tokens, signals, flagged = scored.in_units(SENTENCEPIECE, in_words=True)
+    assert tokens == ["ein", "Hund", "<eos>"]
+    np.testing.assert_allclose(signals["source_share"], [0.5, 0.5, 0.4])
+    np.testing.assert_allclose(signals["log_probability"], np.log([0.5, 0.125, 0.8]))
+    np.testing.assert_allclose(signals["attention_peak"], [0.2, 0.5, 0.1])
+    np.testing.assert_allclose(signals["combined"], [0.5, 0.25, np.sqrt(0.32)])
+    assert flagged.tolist() == [False, True, False]  # 0.5 is not under 0.5
+    tokens, signals, flagged = scored.in_units(SENTENCEPIECE, in_words=False)
+    assert tokens == scored.target_tokens and set(signals) == {"source_share", "log_probability", "attention_peak",
+                                                               "combined"}
+    np.testing.assert_allclose(signals["combined"], np.sqrt([0.25, 0.125, 0.1875, 0.32]))
+    assert flagged.tolist() == [False, True, True, False]
+    gru = replace(scored, measured=replace(pieces, source_shares=None))
+    _, signals, _ = gru.in_units(SENTENCEPIECE, in_words=True)
+    assert signals["source_share"] is None and np.allclose(signals["combined"], [0.5, 0.125, 0.8])
+
+
+def test_calibrated_thresholds_say_what_they_were_calibrated_on_and_defaults_say_they_are_not():
+    thresholds = {"sentence": 0.3, "token": 0.1}
+    assert thresholds_of({"detachment": {"thresholds": thresholds, "split": "Multi30k val"}}) == \
+        (thresholds, "below 95% of this model's own translations of Multi30k val")
+    assert thresholds_of({"detachment": {"thresholds": thresholds}})[1] == \
+        "below 95% of this model's own translations of a corpus"
+    assert thresholds_of({}) == (DEFAULT_THRESHOLDS, "a default, not calibrated for this model")
+    assert thresholds_of({})[0] is not DEFAULT_THRESHOLDS  # a copy: the defaults are never changed through it
+
+
+def test_the_attention_peak_is_the_last_layers_head_mean_largest_weight_over_the_source():
+    cross = np.zeros((2, 2, 2, 3))  # (L, H, T, S)
+    cross[0] = 1 / 3  # the first layer is not read
+    cross[1, 0] = [[0.5, 0.5, 0.0], [0.1, 0.1, 0.8]]
+    cross[1, 1] = [[0.5, 0.3, 0.2], [0.1, 0.5, 0.4]]
+    np.testing.assert_allclose(attention_peaks(cross), [0.5, 0.6])
 
 
 def sentences(count: int, seed: int = 0) -> list[str]:
@@ -82,6 +166,21 @@ def test_a_flagged_sentence_never_reads_its_score_equal_to_its_threshold(events,
     assert digits == 2 or above < 0.01
 
 
+def scored_by_hand(model, src_ids: list[int], tgt_ids: list[int]) -> dict:
+    """Each detector's score of a translation, from one teacher-forced pass and ALTI+, not through Detachment: the
+    mean source share (every source column, <eos> included), the mean log-probability (<pad> and <sos> ruled out,
+    as decoding rules them out), their geometric mean, and the mean of the last layer's head-averaged
+    cross-attention peak."""
+    with torch.no_grad():
+        logits, attention = model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]), need_weights=True)
+    logits[..., [PAD_ID, SOS_ID]] = float("-inf")
+    log_probabilities = logits[0].log_softmax(-1)[torch.arange(len(tgt_ids)), tgt_ids].double().numpy()
+    share = alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)].sum(-1).mean()
+    peaks = attention.cross[-1, 0].mean(0).max(-1).values.double().numpy()
+    return {SOURCE_SHARE: share, LOG_PROBABILITY: log_probabilities.mean(),
+            COMBINED: np.sqrt(share * np.exp(log_probabilities.mean())), ATTENTION: peaks.mean()}
+
+
 def test_every_score_is_the_same_from_the_api_the_page_and_the_command(server, events, services, tmp_path):
     text = "A dog runs in the park."
     out = events.translate(text)
@@ -98,7 +197,11 @@ def test_every_score_is_the_same_from_the_api_the_page_and_the_command(server, e
     assert traced == pytest.approx(api, abs=2e-6)
     translator = services.translators[MODEL]
     [row] = command.ranking(translator, [text], [decoding.trace.target_tokens], {})
+    traced = translator.trace(text)
+    assert traced.target_tokens == decoding.trace.target_tokens
+    expected = scored_by_hand(translator.model, traced.trace.src_ids, traced.trace.token_ids)
     for detector in DETECTORS:
+        assert page[detector] == pytest.approx(expected[detector], abs=1e-5), detector
         assert api[detector] == pytest.approx(page[detector], abs=1e-6)
         assert row[detector] == pytest.approx(page[detector], abs=1e-6)
     assert answer[0]["detector"] == COMBINED and answer[0]["thresholds"] == DEFAULT_THRESHOLDS
@@ -225,6 +328,13 @@ def test_the_page_marks_a_detached_translation_and_says_its_threshold(events):
     assert branched["session"].current.detachment is not None and branched["detachment"]["verdict"]
     masked = events.run(operations.set_mask, session, ["cross.1.1", "cross.2.3"])
     assert masked["session"].current.mask and masked["detachment"]["verdict"] and masked["mask_effect_plot"]
+    # With every cross-attention head off nothing reaches the decoder from the source: a detached translation.
+    deaf = events.run(operations.set_mask, session, [f"cross.{layer}.{head}" for layer in (1, 2)
+                                                     for head in (1, 2, 3, 4)])
+    part, scored = deaf["detachment"], deaf["session"].current.detachment
+    assert scored.measured.score(SOURCE_SHARE) == pytest.approx(0, abs=1e-6) and scored.flags[0]
+    assert part["detached"] and part["verdict"].startswith("Detached from its source? Score 0.00")
+    assert [marked for _, marked, _ in part["words"]] == [True] * len(scored.target_tokens)
 
 
 def test_the_command_ranks_pairs_most_detached_first_and_writes_csv_and_json(toy_checkpoints, tmp_path):
@@ -256,7 +366,16 @@ def test_the_evaluation_reports_every_kind_and_calibration_writes_the_thresholds
     assert set(kinds) == {command.FULLY, command.PARTIALLY, command.SECOND_HALF, command.PERTURBED}
     assert kinds[command.FULLY]["detectors"][COMBINED]["auc"] > 0.9
     metrics = json.loads((folder / "metrics.json").read_text())
-    assert set(metrics["detachment"]["thresholds"]) == {"sentence", "token"}
     translator = load_checkpoint(folder)
+    # The thresholds are the 5% quantiles of the combined scores of the model's own translations of val, and of
+    # their tokens: computed here from each sentence's greedy translation, scored one by one.
+    texts = gzip.open(data / "val.en.gz", "rt", encoding="utf-8").read().splitlines()
+    assert json.loads(report.read_text())["scored"] == len(texts)
+    own = [translator.detachment(text, translator.trace(text).target_tokens).measured for text in texts]
+    sentence_scores = [scored.score(COMBINED) for scored in own]
+    token_scores = np.concatenate([scored.token_signal() for scored in own])
+    assert metrics["detachment"]["thresholds"] == {"sentence": round(float(np.quantile(sentence_scores, 0.05)), 4),
+                                                   "token": round(float(np.quantile(token_scores, 0.05)), 4)}
+    assert metrics["detachment"]["thresholds"]["sentence"] < np.median(sentence_scores)
     scored = translator.detachment("A dog runs.", translator.trace("A dog runs.").target_tokens)
     assert scored.thresholds == metrics["detachment"]["thresholds"] and "own translations" in scored.threshold_meaning

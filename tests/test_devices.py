@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from attention_inspector.model.analysis.heads import estimated_changes, log_likelihood_changes, teacher_forced_batches
 from attention_inspector.model.explain.attribution import METHODS as ATTRIBUTION_METHODS
 from attention_inspector.model.explain.faithfulness import quick_faithfulness, sentence_faithfulness
 
@@ -36,9 +37,17 @@ def every_operation(translator):
         translator.attributions(SENTENCE, tokens, method, steps=4)
     translator.attributions(SENTENCE, tokens, ATTRIBUTION_METHODS[0], step=1, steps=4)
     translator.patching(SENTENCE, "a woman is reading a newspaper .", tokens, step=0)
+    translator.patching(SENTENCE, "a woman is reading a newspaper .", tokens, step=0, estimate=True)
     src_ids, tgt_ids = translator.given_translation(SENTENCE, tokens)
     quick_faithfulness(translator.model, src_ids, tgt_ids, 0)
     sentence_faithfulness(translator.model, src_ids, tgt_ids, steps=2)
+    # The head report's passes: every head off in batched copies (ablation.py), and its estimate from gradients
+    # (estimates.py, and heads.py's importance from the same sums).
+    sources, targets = [SENTENCE.split(), ["two", "dogs", "."]], [tokens[:-1], tokens[:2]]
+    log_likelihood_changes(translator, sources, targets)
+    batches = teacher_forced_batches(translator, sources, targets)
+    for order in ("first", "second"):
+        estimated_changes(translator, batches, order, probes=2)
 
 
 @pytest.mark.parametrize("name", ["transformer", "rnn", "t5-like"])

@@ -13,6 +13,16 @@ import uvicorn
 from attention_inspector.model.api.services import Admission
 from attention_inspector.ui.door import Door
 
+WAIT = 10  # seconds any one answer may take: a door that stops letting requests through fails here, not hangs
+
+
+async def within(awaitable, what: str):
+    """`awaitable`'s result, or the test fails saying what did not come within WAIT seconds."""
+    try:
+        return await asyncio.wait_for(awaitable, WAIT)
+    except TimeoutError:
+        pytest.fail(f"{what} did not come within {WAIT} s")
+
 
 def slow_app(release: asyncio.Event):
     """An ASGI app that answers 200 once `release` is set."""
@@ -31,14 +41,16 @@ def test_beyond_the_bound_a_request_is_refused_at_once_and_a_freed_place_is_take
         async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
             inside = asyncio.ensure_future(client.post("/gradio_api/run/translate", json={"data": []}))
             await asyncio.sleep(0.05)
-            refused = await client.post("/gradio_api/run/translate", json={"data": []})
+            refused = await within(client.post("/gradio_api/run/translate", json={"data": []}), "the refusal")
             assert refused.status_code == 503 and "busy" in refused.json()["error"]
             assert refused.headers["retry-after"] == "1"
             other = asyncio.ensure_future(client.get("/config"))  # the page's other paths are not counted
             await asyncio.sleep(0.05)
             release.set()
-            assert (await inside).status_code == 200 and (await other).status_code == 200
-            assert (await client.post("/gradio_api/run/head", json={"data": []})).status_code == 200
+            assert (await within(inside, "the admitted request's answer")).status_code == 200
+            assert (await within(other, "an uncounted path's answer")).status_code == 200
+            freed = await within(client.post("/gradio_api/run/head", json={"data": []}), "the freed place's answer")
+            assert freed.status_code == 200
         assert admission.inside == 0
     asyncio.run(run())
 
@@ -113,30 +125,35 @@ def test_refused_on_kept_alive_connections_they_stay_open_and_answer_their_next_
     next request, including one whose body had not all arrived when the door refused it (uvicorn discards the rest
     of a body nobody read, and keeps the connection)."""
     async def run(port: int):
-        connections = [await Connection.to(port) for _ in range(12)]
+        connections = [await within(Connection.to(port), "a connection") for _ in range(12)]
         try:
             body = json.dumps({"data": ["x" * 5000]}).encode()
             for connection in connections[:3]:  # the admitted: they wait inside until released
                 connection.send(body)
-            while admission.inside < 3:
-                await asyncio.sleep(0.01)
+            await within(admitted(3), "three requests inside")
             connections[3].send(body, sent=100)  # refused before its body has all been sent
             for connection in connections[4:]:
                 connection.send(body)
-            refused = await asyncio.gather(*(connection.answer() for connection in connections[3:]))
+            refused = await within(asyncio.gather(*(connection.answer() for connection in connections[3:])),
+                                   "the refusals")
             assert all(status == 503 and json.loads(text)["error"].startswith("The server is busy")
                        for status, _, text in refused)
             assert all(headers.get("connection") != "close" for _, headers, _ in refused)
             connections[3].writer.write(body[100:])  # the rest of the refused request's body
             release.set()  # the admitted are answered, every refused connection still open
-            assert [(await connection.answer())[::2] for connection in connections[:3]] == [(200, body)] * 3
+            assert [(await within(connection.answer(), "an admitted answer"))[::2]
+                    for connection in connections[:3]] == [(200, body)] * 3
             for number, connection in enumerate(connections[3:]):  # each refused connection asked again
                 again = json.dumps({"data": [number]}).encode()
                 connection.send(again)
-                assert (await connection.answer())[::2] == (200, again)
+                assert (await within(connection.answer(), "a refused connection's next answer"))[::2] == (200, again)
         finally:
             for connection in connections:
                 connection.writer.close()
+
+    async def admitted(count: int):
+        while admission.inside < count:
+            await asyncio.sleep(0.01)
 
     admission, release = Admission(3), threading.Event()
     with Served(Door(echo_after(release), admission)) as served:

@@ -170,11 +170,18 @@ def test_patch_answers_each_heads_effect_over_raw_http(server, services):
     [result] = answer
     tokens = result["target_tokens"]
     expected = translator.patching(body["text"], body["counterfactual"], tokens, result["step"] - 1)
-    assert result["parted_at"] == result["step"] and result["skipped"] == {}
+    ours, theirs = result["target_tokens"], result["counterfactual_tokens"]
+    first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)  # where the two token lists part
+    assert ours[:first] == theirs[:first] and ours[first] != theirs[first]
+    assert result["parted_at"] == first + 1 == result["step"] and result["skipped"] == {}
     np.testing.assert_allclose(result["effects"]["cross"], expected.effects["cross"], atol=1e-5)
     event, answer = call(server, "v2/patch", json.dumps({**body, "counterfactual": "A young woman plays.", "step": 1,
                                                          "contrast": tokens[0]}))
-    assert event == "complete" and answer[0]["effects"]["encoder"][0][0] is None and "encoder" in answer[0]["skipped"]
+    assert event == "complete" and answer[0]["effects"]["encoder"][0][0] is None
+    counted = [len(translator.source_tokens(text)) + 1 for text in (body["text"], "A young woman plays.")]  # <eos>
+    assert answer[0]["skipped"] == {"encoder": f"The sentence has {counted[0]} tokens and the counterfactual "
+                                               f"{counted[1]}: encoder heads work at source positions, so they are "
+                                               "patched only between sources of as many tokens."}
     # estimated: attribution patching's grids, marked as estimates, close to the patched runs' on this step
     event, answer = call(server, "v2/patch", json.dumps({**body, "estimate": True}))
     assert event == "complete" and answer[0]["estimated"] is True and result["estimated"] is False

@@ -71,15 +71,16 @@ def test_the_view_is_the_pages_own_answer(toy, events):
     assert core["candidates"] == answer["candidates"] and json.dumps(core["steps"]) == answer["step_text"]
     assert core["detachment"]["verdict"].startswith(("It rests on its source", "Detached from its source?"))
     assert value["view"] == {"kind": "cross", "layer": 1, "head": "mean", "step": 2, "model": False}
-    trace = answer["session"].trace
+    trace, session = answer["session"].trace, answer["session"]
     for kind in trace.available():
         assert value["embedded"][kind] == list(range(trace.layers(kind)))  # a small model: every layer
         for layer in range(trace.layers(kind)):
-            for _, head in value["menus"][kind]["heads"]:
-                assert json.loads(value["figures"][f"{kind}/{layer}/{head}"])["data"]
-        assert f"{kind}/model" in value["figures"]
-    shown = events.view(answer["session"], "decoder", 0, 1, "weights", 2, False, "pieces")
-    assert value["figures"]["decoder/0/1"] == shown["attention"]
+            for _, head in value["menus"][kind]["heads"]:  # each figure: the page's own for its kind, layer, head
+                shown = events.view(session, kind, layer, head, "weights", 2, False, "pieces")
+                drawn = shown.get("attention", answer["attention"])  # the view on screen is not drawn again
+                assert value["figures"][f"{kind}/{layer}/{head}"] == drawn, (kind, layer, head)
+        every = events.view(session, kind, 0, "mean", "weights", 2, True, "pieces")
+        assert value["figures"][f"{kind}/model"] == every["overview"], kind
 
 
 def test_words_heads_off_and_the_views_of_every_head(toy):
@@ -97,9 +98,65 @@ def test_a_large_model_holds_the_layer_it_opens_on_and_says_so(toy, monkeypatch)
     monkeypatch.setattr(notebook, "FIGURES", 10)
     view = toy.show(TEXT, layer=2)
     assert view.value["embedded"]["cross"] == [1] and set(view.value["embedded"]) == {"encoder", "decoder", "cross"}
-    assert "show(..., layers=[...])" in view.value["note"] and "layer 2" in view.value["note"]
+    assert view.value["note"] == ("This view holds encoder self-attention: layer 2; decoder self-attention: layer 2; "
+                                  "cross-attention: layer 2. show(..., layers=[...]) holds others (a larger file).")
     chosen = toy.show(TEXT, layers=[1, 2])
     assert chosen.value["embedded"]["cross"] == [0, 1] and "cross/0/mean" in chosen.value["figures"]
+
+
+def unequal(toy, heads_of_cross: int | None = None) -> dict:
+    """The toy's /trace answer made into a model of 4 encoder layers (its 2 twice), 1 decoder and 1 cross-attention
+    layer (its first), cross-attention cut to its first `heads_of_cross` heads: a view's packing by hand."""
+    record = toy.trace(TEXT)
+    encoder = record["encoder_attention"]
+    return {**record, "encoder_attention": encoder + encoder, "decoder_attention": record["decoder_attention"][:1],
+            "cross_attention": [[head for head in layer[:heads_of_cross]] for layer in record["cross_attention"][:1]]}
+
+
+EVERY_HEAD = [["Mean of heads", "mean"], ["All heads", "all"], ["Head 1", 0], ["Head 2", 1], ["Head 3", 2],
+              ["Head 4", 3]]
+
+
+def test_a_view_holds_every_layer_up_to_its_figures_and_else_the_ones_chosen_with_a_note_that_says_which(
+        toy, monkeypatch):
+    record = unequal(toy)
+    whole = ai.show_trace(record, kind="encoder", layer=2).value
+    assert whole["embedded"] == {"encoder": [0, 1, 2, 3], "decoder": [0], "cross": [0]} and whole["note"] == ""
+    assert json.loads(json.dumps(whole["menus"])) == {
+        "kinds": [["Encoder self-attention", "encoder"], ["Decoder self-attention", "decoder"],
+                  ["Cross-attention", "cross"]],
+        "encoder": {"layers": [["Layer 1", 0], ["Layer 2", 1], ["Layer 3", 2], ["Layer 4", 3]], "heads": EVERY_HEAD},
+        "decoder": {"layers": [["Layer 1", 0]], "heads": EVERY_HEAD},
+        "cross": {"layers": [["Layer 1", 0]], "heads": EVERY_HEAD}}
+    assert {"encoder/model", "decoder/model", "cross/model"} <= set(whole["figures"])  # each kind's every layer x head
+    assert len(whole["figures"]) == 6 * 6 + 3 and whole["core"]["revision"] >= 1  # a page's answer, not as built
+    monkeypatch.setattr(notebook, "FIGURES", 36)  # (4 + 1 + 1) layers x 6 entries: all of them, still
+    assert ai.show_trace(record).value["embedded"]["encoder"] == [0, 1, 2, 3]
+    monkeypatch.setattr(notebook, "FIGURES", 35)
+    one = ai.show_trace(record, kind="encoder", layers=[2]).value
+    # The decoder has no layer 2: it holds its last; its one layer is all it has, so the note leaves it out.
+    assert one["embedded"] == {"encoder": [1], "decoder": [0], "cross": [0]}
+    assert one["note"] == ("This view holds encoder self-attention: layer 2. show(..., layers=[...]) holds others "
+                           "(a larger file).")
+    assert {"encoder/model", "decoder/model", "cross/model"} <= set(one["figures"])
+    assert ai.show_trace(record, kind="encoder", layers=[1, 2]).value["note"].startswith(
+        "This view holds encoder self-attention: layers 1, 2. show(")
+    chosen = ai.show_trace(record, kind="encoder", layer=3, layers=[1, 2, 4]).value
+    assert chosen["embedded"]["encoder"] == [0, 1, 3] and chosen["note"].startswith(
+        "This view holds encoder self-attention: layers 1, 2, 4. show(")
+    # Opened on a layer it does not hold, it shows the last it holds.
+    assert chosen["view"]["layer"] == 3 and chosen["core"]["attention"] == chosen["figures"]["encoder/3/mean"]
+
+
+def test_a_gru_models_view_offers_its_one_kind_of_attention(toy_checkpoints):
+    value = ai.show(toy_checkpoints[0] / "toy-rnn", TEXT).value
+    assert value["menus"]["kinds"] == [("Cross-attention", "cross")] and set(value["embedded"]) == {"cross"}
+
+
+def test_a_kind_of_one_head_has_its_every_layer_x_head_figure_too(toy):
+    value = ai.show_trace(unequal(toy, heads_of_cross=1), kind="cross").value
+    assert value["menus"]["cross"]["heads"] == [("Head 1", 0)] and "cross/model" in value["figures"]
+    assert json.loads(value["figures"]["cross/model"])["data"]
 
 
 def test_a_trace_file_and_the_apis_trace_show_as_the_model_does(toy, tmp_path):

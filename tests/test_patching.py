@@ -10,15 +10,18 @@ import pytest
 import torch
 
 from attention_inspector.model.analysis.patching import gender_pairs, main
-from attention_inspector.model.explain.patching import (HeadHooks, Patching, Replace, patch_heads, patched_scores,
-                                                        recorded_run, score)
+from attention_inspector.model.explain.patching import (HeadHooks, Patching, Replace, parting, patch_heads,
+                                                        patched_scores, recorded_run, recorded_runs, score,
+                                                        skipped_kinds, suggested_swap)
 from attention_inspector.model.keys import CROSS, DECODER, ENCODER
 from attention_inspector.model.serving.checkpoint import load_checkpoint
 from attention_inspector.model.serving.translator import InputError
-from attention_inspector.model.text.vocab import SOS_ID
+from attention_inspector.model.nets.transformer import Transformer
+from attention_inspector.model.text.vocab import PAD_ID, SOS_ID
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
+from tests.conftest import tiny_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCE, COUNTERFACTUAL = "A man is riding a bicycle down the street.", "A woman is riding a bicycle down the street."
@@ -98,6 +101,7 @@ def test_each_heads_effect_in_the_batch_is_that_of_a_whole_run_with_that_head_al
             assert (abs(whole - result.original) > 1e-4) == (kind != DECODER or layer > 0)  # the check can fail
     assert np.all(result.effects[DECODER][0] == 0.0)
     result = en_de.patching(SENTENCE, COUNTERFACTUAL, tokens, 1, contrast="frau")
+    assert (result.step, result.token, result.contrast) == (1, tgt_ids[1], contrast)
     name, effect = result.ranked(1)[0]
     assert name.startswith("cross.") and effect < -0.5  # "Mann" over "Frau" is carried by cross heads
 
@@ -326,3 +330,99 @@ def test_a_counterfactual_that_barely_moves_the_score_gets_no_share():
     said = patching_said(result, 4, "auf", 'log p("auf")', "step 1: ein / eine")
     assert "barely moves" in said and "%" not in said and said.endswith("the translations part at step 1: ein / "
                                                                          "eine: step there and patch again.")
+
+
+def test_two_translations_part_at_their_first_different_token():
+    assert parting(["ein", "Mann", "läuft", "."], ["ein", "Frau", "läuft", "."]) == 1
+    assert parting(["ein", "Mann"], ["eine", "Mann"]) == 0
+    assert parting(["ein", "Mann", "läuft"], ["ein", "Mann", "geht"]) == 2
+    assert parting(["ein", "Mann"], ["ein", "Mann", "läuft"]) is None  # one begins the other
+    assert parting([], ["ein"]) is None
+
+
+def test_the_suggested_counterfactual_swaps_the_first_word_of_a_pair_in_the_case_it_had():
+    assert suggested_swap("A man walks his dog.") == "A woman walks his dog."  # the first only
+    assert suggested_swap("Man and dog.") == "Woman and dog."  # a capital kept
+    assert suggested_swap("Women in a boat.") == "Men in a boat."
+    assert suggested_swap("The Dog sleeps.") == "The Cat sleeps."  # found in any case, swapped in the word's own
+    assert suggested_swap("Ein Mann läuft.") == "Ein Frau läuft."  # a German noun as written
+    assert suggested_swap("A mannequin and a doghouse.") is None  # whole words only
+    assert suggested_swap("Nothing to swap here.") is None
+
+
+def never_emitted_out(logits: torch.Tensor) -> torch.Tensor:
+    """A step's logits (V,) with <pad> and <sos> ruled out, as decoding rules them out."""
+    logits = logits.float().clone()
+    logits[[PAD_ID, SOS_ID]] = float("-inf")
+    return logits
+
+
+def test_a_runs_score_is_the_log_probability_of_its_token_less_that_of_the_contrast(en_de):
+    src_ids, _, tgt_ids, prefix, original, _, _ = runs(en_de, SENTENCE, COUNTERFACTUAL, 1)
+    contrast = en_de.tgt_vocab.stoi["frau"]
+    with torch.no_grad():
+        logits, _ = en_de.model(torch.tensor([src_ids]), prefix)
+        log_probabilities = never_emitted_out(logits[0, -1]).log_softmax(-1)
+        contrasted = recorded_run(en_de.model, src_ids, prefix, tgt_ids[1], contrast).score
+    assert original == pytest.approx(float(log_probabilities[tgt_ids[1]]), abs=1e-4)
+    assert contrasted == pytest.approx(float(log_probabilities[tgt_ids[1]] - log_probabilities[contrast]), abs=1e-4)
+    # Sources of other lengths are run one by one, each scored against the contrast all the same; and patched runs
+    # scored without the sentence's run given record it, contrast and all.
+    longer_ids = en_de.encode_source(en_de.source_tokens("A tall man is riding a bicycle down the street."))
+    with torch.no_grad():
+        both = recorded_runs(en_de.model, [src_ids, longer_ids], prefix, tgt_ids[1], contrast)
+        longer_logits, _ = en_de.model(torch.tensor([longer_ids]), prefix)
+        [unpatched] = patched_scores(en_de.model, src_ids, prefix, tgt_ids[1], contrast, both[0].outputs, [[]])
+    longer = never_emitted_out(longer_logits[0, -1]).log_softmax(-1)
+    assert both[0].score == pytest.approx(contrasted, abs=1e-5) and unpatched == pytest.approx(contrasted, abs=1e-5)
+    assert both[1].score == pytest.approx(float(longer[tgt_ids[1]] - longer[contrast]), abs=1e-4)
+    # A token named, not the one chosen at the step: its log-probability is what is patched.
+    named = en_de.patching(SENTENCE, COUNTERFACTUAL, en_de.trace(SENTENCE).target_tokens, 1, token="frau")
+    assert named.token == contrast and named.original == pytest.approx(float(log_probabilities[contrast]), abs=1e-4)
+
+
+def test_the_heads_ranked_are_the_ten_that_move_the_score_most_either_way():
+    effects = {CROSS: np.array([[0.5, -2.0, np.nan], [0.1, 0.0, -0.3]]), ENCODER: np.arange(12.0).reshape(3, 4) / 10}
+    patched = Patching(step=0, token=0, contrast=None, original=0.0, counterfactual=1.0, effects=effects)
+    assert patched.ranked() == [("cross.1.2", -2.0), ("encoder.3.4", 1.1), ("encoder.3.3", 1.0),
+                                ("encoder.3.2", 0.9), ("encoder.3.1", 0.8), ("encoder.2.4", 0.7),
+                                ("encoder.2.3", 0.6), ("cross.1.1", 0.5), ("encoder.2.2", 0.5),
+                                ("encoder.2.1", 0.4)]
+    assert patched.ranked(2) == [("cross.1.2", -2.0), ("encoder.3.4", 1.1)]
+
+
+def test_a_replaced_heads_output_follows_the_steps_of_a_decoder_called_once_a_step():
+    values = torch.arange(2 * 3 * 2, dtype=torch.float32).view(1, 2, 3, 2)  # (B, H, T, d): another run's outputs
+    replace = Replace(torch.tensor([[1.0, 0.0]]), values)  # head 1 kept, head 2 replaced
+    own = torch.full((1, 2, 1, 2), -1.0)
+    for step in range(3):
+        out = replace(own)
+        assert out[0, 0].tolist() == [[-1.0, -1.0]] and torch.equal(out[0, 1], values[0, 1, step:step + 1])
+    replace = Replace(torch.tensor([[0.0, 1.0]]), values)  # a decoder called once with every position
+    assert torch.equal(replace(torch.zeros(1, 2, 3, 2))[0, 0], values[0, 0])
+
+
+def test_sets_of_heads_in_any_order_each_score_as_patched_alone():
+    """`patched_scores` groups its sets by the layer they start at (the encoder's rows encoded from their own layer
+    up, rows of a layer together): in a shuffled order of sets that start at every layer, each set's score is the
+    one it has patched alone, in a batch of its own."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(n_encoder_layers=3, n_decoder_layers=3)).eval()
+    src_ids, counterfactual_ids = [5, 6, 7, 8, 2], [5, 9, 7, 8, 2]
+    prefix, token = torch.tensor([[SOS_ID, 10, 11]]), 12
+    sets = [[(ENCODER, 2, 1)], [(CROSS, 1, 0)], [(ENCODER, 0, 3)], [(DECODER, 2, 2)], [(ENCODER, 2, 0)],
+            [(ENCODER, 1, 1), (CROSS, 2, 3)], [(ENCODER, 0, 0)], [(DECODER, 1, 1), (CROSS, 0, 2)], []]
+    with torch.no_grad():
+        outputs = recorded_run(model, counterfactual_ids, prefix, token, 14).outputs
+        together = patched_scores(model, src_ids, prefix, token, 14, outputs, sets)
+        alone = [patched_scores(model, src_ids, prefix, token, 14, outputs, [heads])[0] for heads in sets]
+    assert together == pytest.approx(alone, abs=1e-5)
+    assert len({round(value, 4) for value in alone}) > 5  # the sets move the score apart: the check can fail
+
+
+def test_encoder_heads_are_skipped_between_sources_of_other_lengths_saying_why():
+    model = Transformer(tiny_config()).eval()
+    assert skipped_kinds(model, [5, 6, 2], [5, 7, 2]) == {}
+    assert skipped_kinds(model, [5, 6, 2], [5, 2]) == {
+        ENCODER: "The sentence has 3 tokens and the counterfactual 2: encoder heads work at source positions, so "
+                 "they are patched only between sources of as many tokens."}

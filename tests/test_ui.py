@@ -390,12 +390,12 @@ def test_the_same_request_sent_twice_at_once_is_answered_once(demo, services):
         sent = [asyncio.ensure_future(run(None, MODEL, text)) for text in ("A dog.", "A dog.", "A cat.")]
         await asyncio.sleep(0.3)
         release.set()
-        return await asyncio.gather(*sent)
+        return await asyncio.wait_for(asyncio.gather(*sent), 30)  # a shared answer that never comes fails here
 
     first, twin, other = asyncio.run(three_at_once())
     assert sorted(calls) == [(MODEL, "A cat."), (MODEL, "A dog.")]
     assert first == twin == {demo.page.status: f"answered {(MODEL, 'A dog.')}"} and other != first
-    assert asyncio.run(run(None, MODEL, "A dog.")) == first and len(calls) == 3  # once answered, asked anew
+    assert asyncio.run(asyncio.wait_for(run(None, MODEL, "A dog."), 30)) == first and len(calls) == 3  # once answered, asked anew
 
 
 def test_compare_says_why_there_is_no_second_model(events, services, monkeypatch):

@@ -97,8 +97,8 @@ def test_workers_decode_at_a_lower_priority_than_the_web_server(pool):
 
 
 def test_workers_end_when_the_app_process_is_killed(toy_checkpoints):
-    script = ("import sys, time; from model.serving.checkpoint import load_all; "
-              "from model.serving.workers import TracePool; "
+    script = ("import sys, time; from attention_inspector.model.serving.checkpoint import load_all; "
+              "from attention_inspector.model.serving.workers import TracePool; "
               f"pool = TracePool(load_all({str(toy_checkpoints[0])!r})[0], 2); "
               "print(*pool.worker_pids(), flush=True); time.sleep(120)")
     app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
@@ -116,8 +116,8 @@ def test_workers_end_when_the_app_process_is_killed(toy_checkpoints):
 def test_at_exit_the_workers_are_stopped_and_none_is_forked_to_replace_them(toy_checkpoints):
     """A pool left open stops its workers when the app's process exits normally, before multiprocessing's own exit
     hook kills them; killed, their readers used to fork replacements while the interpreter shut down."""
-    script = ("import atexit, os, torch; from model.serving.checkpoint import load_all; "
-              "from model.serving.workers import TracePool; "
+    script = ("import atexit, os, torch; from attention_inspector.model.serving.checkpoint import load_all; "
+              "from attention_inspector.model.serving.workers import TracePool; "
               "report = lambda: print(pool.worker_pids() == pids, *map(alive, pids), flush=True); "
               "alive = lambda pid: os.path.exists(f'/proc/{pid}') and "
               "open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'; "
@@ -134,13 +134,16 @@ def test_a_worker_forked_after_torch_has_run_its_threads_traces(toy_checkpoints)
     """Workers are forked again after the app has computed (a model loaded, a dead worker replaced). A forked child
     inherits the parent's OpenMP thread pool without its threads, and its first parallel matrix product waited for
     them for ever: the page's translations hung. A worker traces on one thread, as it has one core to itself."""
-    script = ("import torch; from model.serving.checkpoint import load_all; "
-              "from model.serving.workers import TracePool; "
+    script = ("import torch; from attention_inspector.model.serving.checkpoint import load_all; "
+              "from attention_inspector.model.serving.workers import TracePool; "
               "torch.set_num_threads(2); torch.nn.Linear(512, 512)(torch.randn(512, 512)); "
               f"pool = TracePool(load_all({str(toy_checkpoints[0])!r})[0], 1); "
               "print(pool.trace('toy-en-de', 'A dog runs in the park with a red ball.').text, flush=True)")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    except subprocess.TimeoutExpired:
+        pytest.fail("a worker forked after torch had run its threads did not answer within 60 s: it hangs")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
 

@@ -68,10 +68,12 @@ def gate_derivatives(model: Seq2Seq, batch: Batch, order: str = "first", probes:
         return first, None
     sizes = [gradient.numel() for gradient in gradients]
     heads = sum(sizes)
+    # The probes are drawn on the CPU, where the seeded generator is, so that a seed draws the same ones on any device.
     if heads <= probes:  # e_i · H e_i for each head i: the diagonal itself
-        flat = list(torch.eye(heads).unbind())
+        flat = list(torch.eye(heads, device="cpu").unbind())
     else:
-        flat = [torch.randint(0, 2, (heads,), generator=generator).float() * 2 - 1 for _ in range(probes)]
+        flat = [torch.randint(0, 2, (heads,), generator=generator, device="cpu").float() * 2 - 1
+                for _ in range(probes)]
     diagonal = {kind: torch.zeros_like(values) for kind, values in first.items()}
     for index, vector in enumerate(flat):
         vectors = [part.view(gradient.shape).to(gradient) for part, gradient in zip(vector.split(sizes), gradients)]
