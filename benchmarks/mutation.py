@@ -1,15 +1,18 @@
 """Mutation score of the modules whose numbers a user sees: mutmut breaks each module one small change at a time
 (an operator, a constant, a keyword, a call's argument) and runs the fast tests that reach the changed function;
 a mutant the tests pass with "survived". Prints, per module, the mutants made, killed and survived, and the
-survivors judged equivalent (EQUIVALENT: the change computes the same numbers), then each other survivor's diff.
+survivors judged equivalent (benchmarks/equivalent_mutants.json: the change computes the same numbers), then each
+other survivor's diff (docs/testing.md has the table and how to read it).
 
-    python benchmarks/mutation.py                       # every module below, all cores
-    python benchmarks/mutation.py detachment --cores 1  # one module
+    python benchmarks/mutation.py                         # every module below, all cores
+    python benchmarks/mutation.py detachment --cores 1    # one module
+    python benchmarks/mutation.py detachment --survivors  # what survived the last run, against today's tests
 
 mutmut names a mutant by the dotted path of the file it changed, and counts a test as reaching a function by that
 function's `__module__`; both must read `attention_inspector.model...`. So the run happens in a copy of the code in
 the installed wheel's layout (model/, viz/ and ui/ inside attention_inspector/), in a folder of its own (--folder),
-which is kept, with mutmut's results in it, for `mutmut show NAME` there.
+which is kept, with mutmut's results in it, for `mutmut show NAME` there. A mutant whose forked test process
+crashed or hung is tested again in a process of its own (`crashes_rechecked`).
 """
 
 import argparse

@@ -19,10 +19,10 @@ from attention_inspector.model.explain.contributions import alti_plus
 from attention_inspector.model.explain.detachment import (ATTENTION, COMBINED, DEFAULT_THRESHOLDS, DETECTORS,
                                                           LOG_PROBABILITY, SOURCE_SHARE, Detachment, ScoredDetachment,
                                                           attention_peaks, ranked, thresholds_of)
-from attention_inspector.model.text.vocab import PAD_ID, SOS_ID
-from attention_inspector.model.text.words import SENTENCEPIECE
 from attention_inspector.model.serving.checkpoint import load_checkpoint
 from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.text.vocab import PAD_ID, SOS_ID
+from attention_inspector.model.text.words import SENTENCEPIECE
 from attention_inspector.ui.render import detachment_part
 from tests.test_http_api import call
 
@@ -197,9 +197,9 @@ def test_every_score_is_the_same_from_the_api_the_page_and_the_command(server, e
     assert traced == pytest.approx(api, abs=2e-6)
     translator = services.translators[MODEL]
     [row] = command.ranking(translator, [text], [decoding.trace.target_tokens], {})
-    traced = translator.trace(text)
-    assert traced.target_tokens == decoding.trace.target_tokens
-    expected = scored_by_hand(translator.model, traced.trace.src_ids, traced.trace.token_ids)
+    decoded = translator.trace(text)
+    assert decoded.target_tokens == decoding.trace.target_tokens
+    expected = scored_by_hand(translator.model, decoded.trace.src_ids, decoded.trace.token_ids)
     for detector in DETECTORS:
         assert page[detector] == pytest.approx(expected[detector], abs=1e-5), detector
         assert api[detector] == pytest.approx(page[detector], abs=1e-6)
