@@ -69,7 +69,8 @@ def stage(folder: Path, modules: list[str]) -> None:
     shutil.copytree(ROOT / "attention_inspector", folder / "attention_inspector", ignore=skip)
     for package in PACKAGES:
         shutil.copytree(ROOT / package, folder / "attention_inspector" / package, ignore=skip)
-    for entry in others():  # the tests, app.py, docs/ ...: what the tests read beside the code
+    beside = others()  # the tests, app.py, docs/ ...: what the tests read beside the code
+    for entry in beside:
         copy = shutil.copytree if entry.is_dir() else shutil.copy2
         copy(entry, folder / entry.name, **({"ignore": skip} if entry.is_dir() else {}))
     (folder / "checkpoints").symlink_to(ROOT / "checkpoints")  # the tests' shipped models, read only
@@ -79,7 +80,7 @@ def stage(folder: Path, modules: list[str]) -> None:
         "only_mutate": [staged_path(MODULES[module][0]) for module in modules],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-m", "not slow", "-p", "no:cacheprovider", "-q"],
-        "also_copy": ["checkpoints", *(entry.name for entry in others())],
+        "also_copy": ["checkpoints", *(entry.name for entry in beside)],
     }
     lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
     with open(folder / "pyproject.toml", "a") as pyproject:  # the checkout's, pytest's settings in it

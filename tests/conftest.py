@@ -42,6 +42,15 @@ def pytest_collection_modifyitems(items):
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
+def decoded_log_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities over the last dimension of `logits`, <pad> and <sos> ruled out as decoding rules them out."""
+    from attention_inspector.model.text.vocab import PAD_ID, SOS_ID
+
+    logits = logits.float().clone()
+    logits[..., [PAD_ID, SOS_ID]] = float("-inf")
+    return logits.log_softmax(-1)
+
+
 # T5's switches (model/hub/convert_hf.py): relative positions, RMSNorm, gated GELU, heads narrower than d_model / heads.
 T5_LIKE = dict(positional="relative", norm="pre", normalization="rms", gated_feed_forward=True, activation="gelu_tanh",
                d_head=6, relative_buckets=8, relative_max_distance=16, scale_embeddings=False)

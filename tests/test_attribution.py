@@ -13,7 +13,7 @@ from attention_inspector.model.nets.seq2seq import head_gates
 from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
 from attention_inspector.model.nets.transformer import Transformer
 from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
-from tests.conftest import T5_LIKE, tiny_config
+from tests.conftest import T5_LIKE, decoded_log_probabilities, tiny_config
 
 pytest.importorskip("captum")
 SRC = [5, 6, 7, 8, 9, EOS_ID]
@@ -141,8 +141,7 @@ def test_a_predictions_score_is_the_models_log_probability_with_the_same_heads_o
     gates = head_gates(model, off)
     with torch.no_grad():
         logits, _ = model(torch.tensor([SRC]), torch.tensor([[SOS_ID] + TGT[:2]]), gates=gates)
-    logits[..., [PAD_ID, SOS_ID]] = float("-inf")  # never emitted, as decoding rules them out
-    expected = logits[0, -1].log_softmax(-1)
+    expected = decoded_log_probabilities(logits[0, -1])
     result = attribute(model, SRC, TGT, 2, INTEGRATED_GRADIENTS, steps=4, gates=gates)
     assert result.score == pytest.approx(float(expected[TGT[2]]), abs=1e-5)
     contrasted = attribute(model, SRC, TGT, 2, SALIENCY, contrast=14, gates=gates)

@@ -21,9 +21,10 @@ from attention_inspector.model.explain.detachment import (ATTENTION, COMBINED, D
                                                           attention_peaks, ranked, thresholds_of)
 from attention_inspector.model.serving.checkpoint import load_checkpoint
 from attention_inspector.model.serving.translator import InputError
-from attention_inspector.model.text.vocab import PAD_ID, SOS_ID
+from attention_inspector.model.text.vocab import SOS_ID
 from attention_inspector.model.text.words import SENTENCEPIECE
 from attention_inspector.ui.render import detachment_part
+from tests.conftest import decoded_log_probabilities
 from tests.test_http_api import call
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -173,8 +174,7 @@ def scored_by_hand(model, src_ids: list[int], tgt_ids: list[int]) -> dict:
     cross-attention peak."""
     with torch.no_grad():
         logits, attention = model(torch.tensor([src_ids]), torch.tensor([[SOS_ID] + tgt_ids[:-1]]), need_weights=True)
-    logits[..., [PAD_ID, SOS_ID]] = float("-inf")
-    log_probabilities = logits[0].log_softmax(-1)[torch.arange(len(tgt_ids)), tgt_ids].double().numpy()
+    log_probabilities = decoded_log_probabilities(logits[0])[torch.arange(len(tgt_ids)), tgt_ids].double().numpy()
     share = alti_plus(model, src_ids, tgt_ids).decoder[:, :len(src_ids)].sum(-1).mean()
     peaks = attention.cross[-1, 0].mean(0).max(-1).values.double().numpy()
     return {SOURCE_SHARE: share, LOG_PROBABILITY: log_probabilities.mean(),

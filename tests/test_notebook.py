@@ -110,7 +110,7 @@ def unequal(toy, heads_of_cross: int | None = None) -> dict:
     record = toy.trace(TEXT)
     encoder = record["encoder_attention"]
     return {**record, "encoder_attention": encoder + encoder, "decoder_attention": record["decoder_attention"][:1],
-            "cross_attention": [[head for head in layer[:heads_of_cross]] for layer in record["cross_attention"][:1]]}
+            "cross_attention": [layer[:heads_of_cross] for layer in record["cross_attention"][:1]]}
 
 
 EVERY_HEAD = [["Mean of heads", "mean"], ["All heads", "all"], ["Head 1", 0], ["Head 2", 1], ["Head 3", 2],

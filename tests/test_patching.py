@@ -17,11 +17,11 @@ from attention_inspector.model.keys import CROSS, DECODER, ENCODER
 from attention_inspector.model.serving.checkpoint import load_checkpoint
 from attention_inspector.model.serving.translator import InputError
 from attention_inspector.model.nets.transformer import Transformer
-from attention_inspector.model.text.vocab import PAD_ID, SOS_ID
+from attention_inspector.model.text.vocab import SOS_ID
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_models  # noqa: E402
-from tests.conftest import tiny_config  # noqa: E402
+from tests.conftest import decoded_log_probabilities, tiny_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCE, COUNTERFACTUAL = "A man is riding a bicycle down the street.", "A woman is riding a bicycle down the street."
@@ -350,19 +350,12 @@ def test_the_suggested_counterfactual_swaps_the_first_word_of_a_pair_in_the_case
     assert suggested_swap("Nothing to swap here.") is None
 
 
-def never_emitted_out(logits: torch.Tensor) -> torch.Tensor:
-    """A step's logits (V,) with <pad> and <sos> ruled out, as decoding rules them out."""
-    logits = logits.float().clone()
-    logits[[PAD_ID, SOS_ID]] = float("-inf")
-    return logits
-
-
 def test_a_runs_score_is_the_log_probability_of_its_token_less_that_of_the_contrast(en_de):
     src_ids, _, tgt_ids, prefix, original, _, _ = runs(en_de, SENTENCE, COUNTERFACTUAL, 1)
     contrast = en_de.tgt_vocab.stoi["frau"]
     with torch.no_grad():
         logits, _ = en_de.model(torch.tensor([src_ids]), prefix)
-        log_probabilities = never_emitted_out(logits[0, -1]).log_softmax(-1)
+        log_probabilities = decoded_log_probabilities(logits[0, -1])
         contrasted = recorded_run(en_de.model, src_ids, prefix, tgt_ids[1], contrast).score
     assert original == pytest.approx(float(log_probabilities[tgt_ids[1]]), abs=1e-4)
     assert contrasted == pytest.approx(float(log_probabilities[tgt_ids[1]] - log_probabilities[contrast]), abs=1e-4)
@@ -373,7 +366,7 @@ def test_a_runs_score_is_the_log_probability_of_its_token_less_that_of_the_contr
         both = recorded_runs(en_de.model, [src_ids, longer_ids], prefix, tgt_ids[1], contrast)
         longer_logits, _ = en_de.model(torch.tensor([longer_ids]), prefix)
         [unpatched] = patched_scores(en_de.model, src_ids, prefix, tgt_ids[1], contrast, both[0].outputs, [[]])
-    longer = never_emitted_out(longer_logits[0, -1]).log_softmax(-1)
+    longer = decoded_log_probabilities(longer_logits[0, -1])
     assert both[0].score == pytest.approx(contrasted, abs=1e-5) and unpatched == pytest.approx(contrasted, abs=1e-5)
     assert both[1].score == pytest.approx(float(longer[tgt_ids[1]] - longer[contrast]), abs=1e-4)
     # A token named, not the one chosen at the step: its log-probability is what is patched.
