@@ -9,8 +9,8 @@ head of its attention (the page: `attention-inspector serve`), the studies behin
 
 All of it is under this one name: `attention_inspector.model` (the networks, their explanations and studies),
 `.viz` (the figures) and `.ui` (the page), and the shipped checkpoints (`checkpoints()`). `load` is the documented
-way in (attention_inspector/api.py), and `show`, `head_view`, `model_view` and `show_trace` draw in a notebook
-(attention_inspector/notebook.py).
+way in (attention_inspector/api.py), and `show`, `head_view`, `model_view`, `neuron_view` and `show_trace` draw in a
+notebook (attention_inspector/notebook.py).
 """
 
 from pathlib import Path
@@ -38,7 +38,7 @@ def load(name_or_folder, device=None):
     return loaded(name_or_folder, device)
 
 
-VIEWS = ("show", "head_view", "model_view", "show_trace")  # attention_inspector/notebook.py
+VIEWS = ("show", "head_view", "model_view", "neuron_view", "show_trace")  # attention_inspector/notebook.py
 
 
 def __getattr__(name):

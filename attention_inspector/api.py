@@ -6,6 +6,7 @@
     result = model.trace("A dog runs in the park.")      # the same dict as POST /trace answers
     model.detach("A dog runs in the park.", "Ein Hund rennt im Park.")
     model.score(text, tokens), model.beam(text), model.attribute(text), model.patch(text, counterfactual)
+    model.neuron("A dog runs.", "cross", 1, 2, query=3)   # the query and key vectors behind a row of a head
 
 Each method takes its endpoint's arguments (docs/api.md), the model's name aside, and returns the endpoint's
 answer, the same values: model/api/answers.py computes both, and imports no Gradio. A bad argument raises
@@ -64,6 +65,11 @@ class Model:
                   target: str | list[str] | None = None) -> dict:
         """Gradient attributions of one step or every step: `/attribute`."""
         return self._answer("attribute", text, method, step, contrast, units, mask, src_lang, tgt_lang, target)
+
+    def neuron(self, text: str, kind: str, layer: int, head: int, query: int, force: list[str] | None = None,
+               mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
+        """The query and key vectors behind one row of a head's weights (BertViz's neuron view): `/neuron`."""
+        return self._answer("neuron", text, kind, layer, head, query, force, mask, src_lang, tgt_lang)
 
     def show(self, text: str, **options):
         """The greedy translation of `text` in the page's core view, inline in a notebook or as a page

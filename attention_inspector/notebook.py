@@ -9,6 +9,7 @@ step.js) draw it from one value, and ui/static/notebook.js stands in for Gradio.
     ai.show(model, "A dog runs in the park.")                 # step with ←/→ or the slider; kind, layer, head
     ai.head_view(model, "A dog runs in the park.", layer=2)   # every head of a layer side by side
     ai.model_view(model, "A dog runs in the park.")           # every layer x head
+    ai.neuron_view(model, "A dog runs.", "cross", 2, 3)       # the query and key vectors behind a head's row
     ai.show_trace("trace.json")                               # a trace file, or what model.trace(...) answers
     ai.show(model, "A dog runs.").write_html("view.html")     # one file, plotly.js inside
 
@@ -32,7 +33,7 @@ import numpy as np
 import plotly
 
 from attention_inspector.model.explain.detachment import Detachment, ScoredDetachment
-from attention_inspector.model.keys import ALL_HEADS, CROSS, KIND_LABELS, MEAN, choices
+from attention_inspector.model.keys import ALL_HEADS, CROSS, ENCODER, KIND_LABELS, MEAN, choices
 from attention_inspector.model.serving.inspect import load_trace
 from attention_inspector.model.text.words import BPE, PIECES, SENTENCEPIECE, WHOLE, WORDS
 from attention_inspector.viz.views import TraceArrays, translation_frames, view_frames
@@ -43,8 +44,9 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="IProgress not found")
     from attention_inspector.ui.operations import drawn, head_menu, set_mask, translate
     from attention_inspector.ui.plots import CORE_TEMPLATE, PLOTLY_JS, STATIC
+    from attention_inspector.ui.neurons import neuron_part, with_neuron
     from attention_inspector.ui.render import detachment_part, file_stem, scored_part
-    from attention_inspector.ui.session import View
+    from attention_inspector.ui.session import Neuron, Session, View
 
 FIGURES = 200  # the most figures a view holds of every layer; a larger model's holds its chosen layers
 FRAME_PX = 760  # a view's height in a notebook before its page has drawn (then as tall as what it draws)
@@ -117,6 +119,45 @@ def show(model, text: str, *, kind: str = CROSS, layer: int | None = None, head:
     from attention_inspector.api import Model, load
 
     model = model if isinstance(model, Model) else load(model)
+    session, said = _session(model, text, kind, layer, head, step, units, mask, src_lang, tgt_lang)
+    trace, _, _ = drawn(session)
+    return _view(trace, session.current.text, said, detachment_part(session), session.view, model_view, layers,
+                 file_stem(session), f"{model.name}: {text}", include_plotlyjs)
+
+
+def neuron_view(model, text: str, kind: str = CROSS, layer: int = 1, head: int = 1, query: int | None = None, *,
+                key: int | None = None, units: str = PIECES, mask: list[str] | None = None,
+                src_lang: str | None = None, tgt_lang: str | None = None,
+                include_plotlyjs: bool | str = True) -> NotebookView:
+    """Why head `head` of `layer` of `kind` (from 1) weighs its keys as it does: the page's neuron view beside the
+    head's heatmap (`show`), the query and key vectors behind the heatmap's row `query` (0-based, as `/neuron`: a
+    source token for the encoder; a step for the decoder and cross-attention, which stepping then moves; default:
+    the step the view opens on, the first source token), its dimensions sorted by key `key`'s score (0-based;
+    default: the heaviest key). The panel stays on this head whatever the menus show. Arguments as `show`'s."""
+    from attention_inspector.api import Model, load
+
+    model = model if isinstance(model, Model) else load(model)
+    if isinstance(head, str) or head is None:
+        raise ValueError(f"head is one head, counted from 1, not {head!r}: the neuron view shows a single head")
+    session, said = _session(model, text, kind, layer, head, None, units, mask, src_lang, tgt_lang)
+    rows = len(session.trace.source_tokens) if kind == ENCODER else session.trace.steps
+    query = (0 if kind == ENCODER else session.view.step - 1) if query is None else query
+    if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < rows:
+        raise ValueError(f"query is a row of the heatmap, from 0 to {rows - 1}, not {query!r}")
+    if kind != ENCODER:
+        session = session.with_view(replace(session.view, step=query + 1))
+    session = with_neuron(model.services, replace(session, neuron=Neuron(query, key)))
+    trace, _, _ = drawn(session)
+    shown = _view(trace, session.current.text, said, detachment_part(session), session.view, False, None,
+                  file_stem(session), f"{model.name}: {text}", include_plotlyjs)
+    shown.value["core"]["neuron"] = neuron_part(session)
+    return shown
+
+
+def _session(model, text: str, kind: str, layer: int | None, head: int | str | None, step: int | None, units: str,
+             mask: list[str] | None, src_lang: str | None, tgt_lang: str | None) -> tuple[Session, str]:
+    """The page's session of `text` translated by `model` (a `Model`) in the view asked for, and its status line; a
+    ValueError says what is wrong with an argument, as the page would."""
     services = model.services
     session, said = translate(services, None, model.name, text, src_lang=src_lang, tgt_lang=tgt_lang)
     if session is None:
@@ -125,10 +166,7 @@ def show(model, text: str, *, kind: str = CROSS, layer: int | None = None, head:
         session, said = set_mask(services, session, list(mask))
         if not session.current.mask:
             raise ValueError(said)
-    session = session.with_view(_chosen(session.trace, session.view, kind, layer, head, step, units))
-    trace, _, _ = drawn(session)
-    return _view(trace, session.current.text, said, detachment_part(session), session.view, model_view, layers,
-                 file_stem(session), f"{model.name}: {text}", include_plotlyjs)
+    return session.with_view(_chosen(session.trace, session.view, kind, layer, head, step, units)), said
 
 
 def head_view(model, text: str, *, layer: int | None = None, kind: str = CROSS, **options) -> NotebookView:

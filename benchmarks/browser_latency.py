@@ -1,12 +1,14 @@
 """What a user feels, in a real browser: page load, translate and step latency of the app on the shipped checkpoint.
 
-    python benchmarks/browser_latency.py [--model en-de] [--steps 20] [--tokens 20] [--sentences 5]
+    python benchmarks/browser_latency.py [--model en-de] [--steps 20] [--tokens 20] [--sentences 5] [--neuron-only]
 
 First, the floor: a minimal Gradio page whose button redraws one `gr.Plot` (a 20x21 heatmap) from the server,
 click -> redrawn, p50/p95 over 20 clicks; a translation is then also given as a multiple of that round trip.
 
 Starts `python app.py` on a free loopback port and drives Debian's Chromium (headless, through Playwright) at
-1400x900. Prints the CPU, then: page load -> the first heatmap drawn; translate (click) -> the new heatmap
+1400x900. Prints the CPU, then: page load -> the first heatmap drawn; the neuron view against a view change (a cell
+clicked -> its row's vectors drawn, against another head chosen -> its heatmap drawn: `neuron_latencies`;
+`--neuron-only` stops there); translate (click) -> the new heatmap
 drawn, over `--sentences` sentences (by the page's clock three times each); a shared link (a new tab opening
 `?model=..&text=..&step=3&kind=decoder&layer=2&head=2`) -> that view drawn, over the same ones; Next (click) -> the
 heatmap redrawn at the next step, p50/p95 over `--steps` steps of three sentences in the single-head and
@@ -261,6 +263,46 @@ def waited(page, done: str, arg=None) -> float:
     return page.wait_for_function(since_input(done), arg=arg, timeout=60000).json_value()
 
 
+# Where a cell of the heatmap is on the screen: Plotly's axes' offsets in the plot and their pixel of an index.
+CELL = """([row, column]) => {
+    const plot = document.querySelector('#attention .js-plotly-plot');
+    const { xaxis, yaxis } = plot._fullLayout;
+    const box = plot.getBoundingClientRect();
+    return [box.left + xaxis._offset + xaxis.l2p(column), box.top + yaxis._offset + yaxis.l2p(row)];
+}"""
+HEATMAP_OF = """(head) => (document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '')
+    .includes(`, head ${head}<br>`)"""
+NEURON_OF = """([name, step]) => (document.querySelector('#neuron .js-plotly-plot')?.layout?.title.text || '')
+    .includes(name) && !document.querySelector('#neuron').classList.contains('empty')
+    && (document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '').includes(`step ${step} of`)"""
+
+
+def neuron_latencies(page, translator, sentences: list[str], cells: int = 4) -> tuple[list[float], list[float]]:
+    """The neuron view against a view change, by the page's clock, on each sentence's cross-attention: a view change
+    (Head 2, then Head 1 chosen -> the heatmap of that head drawn) and a click on a cell of Head 1's heatmap at the
+    next step (-> the neuron view of that row drawn), `cells` of each per sentence, the panel closed before each
+    click. Returns (view changes, neuron views) in ms."""
+    from attention_inspector.ui.operations import FIRST_STEP
+
+    changes, neurons = [], []
+    for text in sentences:
+        page.fill("#source textarea", text)
+        page.click("#translate")
+        wait_translated(page, translator, text)
+        layer = int(page.evaluate("() => document.querySelector('#layer input').value").split()[-1])
+        for step in range(FIRST_STEP + 1, FIRST_STEP + 1 + cells):
+            page.evaluate(CLICK_UNTIL_STEP, ["#next", step, ["attention"]])
+            for head in (2, 1):
+                changes.append(timed(page, lambda: choose(page, "head", f"Head {head}"), HEATMAP_OF, head))
+            page.evaluate("() => document.querySelector('#attention').scrollIntoView({block: 'center'})")
+            page.wait_for_timeout(300)
+            x, y = page.evaluate(CELL, [step - 1, step % 3])
+            neurons.append(timed(page, lambda: page.mouse.click(x, y), NEURON_OF, [f"cross.{layer}.1", step]))
+            page.click("#neuron .neuron-close")
+            page.wait_for_function("() => document.querySelector('#neuron').classList.contains('empty')")
+    return changes, neurons
+
+
 def what_if(page, translator, sentences: list[str]) -> None:
     """Per sentence: translate, branch at the step on screen, one cross-attention head off, the beam view, head
     statistics, alignments, where each word came from, a measure; prints each one's p50 and p95 and their ratios to
@@ -357,6 +399,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="Next clicks to time per view (at most the steps)")
     parser.add_argument("--sentences", type=int, default=5, help="sentences to translate and ask what-if about "
                         "(ratios between actions move by ~0.15 from run to run with 5)")
+    parser.add_argument("--neuron-only", action="store_true", help="only the neuron view against a view change")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -384,6 +427,13 @@ def main() -> None:
             page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
                                    ".includes('step ')", timeout=120000)
             print(f"page load -> first heatmap: {(time.perf_counter() - began) * 1000:.0f} ms")
+            changes, neurons = neuron_latencies(page, translator, sentences[1:])
+            print(f"view change (another head) -> heatmap: {percentiles(changes)}")
+            print(f"cell clicked -> neuron view: {percentiles(neurons)}; p50 "
+                  f"{statistics.median(neurons) / statistics.median(changes):.2f}x, p95 "
+                  f"{p95(neurons) / p95(changes):.2f}x a view change's")
+            if args.neuron_only:
+                return
 
             translate = []
             for text in sentences[1:]:  # Python's clock, as before

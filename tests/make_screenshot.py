@@ -3,8 +3,8 @@
     python tests/make_screenshot.py [--out tests/screenshots] [--only app.png app-phone.png]
 
 Each is what the screen shows (1400x900 at the top of the page, 390x844 scrolled to the step bar), a translation
-stepped to step 4. Then
-one desktop screenshot per what-if view, scrolled to it: a branch (the second candidate at step 4, beside the
+stepped to step 4. Then the neuron view of step 4's heaviest key beside the heatmap (`--only neuron.png` takes it
+alone); then one desktop screenshot per what-if view, scrolled to it: a branch (the second candidate at step 4, beside the
 original), three cross-attention heads of layer 2 switched off, the beam, where each word came from, and the
 cross-attention view of layer 3 showing ALTI+ contributions, rollout and (all heads) weight × value norm instead
 of weights, then integrated gradients of every step in words at the last step; last, a shared link that opens the two EN→FR GRU models compared at step 4 (a sentence they translate alike, so
@@ -118,6 +118,23 @@ def gradients(page, out: Path) -> None:
     save(page, out, "gradients.png", "#step-bar")
 
 
+def neuron(page, out: Path) -> None:
+    """The neuron view beside the heatmap: the cell of step 4's heaviest key clicked, on the head the page opens on."""
+    page.evaluate("() => document.querySelector('#attention').scrollIntoView({block: 'center'})")
+    page.wait_for_timeout(300)
+    x, y = page.evaluate("""() => {
+        const plot = document.querySelector('#attention .js-plotly-plot');
+        const row = plot.data[0].z[3];
+        const column = row.indexOf(Math.max(...row));
+        const { xaxis, yaxis } = plot._fullLayout;
+        const box = plot.getBoundingClientRect();
+        return [box.left + xaxis._offset + xaxis.l2p(column), box.top + yaxis._offset + yaxis.l2p(3)];
+    }""")
+    page.mouse.click(x, y)
+    page.wait_for_function("() => document.querySelector('#neuron .js-plotly-plot')", timeout=60000)
+    save(page, out, "neuron.png", "#step-bar")
+
+
 def compare(page, out: Path, url: str) -> None:
     """A link that compares the two EN→FR GRU models (dot-product and multi-head cross-attention) at step 4."""
     query = urlencode({"model": "en-fr-rnn-multihead", "compare": "en-fr-rnn-dot", "step": 4,
@@ -146,8 +163,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=str(Path(__file__).parent / "screenshots"))
     parser.add_argument("--sentence", default="A little girl in a pink dress is climbing the stairs to a wooden house.")
-    parser.add_argument("--only", nargs="+", choices=list(SCREENS), metavar="NAME",
-                        help=f"only these of the main screenshots ({', '.join(SCREENS)}), none of the what-if ones")
+    parser.add_argument("--only", nargs="+", choices=[*SCREENS, "neuron.png"], metavar="NAME",
+                        help=f"only these of the main screenshots ({', '.join(SCREENS)}), none of the what-if ones; "
+                             "neuron.png: only the neuron view (taken on the desktop screen)")
     args = parser.parse_args()
     services = ui.load_services(Path(__file__).resolve().parent.parent / "checkpoints")
     demo = ui.build_demo(services)
@@ -156,7 +174,7 @@ def main() -> None:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             for name, screen in SCREENS.items():
-                if args.only and name not in args.only:
+                if args.only and name not in args.only and not (name == "app.png" and "neuron.png" in args.only):
                     continue
                 page = browser.new_page(**screen)
                 page.goto(demo.local_url)
@@ -178,9 +196,13 @@ def main() -> None:
                     page.evaluate("() => window.scrollBy(0, document.querySelector('#step-bar').getBoundingClientRect().top - 8)")
                 page.wait_for_timeout(500)
                 Path(args.out).mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(Path(args.out) / name))
-                print(f"saved {Path(args.out) / name}")
+                if not args.only or name in args.only:
+                    page.screenshot(path=str(Path(args.out) / name))
+                    print(f"saved {Path(args.out) / name}")
+                if screen["viewport"]["width"] >= 600 and (not args.only or "neuron.png" in args.only):
+                    neuron(page, Path(args.out))
                 if screen["viewport"]["width"] >= 600 and not args.only:
+                    page.click("#neuron .neuron-close")
                     what_if(page, Path(args.out))
                     compare(page, Path(args.out), demo.local_url)
                     counterfactual(page, Path(args.out), demo.local_url)

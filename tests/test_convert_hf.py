@@ -412,3 +412,50 @@ def test_a_tokenizer_of_another_model_is_refused_and_nothing_is_written(hub, tmp
         with pytest.raises(ConversionError, match=f"The tokenizer does not match the weights: .*{message}"):
             convert(str(folder), root / "opus")
     assert not root.exists() or (list(root.iterdir()) == [] and Catalog(root).errors == {})
+
+
+def projections(model, kind: str, layer: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """transformers' own query and key projections of one attention layer of `kind`."""
+    if model.config.model_type == "t5":
+        blocks = model.encoder.block if kind == "encoder" else model.decoder.block
+        attention = blocks[layer].layer[1].EncDecAttention if kind == "cross" else blocks[layer].layer[0].SelfAttention
+        return attention.q, attention.k
+    layers = model.model.encoder.layers if kind == "encoder" else model.model.decoder.layers
+    attention = layers[layer].encoder_attn if kind == "cross" else layers[layer].self_attn
+    return attention.q_proj, attention.k_proj
+
+
+@pytest.mark.parametrize("family", BUILDERS)
+def test_the_neuron_views_vectors_are_what_transformers_q_and_k_projections_give(hub, family):
+    """The query and key vectors the neuron view shows (model/explain/neurons.py) are those of hooks on
+    transformers' own projections: T5's unscaled, with a scale of 1; the others' with d_head^-0.5. The softmax of
+    its scores is transformers' attention."""
+    _, translator, model, tokenizer = hub[family]
+    src_ids = translator.encode_source(translator.source_tokens(TEXT))
+    target = translator.trace(TEXT).target_tokens
+    tgt_in = [2] + translator.tgt_vocab.encode(target[:-1])
+    d_head = translator.model.config.d_head
+    for kind, layer, head in (("encoder", 1, 2), ("decoder", 1, 0), ("cross", 0, 3)):
+        recorded = {}
+        hooks = [module.register_forward_hook(lambda _, __, output, name=name: recorded.setdefault(name, output))
+                 for name, module in zip(("q", "k"), projections(model, kind, layer))]
+        try:
+            with torch.no_grad():
+                theirs = model(input_ids=torch.tensor([hub_ids(translator, tokenizer, src_ids)]),
+                               decoder_input_ids=torch.tensor([[model.config.decoder_start_token_id]
+                                                               + hub_ids(translator, tokenizer, tgt_in[1:])]),
+                               output_attentions=True)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        vectors = translator.neuron(TEXT, target, kind, layer + 1, head + 1)
+        part = slice(head * d_head, (head + 1) * d_head)
+        assert vectors.queries == pytest.approx(recorded["q"][0, :, part].numpy(), abs=1e-4)
+        assert vectors.keys == pytest.approx(recorded["k"][0, :, part].numpy(), abs=1e-4)
+        assert vectors.scale == pytest.approx(1.0 if family in ("t5", "flan-t5") else d_head ** -0.5)
+        weights = {"encoder": theirs.encoder_attentions, "decoder": theirs.decoder_attentions,
+                   "cross": theirs.cross_attentions}[kind][layer][0, head]
+        for query in range(vectors.rows):
+            scores = vectors.scores(query)
+            seen = torch.tensor(scores).nan_to_num(nan=float("-inf")).softmax(-1)
+            assert seen.numpy() == pytest.approx(weights[query].numpy(), abs=1e-5)

@@ -294,12 +294,12 @@ def endpoints(server: str) -> dict[str, int]:
 
 
 def test_the_api_page_lists_the_api_alone_and_each_answers_by_name(server, services):
-    """Gradio's "Use via API" page and gradio_client's view_api list /trace, /detach, /score, /beam, /attribute and
-    /patch, with their parameters named; the page's own events are not offered there (they stay callable, as the
-    page calls them)."""
+    """Gradio's "Use via API" page and gradio_client's view_api list /trace, /detach, /score, /beam, /attribute,
+    /patch and /neuron, with their parameters named; the page's own events are not offered there (they stay callable,
+    as the page calls them)."""
     client = Client(server, verbose=False)
     listed = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert set(listed) == {"/trace", "/detach", "/score", "/beam", "/attribute", "/patch"}
+    assert set(listed) == {"/trace", "/detach", "/score", "/beam", "/attribute", "/patch", "/neuron"}
     assert [p["parameter_name"] for p in listed["/patch"]["parameters"]][:3] == ["model", "text", "counterfactual"]
     text = "A man plays with a red ball."
     traced = client.predict(MODEL, text, api_name="/trace")
@@ -310,6 +310,8 @@ def test_the_api_page_lists_the_api_alone_and_each_answers_by_name(server, servi
         traced["detachment"]["scores"]
     assert client.predict(MODEL, text, "saliency", 1, api_name="/attribute")["steps"][0]["step"] == 1
     assert client.predict(MODEL, text, "A woman plays with a red ball.", api_name="/patch")["effects"]["cross"]
+    assert client.predict(MODEL, text, "cross", 1, 1, 0, api_name="/neuron")["weights"] == \
+        pytest.approx(traced["cross_attention"][0][0][0], abs=1e-4)
     assert {"translate", "layer", "first_visit", "patch_view"} <= set(endpoints(server))  # not listed, answered
 
 
@@ -359,3 +361,36 @@ def test_each_page_session_keeps_its_own_session(server, services):
         event, answer = call(server, "head", json.dumps({"data": ["decoder", 0, 1, "weights", 1, False, "pieces", None],
                                                         "session_hash": session}))  # through the queue too
         assert event == "complete" and len(rows(answer)) == len(expected)
+
+
+def test_neuron_answers_the_vectors_behind_a_row_over_raw_http_as_the_python_api_does(server, services):
+    """/neuron's answer equals `Model.neuron`'s; its weights are /trace's row to /trace's rounding, the softmax of
+    its scores; a later step in decoder self-attention is masked (null), never a score of -inf."""
+    from attention_inspector.api import Model
+
+    text = "A man plays with a red ball."
+    event, answer = call(server, "neuron", json.dumps({"data": [MODEL, text, "decoder", 2, 3, 1, None, None, None,
+                                                                None]}))
+    assert event == "complete"
+    result = answer[0]
+    assert result == Model(services.translators[MODEL], MODEL).neuron(text, "decoder", 2, 3, 1)
+    traced = services.translators[MODEL].trace(text)
+    assert result["weights"] == pytest.approx(traced.trace.decoder_attention[1, 2, 1], abs=1e-6)
+    assert result["key_tokens"] == traced.decoder_input_tokens
+    assert result["query_token"] == traced.decoder_input_tokens[1] and (result["layer"], result["head"]) == (2, 3)
+    assert result["masked"] == [False, False] + [True] * (len(traced.target_tokens) - 2)
+    assert result["scores"][2:] == [None] * (len(traced.target_tokens) - 2) and result["weights"][2] == 0
+    seen = np.array(result["scores"][:2])
+    assert np.exp(seen - seen.max()) / np.exp(seen - seen.max()).sum() == pytest.approx(result["weights"][:2],
+                                                                                         abs=1e-5)
+    assert np.sum(result["products"][0]) == pytest.approx(result["scores"][0], abs=1e-4)
+    d_head = services.translators[MODEL].model.config.d_head
+    assert len(result["query_vector"]) == len(result["key_vectors"][0]) == d_head
+    for data, message in [([MODEL, text, "encoder", 1, 1, 99], "query must be a row of the heatmap"),
+                          ([MODEL, text, "cross", 3, 1, 0], "The layer must be a whole number from 1 to 2"),
+                          ([MODEL, text, "self", 1, 1, 0], "Unknown attention kind 'self'"),
+                          ([MODEL, text, "cross", 1, 1, "0"], "not '0'"),
+                          (["toy-rnn", text, "encoder", 1, 1, 0], "has no encoder self-attention"),
+                          ([MODEL, "", "cross", 1, 1, 0], "input is empty")]:
+        event, answer = call(server, "neuron", json.dumps({"data": data + [None] * 4}))
+        assert event == "error" and message in answer, (data, answer)

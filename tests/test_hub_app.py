@@ -103,7 +103,7 @@ def test_the_api_takes_languages(hub_events):
 
     from attention_inspector.ui.api import endpoints
 
-    trace, detach, score, beam, attribute, patch = endpoints(hub_events.services)
+    trace, detach, score, beam, attribute, patch, neuron = endpoints(hub_events.services)
     traced = trace("nllb", TEXT, src_lang="fra_Latn", tgt_lang="spa_Latn")
     assert traced["source_tokens"][0] == "fra_Latn" and traced["target_tokens"][0] == "spa_Latn"
     assert traced["forced"] == 1 and traced["source_contribution"] is not None
@@ -119,6 +119,9 @@ def test_the_api_takes_languages(hub_events):
     assert len(attributed["steps"][0]["source"]) == len(attributed["source_words"])
     patched = patch("nllb", TEXT, TEXT.replace("man", "woman"), 2, src_lang="fra_Latn", tgt_lang="spa_Latn")
     assert patched["target_tokens"][0] == "spa_Latn" and set(patched["effects"]) == {"encoder", "decoder", "cross"}
+    vectors = neuron("nllb", TEXT, "cross", 1, 1, 1, src_lang="fra_Latn", tgt_lang="spa_Latn")
+    assert vectors["query_token"] == "spa_Latn" and vectors["key_tokens"][0] == "fra_Latn"  # the step after the code
+    assert vectors["weights"] == pytest.approx(traced["cross_attention"][0][0][1], abs=1e-4)
     with pytest.raises(gr.Error, match="one direction only"):
         trace("opus-a", TEXT, tgt_lang="de")
     with pytest.raises(gr.Error, match="no source language"):

@@ -221,7 +221,8 @@ def test_the_python_api_answers_as_the_http_api_does(server, toy_checkpoints):
              "score": ({"text": text, "target_tokens": tokens}),
              "beam": ({"text": text, "beam_size": 2}),
              "attribute": ({"text": text, "method": "saliency", "step": 2}),
-             "patch": ({"text": text, "counterfactual": other})}
+             "patch": ({"text": text, "counterfactual": other}),
+             "neuron": ({"text": text, "kind": "decoder", "layer": 2, "head": 1, "query": 2, "mask": ["cross.1.2"]})}
     for endpoint, arguments in asked.items():
         event, answer = call(server, f"v2/{endpoint}", json.dumps({"model": "toy-en-de", **arguments}))
         assert event == "complete", (endpoint, answer)

@@ -257,6 +257,34 @@ def test_the_page_draws_steps_and_switches_views_in_chromium(toy, browser, tmp_p
     assert page.errors == []
 
 
+def test_the_neuron_view_answers_what_the_api_answers_and_moves_with_the_step_in_chromium(toy, browser, tmp_path):
+    view = ai.neuron_view(toy, TEXT, "cross", 2, 3, 1)
+    figure = json.loads(view.value["core"]["neuron"]["figure"])
+    frames = figure["layout"]["meta"]["frames"]
+    for step in (1, 2):
+        assert frames[step]["data"][4]["x"] == pytest.approx(toy.neuron(TEXT, "cross", 2, 3, step)["weights"],
+                                                             abs=1e-6)
+    assert view.value["view"]["step"] == 2  # opened on the row asked
+    page = opened(browser, view.write_html(tmp_path / "neuron.html"))
+    page.wait_for_selector("#neuron .main-svg")
+    expect(page.locator("#neuron .gtitle").first).to_contain_text("cross.2.3")
+    page.keyboard.press("ArrowRight")
+    read = toy.trace(TEXT)["decoder_input_tokens"][2]
+    expect(page.locator("#neuron .gtitle").first).to_contain_text(f"query: {read}")
+    page.click("#neuron .neuron-close")
+    expect(page.locator("#neuron")).to_have_class(re.compile("empty"))
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("arguments, said", [
+    ({"head": "mean"}, "the neuron view shows a single head"), ({"query": 99}, "query is a row of the heatmap"),
+    ({"kind": "encoder", "query": -1}, "query is a row of the heatmap"), ({"layer": 3}, "layer counts from 1 to 2"),
+])
+def test_a_neuron_view_of_what_the_model_lacks_is_refused(toy, arguments, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ai.neuron_view(toy, TEXT, **{"kind": "cross", "layer": 1, "head": 1, **arguments})
+
+
 # Runs in the notebook's kernel's venv, from docs/: the example executed as Jupyter runs it, written where asked.
 EXECUTE = """import sys, nbclient, nbformat
 book = nbformat.read("notebook.ipynb", as_version=4)

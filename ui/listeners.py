@@ -29,6 +29,7 @@ from attention_inspector.model.serving.translator import InputError
 from attention_inspector.model.text.words import PIECES, UNITS
 from attention_inspector.ui import operations
 from attention_inspector.ui.links import PARAMETERS, LinkSpec, open_link, query_values
+from attention_inspector.ui.neurons import neuron_due, open_neuron, with_neuron
 from attention_inspector.ui.page import Page
 from attention_inspector.ui.plots import answers_value, core_value
 from attention_inspector.ui.render import render
@@ -134,7 +135,7 @@ def answer(page: Page, services: Services, operation: Callable, outputs: list, e
                 label = operations.capitalized(MEASURE_LABELS[measure])
                 message = f"{message or ''} {label} at every step stopped (the weights are shown): choose it again."
             if after is not None:  # the measure's maps of the decoding drawn, not of one the operation replaced
-                after = operations.with_measures(services, after, progress, stepped_later)
+                after = with_neuron(services, operations.with_measures(services, after, progress, stepped_later))
         except Stopped:
             return stale(page)
         if latest_view and after is not None and revisions.view and revisions.view[0] == after.revision:
@@ -205,6 +206,8 @@ def light(services: Services, state, *values) -> bool:
     except InputError:
         return True  # answered with the reason at once
     session, _ = unpacked(state)
+    if session is not None and neuron_due(session.with_view(view)):  # the neuron view of another head
+        return False
     return session is None or operations.stepped(services, session.model, view.measure) or \
         operations.measured(session.current, view.measure)
 
@@ -241,7 +244,8 @@ def admitted(page: Page, services: Services, function: Callable, inline: Callabl
 
 
 def on(page: Page, services: Services, triggers: list, operation: Callable, extras: list, api_names: list[str],
-       outputs: list | None = None, queued: bool = True, view_change: bool = False, **options) -> list:
+       outputs: list | None = None, queued: bool = True, view_change: bool = False, inline: bool = True,
+       **options) -> list:
     """Wire each trigger to run `operation` with `extras` (components) after the session, then the view's
     settings; each trigger gets its api name. `outputs`: what the operation can change (default: a new decoding's
     outputs). Returns the events (to chain `.then`).
@@ -249,14 +253,14 @@ def on(page: Page, services: Services, triggers: list, operation: Callable, extr
     An event outside the queue (`queued=False`: the page's busiest requests, and what-if actions a user waits on)
     also skips Gradio's pre- and postprocessing, a thread hop per value: its values are checked by `view_of`
     and the operations, and `serialized` puts its answers in Gradio's form. A `view_change` runs in the event loop
-    when it needs no model work (`light`). Their progress shows on the translation or the heatmap only (shown on
-    each of ~35 outputs, it lengthened the page's own work before each request).
+    when it needs no model work (`light`; never where not `inline`). Their progress shows on the translation or the
+    heatmap only (shown on each of ~35 outputs, it lengthened the page's own work before each request).
     """
     outputs = outputs or decoding_outputs(page)
     run = answer(page, services, operation, outputs, len(extras), writes=not view_change,
                  stepped_later=view_change)
     if not queued:
-        run = admitted(page, services, run, partial(light, services) if view_change else None)
+        run = admitted(page, services, run, partial(light, services) if view_change and inline else None)
     if not queued:  # the progress shows where the answer will appear, not on each of its outputs (the page's work)
         options.setdefault("show_progress_on", [page.core])
     # A new state asked for while another is on its way is sent at once (only the latest is answered: `answer`);
@@ -574,6 +578,11 @@ def wire(page: Page, services: Services) -> None:
     opened = on(page, services, [page.open_head.click, page.head_name.submit], operations.open_head,
                 [page.head_name], ["open_head", "open_head_enter"],
                 outputs=view_outputs(page, writes=False, words=False), queued=False, view_change=True)
+    # The neuron view of a cell clicked (its model work in a thread, as a view change of another head's); the step
+    # moves to the row clicked.
+    on(page, services, [page.open_neuron.click], open_neuron, [page.neuron_cell], ["open_neuron"],
+       outputs=[*view_outputs(page, writes=False, words=False), page.step], queued=False, view_change=True,
+       inline=False)
     for event in opened:  # the head may be opened from far down the page (the importance heatmap)
         event.then(None, js="() => document.querySelector('#attention')?.scrollIntoView({block: 'nearest'})")
 

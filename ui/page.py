@@ -17,13 +17,15 @@ class Part:
 
 class Page(SimpleNamespace):
     """A namespace of the page's components (`page.model`, `page.mask_grids`, ...) and the core view's parts
-    (`page.translation`, `page.status`, `page.detachment`, `page.attention`, `page.candidates`, `page.step_text`)."""
+    (`page.translation`, `page.status`, `page.detachment`, `page.attention`, `page.candidates`, `page.step_text`,
+    `page.neuron`)."""
 
     def __init__(self, **components):
         super().__init__(translation=Part("translation"), status=Part("status"), detachment=Part("detachment"),
                          attention=Part("attention"), candidates=Part("candidates"), step_text=Part("steps"),
-                         **components)
+                         neuron=Part("neuron"), **components)
 
     @property
     def parts(self) -> tuple[Part, ...]:
-        return (self.translation, self.status, self.detachment, self.attention, self.candidates, self.step_text)
+        return (self.translation, self.status, self.detachment, self.attention, self.candidates, self.step_text,
+                self.neuron)

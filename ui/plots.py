@@ -39,7 +39,9 @@ CORE_TEMPLATE = """<div class="core-texts">
 <p class="detachment-verdict"></p><p class="detachment-words"></p></div>
 </div>@children<div class="core-body">
 <div id="attention" class="inspector-plot core-plot empty"><div class="plot"></div></div>
-<div class="core-side"><div id="step-text"><div class="step-label">This step</div><pre class="step-text"></pre></div>
+<div class="core-side"><div id="neuron" class="inspector-plot core-plot empty"><div class="neuron-bar">
+<p class="neuron-note"></p><button type="button" class="neuron-close">Close</button></div><div class="plot"></div></div>
+<div id="step-text"><div class="step-label">This step</div><pre class="step-text"></pre></div>
 <div id="candidates" class="inspector-plot core-plot empty"><div class="plot"></div></div></div>
 </div>"""
 

@@ -20,6 +20,7 @@ from attention_inspector.model.api.services import Services
 from attention_inspector.model.explain.detachment import COMBINED, LOG_PROBABILITY, SOURCE_SHARE, ScoredDetachment
 from attention_inspector.model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
 from attention_inspector.model.text.words import WHOLE, summed, words
+from attention_inspector.ui.neurons import neuron_identity, neuron_part
 from attention_inspector.ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
 from attention_inspector.ui.plots import figure_json
 from attention_inspector.ui.session import Session
@@ -111,6 +112,8 @@ def render(page, services: Services, before: Session | None, after: Session | No
                 [(after.model, replace(decoding.trace, units=view.units)),
                  (after.compare.model, replace(after.compare.trace, units=view.units))],
                 view.kind, view.layer, view.head, file_stem(after))
+    if neuron_identity(before) != neuron_identity(after):
+        updates[page.neuron] = neuron_part(after)
     if not new_decoding and before.view.units != view.units:
         updates.update(written_updates(page, after))
     if new_decoding:
@@ -353,9 +356,9 @@ def beam_updates(page, session: Session) -> dict:
 
 def cleared(page) -> dict:
     """Every view of a translation emptied, and what-if with nothing to work on."""
-    return {page.translation: "", page.detachment: None, page.attention: None, page.overview: None,
-            page.compare_plot: None, page.candidates: None, page.probabilities: None, page.step_text: None,
-            page.source_tokens: None, page.breadcrumb: gr.update(choices=[], value=None, visible=False), page.comparison: None,
+    return {page.translation: "", page.detachment: None, page.attention: None, page.neuron: None,
+            page.overview: None, page.compare_plot: None, page.candidates: None, page.probabilities: None,
+            page.step_text: None, page.source_tokens: None, page.breadcrumb: gr.update(choices=[], value=None, visible=False), page.comparison: None,
             page.comparison_plot: None, page.importance_plot: None,
             page.masked_translation: gr.update(value=None, visible=False),
             page.mask_effect_plot: None, page.n_best: None, page.beam_steps: None, page.branch_word: "",

@@ -118,6 +118,9 @@ class Decoding:
     # Whether the translation rests on its source (model/explain/detachment.py), scored from the decoding's own pass
     # (`of`), or why it cannot be.
     detachment: ScoredDetachment | str | None = field(default=None, repr=False, compare=False)
+    # The query and key vectors of each head the neuron view has shown for this decoding (model/explain/neurons.py
+    # `HeadVectors`, by (kind, layer, head)): a cache of a pure function of the decoding.
+    neurons: dict | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, name: str, traced: TracedTranslation, force: tuple[str, ...] = (), mask: tuple[str, ...] = (),
@@ -130,6 +133,16 @@ class Decoding:
     def called(self) -> str:
         """How a message names it: "the greedy translation", or "the decoding beam #2"."""
         return f"the {ORIGINAL}" if self.name == ORIGINAL else f"the decoding {self.name}"
+
+
+@dataclass(frozen=True)
+class Neuron:
+    """The neuron view open beside a single head's heatmap (ui/neurons.py `open_neuron`): the row clicked (0-based,
+    in pieces; for decoder and cross-attention, whose rows are steps, the view shows the page's step) and the key
+    whose score sorts the dimensions."""
+
+    query: int
+    key: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +217,7 @@ class Session:
     src_lang: str | None = None  # a multilingual model's source and target languages (None: its default)
     tgt_lang: str | None = None
     revision: int = 0  # which of the user's revisions this state is (`Revisions`)
+    neuron: Neuron | None = None  # the neuron view, where it is open
     pending: Pending | None = field(default=None, compare=False, repr=False)  # computed next, with progress
     revisions: Revisions = field(default_factory=Revisions, compare=False, repr=False)
 

@@ -1,5 +1,5 @@
-"""The JSON API's answers: `/trace`, `/detach`, `/score`, `/beam`, `/attribute` and `/patch`, for clients that want
-numbers rather than the page.
+"""The JSON API's answers: `/trace`, `/detach`, `/score`, `/beam`, `/attribute`, `/patch` and `/neuron`, for clients
+that want numbers rather than the page.
 
 Each is a plain function of JSON values; a bad value raises `AnswerError`, which says what was wrong. The page
 registers them with `gr.api` (ui/api.py, which turns the error into Gradio's), and the Python API calls them as they
@@ -290,4 +290,47 @@ def endpoints(services: Services) -> list:
                 "skipped": result.skipped, "ranked": result.ranked(10), "source_tokens": traced.source_tokens,
                 "stream": rounded(result.stream, 6), "estimated": result.estimated}
 
-    return [trace, detach, score, beam, attribute, patch]
+    def neuron(model: str, text: str, kind: str, layer: int, head: int, query: int, force: list[str] | None = None,
+               mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
+        """Why head `head` of `layer` of `kind` (1-based, as in head names) weighs its keys as it does in the greedy
+        translation of `text` (BertViz's neuron view): for the heatmap's row `query` (0-based: a source token for the
+        encoder, a step for the decoder and cross-attention), the `query_vector` (d_head), each key's vector
+        (`key_vectors`, keys x d_head), their elementwise `products` scaled as the model scales (each row sums to the
+        score's q·k term: `scale` q·k), the position `bias` (T5's self-attention; else null), the `scores` (the
+        softmax's input) and the `weights`. A key the query may not see (a later step in decoder self-attention) is
+        `masked`: null vectors, products and score, weight 0. `note` says what q and k are in this model. The
+        vectors are the model's pieces, whatever the page's units. `force`, `mask` and languages as in `/trace`."""
+        check_model(services, model)
+        translator = services.translators[model]
+        try:
+            traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
+            vectors = translator.neuron(text, traced.target_tokens, kind, layer, head, mask, src_lang, tgt_lang)
+        except InputError as error:
+            raise AnswerError(str(error)) from None
+        if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < vectors.rows:
+            rows = "source token" if kind == "encoder" else "step"
+            raise AnswerError(f"query must be a row of the heatmap, a whole number from 0 to {vectors.rows - 1} (a "
+                              f"{rows}, 0-based), not {shown(query)}")
+        return {"translation": traced.text, **neuron_json(vectors, query, traced)}
+
+    return [trace, detach, score, beam, attribute, patch, neuron]
+
+
+def neuron_json(vectors, query: int, traced) -> dict:
+    """One row of a head's `HeadVectors` for the API (`/neuron`): what the score of each key is made of."""
+    seen = vectors.allowed[query]
+
+    def kept(rows: np.ndarray) -> list:  # a masked key's row is null
+        return [rounded(row, 6) if allowed else None for row, allowed in zip(rows, seen)]
+
+    keys = traced.source_tokens if vectors.kind in ("encoder", "cross") else traced.decoder_input_tokens
+    queries = traced.source_tokens if vectors.kind == "encoder" else traced.decoder_input_tokens
+    return {"source_tokens": traced.source_tokens, "target_tokens": traced.target_tokens,
+            "decoder_input_tokens": traced.decoder_input_tokens, "kind": vectors.kind, "layer": vectors.layer + 1,
+            "head": vectors.head + 1, "query": query, "query_token": queries[query], "key_tokens": keys,
+            "note": vectors.note, "scale": vectors.scale, "query_vector": rounded(vectors.queries[query], 6),
+            "key_vectors": kept(vectors.keys), "products": kept(vectors.products(query)),
+            "bias": None if vectors.bias is None else [round(float(b), 6) if allowed else None
+                                                       for b, allowed in zip(vectors.bias[query], seen)],
+            "scores": [round(float(s), 6) if allowed else None for s, allowed in zip(vectors.scores(query), seen)],
+            "weights": rounded(vectors.weights[query], 6), "masked": [not allowed for allowed in seen]}

@@ -93,7 +93,8 @@ def t5_config(config: dict, vocab_size: int) -> ModelConfig:
         norm_eps=config.get("layer_norm_epsilon", 1e-6), activation=activation, gated_feed_forward=gated == "gated",
         scale_embeddings=False, share_embeddings=True, tie_embeddings=True,  # untied below if lm_head differs
         relative_buckets=config.get("relative_attention_num_buckets", 32),
-        relative_max_distance=config.get("relative_attention_max_distance", 128))
+        relative_max_distance=config.get("relative_attention_max_distance", 128),
+        folded_query_scale=math.sqrt(config["d_kv"]))
 
 
 def t5_state_dict(hub_state: HubWeights, config: ModelConfig, hub_config: dict, order: list[int]
@@ -106,7 +107,6 @@ def t5_state_dict(hub_state: HubWeights, config: ModelConfig, hub_config: dict, 
     if head is not None and not torch.equal(head, hub_state["shared.weight"]):
         ours["generator.weight"] = hub_state.rows("lm_head.weight", order)
     scaled = hub_config.get("scale_decoder_outputs", hub_config.get("tie_word_embeddings", True) is not False)
-    query_scale = math.sqrt(config.d_head)
     for side, blocks, sublayers in (
             ("encoder", config.n_encoder_layers, [("SelfAttention", "self_attention", "attention_block")]),
             ("decoder", config.n_decoder_layers, [("SelfAttention", "self_attention", "self_attention_block"),
@@ -121,7 +121,7 @@ def t5_state_dict(hub_state: HubWeights, config: ModelConfig, hub_config: dict, 
                 for hub_projection, our_projection in (("q", "w_q"), ("k", "w_k"), ("v", "w_v"), ("o", "w_o")):
                     weight = hub_state[f"{hub}.{index}.{hub_attention}.{hub_projection}.weight"]
                     ours[f"{our}.{our_attention}.{our_projection}.weight"] = \
-                        weight * query_scale if hub_projection == "q" else weight
+                        weight * config.folded_query_scale if hub_projection == "q" else weight
                 ours[f"{our}.{block}.norm.weight"] = hub_state[f"{hub}.{index}.layer_norm.weight"]
             feed_forward = f"{hub}.{len(sublayers)}"
             projections = (("wi_0", "linear_in"), ("wi_1", "linear_gate")) if config.gated_feed_forward \

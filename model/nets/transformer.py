@@ -63,6 +63,9 @@ class ModelConfig:
     gated_feed_forward: bool = False  # activation(x W_1) * (x W_gate), then W_2 (T5 v1.1's gated GELU)
     relative_buckets: int = 32  # with positional "relative": distance buckets of the bias (T5)
     relative_max_distance: int = 128  # distances from this on share the last bucket
+    # A model that does not scale its scores (T5) has √d_head folded into W_Q at conversion, so that every model here
+    # scales by 1/√d_head: this factor, which the neuron view (model/explain/neurons.py) divides out of the queries.
+    folded_query_scale: float = 1.0
 
     def __post_init__(self):
         for name in ("attention_dropout", "activation_dropout"):

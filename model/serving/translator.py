@@ -18,6 +18,7 @@ from attention_inspector.model.explain.contributions import (Contributions, alti
 from attention_inspector.model.explain.detachment import (NO_SOURCE_SHARE, Detachment, ScoredDetachment,
                                                           attention_peaks, thresholds_of)
 from attention_inspector.model.explain.estimates import patching_estimate, staged_patching
+from attention_inspector.model.explain.neurons import HeadVectors, checked_head, head_vectors
 from attention_inspector.model.explain.patching import Patching, patch_heads
 from attention_inspector.model.nets.decoding import (BeamTrace, Hypothesis, beam_search, beam_trace, chosen_log_probs,
                                                      greedy_decode, output_limit, teacher_forced,
@@ -521,6 +522,20 @@ class Translator:
         if not isinstance(self.model, Transformer):
             return None
         return measure_maps(self.model, *self.given_translation(text, target_tokens, src_lang, tgt_lang),
+                            self.gates(checked_strings(mask, "mask")))
+
+    def neuron(self, text: str, target_tokens: list[str], kind: str, layer: int, head: int,
+               mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None
+               ) -> HeadVectors:
+        """The query and key vectors of one head (`layer`, `head` 1-based, as in head names) behind its weights, with
+        `target_tokens` (spelled as in a trace) as the translation of `text` and the heads of `mask` switched off
+        (model/explain/neurons.py); an InputError for a head the model lacks or what cannot be read."""
+        try:
+            kind, layer, head = checked_head(self.model, kind, layer, head)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+        src_ids, tgt_ids = self.given_translation(text, target_tokens, src_lang, tgt_lang)
+        return head_vectors(self.model, src_ids, [SOS_ID] + tgt_ids[:-1], kind, layer, head,
                             self.gates(checked_strings(mask, "mask")))
 
     def source_tokens(self, text: str, src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]:

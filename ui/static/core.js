@@ -2,14 +2,15 @@
 // source, the heatmap, the step's line and its candidates, drawn from one value. `props.value` is a JSON object
 // with the revision of the state it belongs to and the parts an answer changed ("translation", "status",
 // "detachment": a verdict line and the translation's tokens or words, each [text, marked, what it scored],
-// "steps": every step's line, "attention" and "candidates": figures' JSON); parts it leaves out stay as they are.
+// "steps": every step's line, "attention" and "candidates": figures' JSON, "neuron": the neuron view's figure and
+// note, or null); parts it leaves out stay as they are.
 // Text is set as text, never as HTML. An answer of an older revision than the one drawn is dropped: a late answer
 // never draws over a newer state. The figures are drawn by the page's shared figures (ui/static/figures.js), at
 // the page's step, and again on every "attention-inspector-step" event.
 const inspector = window.attentionInspector;
 const figures = inspector.figures;
-const shown = { revision: -1, translation: "", status: "", steps: [], attention: null, candidates: null };
-const drawn = { attention: null, candidates: null }; // what each figure does on a step
+const shown = { revision: -1, translation: "", status: "", steps: [], attention: null, candidates: null, neuron: null };
+const drawn = { attention: null, candidates: null, neuron: null }; // what each figure does on a step
 
 function stepLine() {
   const t = Math.min(Math.max(Math.round(inspector.step) || 1, 1), Math.max(shown.steps.length, 1)) - 1;
@@ -30,6 +31,15 @@ function drawDetachment(part) {
   box.querySelector(".detachment-verdict").textContent = part?.verdict || "";
   box.classList.toggle("flagged", !!part?.detached);
   box.classList.toggle("empty", !part?.verdict);
+}
+
+// The neuron view (ui/neurons.py `neuron_part`): its figure, drawn at the page's step like the heatmap, and what q and
+// k are, as text; null closes it.
+function drawNeuron(part) {
+  const box = element.querySelector("#neuron");
+  box.querySelector(".neuron-note").textContent = part?.note || "";
+  shown.neuron = part?.figure || null;
+  drawFigure("neuron");
 }
 
 function drawFigure(name) {
@@ -59,6 +69,7 @@ function update() {
   }
   if ("status" in value) inspector.said?.(shown.status);
   if ("detachment" in value) drawDetachment(value.detachment);
+  if ("neuron" in value) drawNeuron(value.neuron);
   if ("steps" in value) {
     shown.steps = value.steps || [];
     inspector.steps = shown.steps.length;
@@ -77,10 +88,10 @@ function update() {
 // A new step: the step's line and the heatmap at once, the candidates once the browser has painted them and is idle.
 document.addEventListener("attention-inspector-step", () => {
   stepLine();
-  for (const name of ["attention", "candidates"]) {
+  for (const name of ["attention", "neuron", "candidates"]) {
     figures.redrawn(drawn[name], () => drawFigure(name), element.querySelector(`#${name}`));
   }
 });
 watch("value", update);
-for (const name of ["attention", "candidates"]) figures.fitting(element.querySelector(`#${name}`));
+for (const name of ["attention", "neuron", "candidates"]) figures.fitting(element.querySelector(`#${name}`));
 update();

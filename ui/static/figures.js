@@ -136,7 +136,8 @@
       figure.layout.margin = { ...figure.layout.margin, t: (figure.layout.margin?.t ?? 0) + COLORBAR_ABOVE };
       figure.layout.height += COLORBAR_ABOVE;
     }
-    const least = first?.type === "bar" ? KEY_PX * keys + BAR_SIDES
+    // A figure laid out in shares of its width (`meta.fits`: the neuron view) asks no least width.
+    const least = meta.fits ? 0 : first?.type === "bar" ? KEY_PX * keys + BAR_SIDES
       : first?.type !== "heatmap" || narrow || fitted ? 0 : grid ? GRID_PX
         : KEY_PX * keys + (above ? ROW_LABEL_SIDE : HEATMAP_SIDES);
     const box = fitted ? target.parentElement?.clientWidth || GRID_PX : GRID_PX; // read only where it counts

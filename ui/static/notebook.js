@@ -63,6 +63,10 @@
   $("layer").addEventListener("change", (event) => { view.layer = Number(event.target.value); redraw(); });
   $("head").addEventListener("change", (event) => { view.head = event.target.value; redraw(); });
   $("model-view").addEventListener("change", (event) => { view.model = event.target.checked; redraw(); });
+  // The neuron view's Close (attention_inspector/notebook.py `neuron_view`), which the page sends to its server.
+  root.addEventListener("click", (event) => {
+    if (event.target instanceof Element && event.target.closest("#neuron .neuron-close")) answer({ neuron: null });
+  });
   $("notebook-note").textContent = value.note || "";
   menus();
 

@@ -27,7 +27,31 @@
     scrollTo = null;
     event.target.scrollIntoView({block: "nearest"});
   });
+  // A click on a cell of the heatmap opens the neuron view of its row (ui/neurons.py: of a single head; the status
+  // line says so otherwise), and the panel's Close closes it: the cell goes to a hidden field and its button is
+  // pressed, as for the charts above.
+  const openNeuron = (cell) => {
+    const input = document.querySelector("#neuron-cell textarea, #neuron-cell input");
+    if (!input) return;
+    input.value = cell;
+    input.dispatchEvent(new Event("input", {bubbles: true}));
+    setTimeout(() => document.querySelector("#neuron-open")?.click()); // once Gradio has taken the value in
+  };
+  document.addEventListener("click", (event) => {
+    if (event.target instanceof Element && event.target.closest("#neuron .neuron-close")) openNeuron("close");
+  });
+  const bindHeatmap = () => {
+    const plot = document.querySelector("#attention .js-plotly-plot");
+    if (!plot || !plot.on || plot.dataset.clicks) return;
+    plot.dataset.clicks = "bound";
+    plot.on("plotly_click", (event) => {
+      const point = event.points && event.points[0];
+      const cell = point && point.data.type === "heatmap" ? point.pointNumber : null;
+      if (Array.isArray(cell)) openNeuron(`${cell[0]},${cell[1]}`);
+    });
+  };
   const bind = () => {
+    bindHeatmap();
     for (const [id, target] of Object.entries(targets)) {
       const plot = document.querySelector(`#${id} .js-plotly-plot`);
       if (!plot || !plot.on || plot.dataset.clicks) continue;

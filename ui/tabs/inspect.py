@@ -52,6 +52,12 @@ def build(page: Page, services: Services) -> None:
         # And for a large model's what-if action (listeners.later_event).
         page.later_queued = gr.Button("Compute step by step", elem_id="later-queued", elem_classes=["hidden-trigger"],
                                       min_width=0)
+        # And for the neuron view: a click on a cell of the heatmap (or the panel's Close) fills the cell and presses
+        # the button (ui/static/page.js; ui/neurons.py `open_neuron`).
+        page.neuron_cell = gr.Textbox(elem_id="neuron-cell", elem_classes=["hidden-trigger"], show_label=False,
+                                      container=False, min_width=0)
+        page.open_neuron = gr.Button("Open the neuron view", elem_id="neuron-open", elem_classes=["hidden-trigger"],
+                                     min_width=0)
     # The core view, drawn from one value: the translation and status, then the step bar and the view's
     # controls (its children), then the heatmap beside the step's line and its candidates.
     with core_view(services.load_status()) as page.core:
