@@ -106,9 +106,9 @@ def test_in_words_a_words_share_and_peak_are_its_pieces_mean_and_its_log_probabi
 def test_calibrated_thresholds_say_what_they_were_calibrated_on_and_defaults_say_they_are_not():
     thresholds = {"sentence": 0.3, "token": 0.1}
     assert thresholds_of({"detachment": {"thresholds": thresholds, "split": "Multi30k val"}}) == \
-        (thresholds, "below 95% of this model's own translations of Multi30k val")
+        (thresholds, "in the lowest 5% of this model's own translations of Multi30k val")
     assert thresholds_of({"detachment": {"thresholds": thresholds}})[1] == \
-        "below 95% of this model's own translations of a corpus"
+        "in the lowest 5% of this model's own translations of a corpus"
     assert thresholds_of({}) == (DEFAULT_THRESHOLDS, "a default, not calibrated for this model")
     assert thresholds_of({})[0] is not DEFAULT_THRESHOLDS  # a copy: the defaults are never changed through it
 
@@ -157,10 +157,11 @@ def test_a_flagged_sentence_never_reads_its_score_equal_to_its_threshold(events,
     score = scored.measured.score(COMBINED)
     session = session.with_current(detachment=replace(scored, thresholds={**scored.thresholds,
                                                                           "sentence": score + above}))
-    verdict = detachment_part(session)["verdict"]
+    part = detachment_part(session)
+    verdict = part["verdict"]
     shown = re.search(r"Score (\d\.\d+)", verdict).group(1)
     threshold = re.search(r"A sentence under (\d\.\d+) is flagged", verdict).group(1)
-    assert verdict.startswith("Detached from its source?") and len(shown) == len(threshold)
+    assert part["plain"].startswith("May have made up words") and len(shown) == len(threshold)
     assert float(shown) < float(threshold) and float(shown) == pytest.approx(score, abs=10 ** -(len(shown) - 2))
     digits = len(shown) - 2  # no more decimals than part them; 2 where 2 do
     assert digits == 2 or round(score, digits - 1) == round(score + above, digits - 1)
@@ -322,7 +323,7 @@ def test_the_page_marks_a_detached_translation_and_says_its_threshold(events):
 
     out = events.translate("A dog runs in the park.")
     session = out["session"]
-    assert "It rests on its source" in out["detachment"]["verdict"] and "not calibrated" in out["detachment"]["verdict"]
+    assert out["detachment"]["plain"] == "Looks faithful" and "not calibrated" in out["detachment"]["verdict"]
     # Each decoding made from it (a branch, heads off) is scored in its turn, its line drawn beside the rest.
     branched = events.run(operations.branch, session, "kind")
     assert branched["session"].current.detachment is not None and branched["detachment"]["verdict"]
@@ -333,7 +334,8 @@ def test_the_page_marks_a_detached_translation_and_says_its_threshold(events):
                                                      for head in (1, 2, 3, 4)])
     part, scored = deaf["detachment"], deaf["session"].current.detachment
     assert scored.measured.score(SOURCE_SHARE) == pytest.approx(0, abs=1e-6) and scored.flags[0]
-    assert part["detached"] and part["verdict"].startswith("Detached from its source? Score 0.00")
+    assert part["detached"] and part["verdict"].startswith("Score 0.00")
+    assert part["plain"] == "May have made up words (underlined). This model knows image captions only: likely why."
     assert [marked for _, marked, _ in part["words"]] == [True] * len(scored.target_tokens)
 
 

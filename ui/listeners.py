@@ -30,6 +30,7 @@ from attention_inspector.model.text.words import PIECES, UNITS
 from attention_inspector.ui import operations
 from attention_inspector.ui.links import PARAMETERS, LinkSpec, open_link, query_values
 from attention_inspector.ui.neurons import neuron_due, open_neuron, with_neuron
+from attention_inspector.ui.omissions import find_omissions
 from attention_inspector.ui.page import Page
 from attention_inspector.ui.plots import answers_value, core_value
 from attention_inspector.ui.render import render
@@ -582,6 +583,10 @@ def wire(page: Page, services: Services) -> None:
     # moves to the row clicked.
     on(page, services, [page.open_neuron.click], open_neuron, [page.neuron_cell], ["open_neuron"],
        outputs=[*view_outputs(page, writes=False, words=False), page.step], queued=False, view_change=True,
+       inline=False)
+    # The words a new decoding left out, looked for once it is drawn (the page presses the button: ui/static/page.js).
+    on(page, services, [page.omissions_queued.click], find_omissions, [], ["find_omissions"],
+       outputs=[*view_outputs(page, writes=False, words=False), page.source_tokens], queued=False, view_change=True,
        inline=False)
     for event in opened:  # the head may be opened from far down the page (the importance heatmap)
         event.then(None, js="() => document.querySelector('#attention')?.scrollIntoView({block: 'nearest'})")

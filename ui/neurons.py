@@ -100,7 +100,7 @@ def neuron_identity(session: Session | None) -> tuple | None:
     head = shown_head(session)
     if head is None:
         return None
-    return id(session.current), *head, session.neuron, session.view.units
+    return id(session.current.trace), *head, session.neuron, session.view.units
 
 
 def neuron_part(session: Session) -> dict | None:

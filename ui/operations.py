@@ -331,7 +331,7 @@ def drawn(session: Session) -> tuple[TraceArrays, int, int | str]:
     is the one "layer" of a measure of the whole model (gradients), and the head, which is the one head of a
     measure of the heads together (rollout, ALTI+, gradients)."""
     view = session.view
-    trace = replace(measured_trace(session.current, view.measure), units=view.units)
+    trace = replace(measured_trace(session.current, view.measure), units=view.units, left_out=session.current.left_out)
     return (trace, min(view.layer, trace.layers(view.kind) - 1),
             0 if trace.heads(view.kind) == 1 else view.head)
 

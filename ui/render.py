@@ -18,9 +18,11 @@ import numpy as np
 
 from attention_inspector.model.api.services import Services
 from attention_inspector.model.explain.detachment import COMBINED, LOG_PROBABILITY, SOURCE_SHARE, ScoredDetachment
+from attention_inspector.model.explain.omissions import Omissions
 from attention_inspector.model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
 from attention_inspector.model.text.words import WHOLE, summed, words
 from attention_inspector.ui.neurons import neuron_identity, neuron_part
+from attention_inspector.ui.omissions import LEFT_OUT_MARK, left_out_phrases, reason
 from attention_inspector.ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
 from attention_inspector.ui.plots import figure_json
 from attention_inspector.ui.session import Session
@@ -53,8 +55,9 @@ def view_identity(session: Session | None) -> tuple | None:
     if session is None:
         return None
     view = session.view
-    return (id(session.current), view.kind, view.layer, view.head, view.measure, view.model_view, view.units,
-            session.compare and session.compare.model, view.measure in (session.current.measure_maps or {}))
+    return (id(session.current.trace), view.kind, view.layer, view.head, view.measure, view.model_view, view.units,
+            session.compare and session.compare.model, view.measure in (session.current.measure_maps or {}),
+            session.current.left_out)
 
 
 def offered(trace) -> tuple[list, list]:
@@ -85,7 +88,8 @@ def render(page, services: Services, before: Session | None, after: Session | No
             updates.update(cleared(page))
         return updates
     decoding, view = after.current, after.view
-    new_decoding = before is None or before.current is not decoding
+    # Another decoding, not the same one with more computed of it (`Session.with_current` keeps its trace).
+    new_decoding = before is None or before.current.trace is not decoding.trace
     new_model = before is None or before.model != after.model
     new_sentence = new_model or before.source != after.source
     menus = view_menus(after)
@@ -114,6 +118,8 @@ def render(page, services: Services, before: Session | None, after: Session | No
                 view.kind, view.layer, view.head, file_stem(after))
     if neuron_identity(before) != neuron_identity(after):
         updates[page.neuron] = neuron_part(after)
+    if not new_decoding and before.current.omissions is not decoding.omissions:  # looked for since it was drawn
+        updates.update({page.detachment: detachment_part(after), page.source_tokens: source_marks(after)})
     if not new_decoding and before.view.units != view.units:
         updates.update(written_updates(page, after))
     if new_decoding:
@@ -180,54 +186,79 @@ def decoding_updates(page, session: Session) -> dict:
 
 def source_marks(session: Session) -> list[tuple[str, str | None]]:
     """The source as the model reads it, in the view's units (tokens or words), each one it does not know marked
-    (a word, where any of its pieces is)."""
+    (a word, where any of its pieces is), and each one the translation left out (ui/omissions.py)."""
     trace = replace(session.trace, units=session.view.units)
     tokens, unknown = trace.source_tokens, list(session.unknown) or [False] * len(trace.source_tokens)
     shown, spans = words(tokens, trace.scheme if trace.in_words else WHOLE)
-    return [(visible(token) + " ", "unknown" if any(unknown[i] for i in span) else None)
-            for token, span in zip(shown, spans)]
+    left_out = session.current.left_out
+    return [(visible(token) + " ", "unknown" if any(unknown[i] for i in span) else
+             LEFT_OUT_MARK if any(i in left_out for i in span) else None) for token, span in zip(shown, spans)]
 
 
 def detachment_part(session: Session) -> dict | None:
-    """Whether the decoding on screen rests on its source (model/explain/detachment.py), for the core view
-    (ui/static/core.js): `scored_part` of its detachment in the view's units."""
+    """Whether the decoding on screen rests on its source (model/explain/detachment.py) and what it left out
+    (ui/omissions.py), for the core view (ui/static/core.js): `scored_part` of its detachment in the view's units."""
     scored = session.current.detachment
     if scored is None:
         return None
     if isinstance(scored, str):
-        return {"verdict": f"Not scored: {scored}", "detached": False, "words": []}
+        return {"plain": f"Not scored: {scored}", "verdict": "", "detached": False, "words": [], "source": []}
     trace = replace(session.trace, units=session.view.units)
-    return scored_part(scored, trace.scheme, trace.in_words)
+    return scored_part(scored, trace.scheme, trace.in_words, omissions=session.current.omissions)
 
 
-def scored_part(scored: ScoredDetachment, scheme: str, in_words: bool, unit: str | None = None) -> dict:
-    """A scored detachment as the core view shows it: a verdict line with the threshold and what it means, and the
-    translation's tokens (or words, `in_words`, by `scheme`), each [text, marked, what it scored] marked where it
-    falls under the token threshold. `unit` names what it scores where its tokens are already words."""
+def scored_part(scored: ScoredDetachment, scheme: str, in_words: bool, unit: str | None = None,
+                omissions: Omissions | str | None = None) -> dict:
+    """A scored detachment as the core view shows it: one plain line first ("Looks faithful", "May have made up
+    words (underlined)", "May have left out: old market, bus"), the numbers and the method behind it (`verdict`,
+    under "why?"), the translation's tokens (or words, `in_words`, by `scheme`), each [text, marked, what it scored]
+    marked where it falls under the token threshold, and the source's words, each [text, left out, why], where
+    `omissions` were looked for. `unit` names what it scores where its tokens are already words."""
     labels, signals, marked = scored.in_units(scheme, in_words)
     detached, _ = scored.flags
     measured, thresholds, meaning = scored.measured, scored.thresholds, scored.threshold_meaning
     unit = unit or ("word" if in_words else "token")
     score, threshold = measured.score(COMBINED), thresholds["sentence"]
     digits = digits_apart(score, threshold)
-    verdict = (f"Detached from its source? Score {score:.{digits}f}" if detached
-               else f"It rests on its source: score {score:.{digits}f}")
     if measured.source_shares is not None:
         said = [f"score {value:.2f}: {share:.0%} from the source, probability {math.exp(log_p):.2f}"
                 for value, share, log_p in zip(signals["combined"], signals["source_share"],
                                                signals["log_probability"])]
-        verdict += (f", the geometric mean of the share of each token's prediction that came from the source "
-                    f"({measured.score(SOURCE_SHARE):.0%} on average, ALTI+: Dale et al., 2023) and of its "
-                    f"probability ({math.exp(measured.score(LOG_PROBABILITY)):.2f})")
+        why = (f"Score {score:.{digits}f}: the geometric mean of the share of each token's prediction that came from "
+               f"the source ({measured.score(SOURCE_SHARE):.0%} on average; ALTI+, Dale et al., 2023) and of its "
+               f"probability ({math.exp(measured.score(LOG_PROBABILITY)):.2f}).")
     else:
         said = [f"probability {value:.2f}" for value in signals["combined"]]
-        verdict += (f", its tokens' mean probability ({measured.unavailable})")
-    verdict += (f". A sentence under {threshold:.{digits}f} is flagged, a {unit} under "
-                f"{thresholds['token']:.2f} underlined: {meaning}.")
+        why = f"Score {score:.{digits}f}: its tokens' mean probability ({measured.unavailable})."
+    why += (f" A sentence under {threshold:.{digits}f} is flagged, a {unit} under {thresholds['token']:.2f} "
+            f"underlined ({meaning}).")
     if scored.unknown:
-        verdict += f" Read as <unk>: {', '.join(map(visible, scored.unknown))}."
-    return {"verdict": visible(verdict), "detached": bool(detached),
-            "words": [[visible(label), bool(flag), what] for label, flag, what in zip(labels, marked, said)]}
+        why += f" Read as <unk>: {', '.join(map(visible, scored.unknown))}."
+    phrases, source = [], []
+    if isinstance(omissions, Omissions):
+        phrases = left_out_phrases(omissions)
+        source = [[visible(word), bool(flag), reason(omissions, i)]
+                  for i, (word, flag) in enumerate(zip(omissions.words, omissions.flagged))]
+        why += (f" Words left out: a source word is marked where the translation is about as probable without it "
+                f"(contrastive conditioning, Vamvas & Sennrich, 2022: Δ log p from {omissions.threshold:.2f}, "
+                f"{omissions.threshold_meaning}).")
+    elif isinstance(omissions, str):
+        why += f" Words left out: {omissions}."
+    found = (["May have made up words (underlined)"] * bool(detached)
+             + [f"May have left out: {briefly(phrases)}"] * bool(phrases))
+    plain = "; ".join(found) or "Looks faithful"
+    if found and scored.domain:
+        plain += f". This model knows {scored.domain} only: likely why."
+    return {"plain": visible(plain), "verdict": visible(why), "detached": bool(found),
+            "words": [[visible(label), bool(flag), what] for label, flag, what in zip(labels, marked, said)],
+            "source": source}
+
+
+def briefly(phrases: list[str], most: int = 3, length: int = 3) -> str:
+    """The phrases left out as the plain line names them, short enough for a phone's three lines: the first `most`,
+    each cut to its first `length` words, and how many more (the source line below marks every one)."""
+    shown = [" ".join(phrase.split()[:length]) + "…" * (len(phrase.split()) > length) for phrase in phrases[:most]]
+    return ", ".join(shown) + (f" and {len(phrases) - most} more" if len(phrases) > most else "")
 
 
 def digits_apart(value: float, threshold: float, least: int = 2, most: int = 6) -> int:

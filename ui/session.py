@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from attention_inspector.model.explain.detachment import ScoredDetachment
+from attention_inspector.model.explain.omissions import Omissions
 from attention_inspector.model.keys import (ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES,
                                             WEIGHTS)
 from attention_inspector.model.serving.translator import TracedTranslation
@@ -121,6 +122,9 @@ class Decoding:
     # The query and key vectors of each head the neuron view has shown for this decoding (model/explain/neurons.py
     # `HeadVectors`, by (kind, layer, head)): a cache of a pure function of the decoding.
     neurons: dict | None = field(default=None, repr=False, compare=False)
+    # The source words it left out (model/explain/omissions.py), looked for once it is drawn (ui/omissions.py), or
+    # why they were not.
+    omissions: Omissions | str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, name: str, traced: TracedTranslation, force: tuple[str, ...] = (), mask: tuple[str, ...] = (),
@@ -128,6 +132,13 @@ class Decoding:
         """The decoding `traced` (traced with `detach`, so its detachment comes with it) named `name`."""
         return cls(name, to_arrays(traced, list(mask)), traced.text, tuple(force), tuple(mask),
                    detachment=traced.detachment, **fields)
+
+    @property
+    def left_out(self) -> frozenset[int]:
+        """The source tokens (their indices) of the words it left out, where they were looked for."""
+        if not isinstance(self.omissions, Omissions):
+            return frozenset()
+        return frozenset(i for span, flag in zip(self.omissions.spans, self.omissions.flagged) if flag for i in span)
 
     @property
     def called(self) -> str:
@@ -240,7 +251,8 @@ class Session:
         return replace(self, decodings=self.decodings[:after + 1] + (decoding,), shown=after + 1)
 
     def with_current(self, **changes) -> Session:
-        """The session with the decoding on screen changed as `changes` say (what was computed of it, kept)."""
+        """The session with the decoding on screen changed as `changes` say (what was computed of it, kept); the
+        same decoding, with the same trace (ui/render.py draws it again only where what it shows changed)."""
         decodings = list(self.decodings)
         decodings[self.shown] = replace(self.current, **changes)
         return replace(self, decodings=tuple(decodings))

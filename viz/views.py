@@ -22,6 +22,7 @@ from attention_inspector.viz.attention import (COLORSCALE, DIVERGING, KEY_LABELS
 
 OFF = "switched off"
 # A map of the whole model (gradient attributions) in the view of a kind: what it holds instead of a layer's heads.
+LEFT_OUT = " ✗"  # after a source key the translation left out (model/explain/omissions.py)
 WHOLE_MODEL = {CROSS: "Attribution of each step's prediction to the source", DECODER: "Attribution of each step's "
                "prediction to the target prefix"}
 
@@ -54,6 +55,8 @@ class TraceArrays:
     # Pieces or words (model/text/words.py): how the tokenizer's pieces make words, and which of the two the views show.
     scheme: str = WHOLE
     units: str = PIECES
+    # The source tokens (indices) of the words the translation left out (model/explain/omissions.py): marked as keys.
+    left_out: frozenset[int] = frozenset()
 
     @property
     def in_words(self) -> bool:
@@ -128,13 +131,15 @@ class TraceArrays:
         prefix = self.decoder_tokens[:step + 1]
         if self.in_words:
             rows, keys = self.word_spans(kind, step)
-            key_tokens = self.decoder_tokens if kind == DECODER else self.source_tokens
             queries = self.source_tokens if kind == ENCODER else self.decoder_tokens
-            return (weights, self.words(queries, rows), self.words(key_tokens, keys),
-                    None if kind == ENCODER else len(rows) - 1)
+            key_words = self.words(self.decoder_tokens, keys) if kind == DECODER else \
+                [Word(word + LEFT_OUT * any(i in self.left_out for i in span), word.pieces)
+                 for word, span in zip(self.words(self.source_tokens, keys), keys)]
+            return weights, self.words(queries, rows), key_words, None if kind == ENCODER else len(rows) - 1
+        source = [token + LEFT_OUT * (i in self.left_out) for i, token in enumerate(self.source_tokens)]
         if kind == ENCODER:
-            return weights, self.source_tokens, self.source_tokens, None
-        return weights, prefix, prefix if kind == DECODER else self.source_tokens, step
+            return weights, self.source_tokens, source, None
+        return weights, prefix, prefix if kind == DECODER else source, step
 
     def word_at(self, step: int) -> tuple[str, bool] | None:
         """The word step `step`'s output belongs to when it has more than one piece so far or goes on (a byte-pair

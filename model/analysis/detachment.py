@@ -4,6 +4,7 @@ detectors' known-answer evaluation (model/explain/detachment.py has the signals)
     python -m model.analysis.detachment --checkpoint checkpoints/en-de --pairs SOURCES TRANSLATIONS --out ranked.csv
     python -m model.analysis.detachment --checkpoint checkpoints/en-de --split val --out ranked.json
     python -m model.analysis.detachment --checkpoint checkpoints/en-de --evaluate --sentences 500 [--calibrate]
+    python -m model.analysis.detachment --checkpoint checkpoints/en-de --omissions [--evaluate [--calibrate]] ...
 
 `--pairs`: two files, a sentence and its translation (made anywhere) on the same line of each. `--split`: the
 model's own greedy translations of a Multi30k split. Each pair is scored teacher-forced; the output (CSV or JSON,
@@ -23,6 +24,10 @@ pairs:
 `--calibrate` also writes the thresholds the page marks by into the checkpoint's metrics.json: the combined score
 of a sentence, and of a token, under which 5% of the model's own translations of the split (and of their tokens)
 fall.
+
+`--omissions` looks for the source words each translation left out (model/explain/omissions.py) instead: the pairs
+ranked by their worst omission, with the words named, or, with `--evaluate`, the known-answer evaluation of
+model/analysis/omissions.py (`--calibrate` writes its threshold into metrics.json).
 """
 
 from __future__ import annotations
@@ -169,12 +174,11 @@ def ranking(translator: Translator, texts: list[str], translations: list[list[st
     return sorted(rows, key=lambda row: ("error" in row, row.get(COMBINED, 0.0)))
 
 
-def written(rows: list[dict], path: Path) -> None:
-    """The ranking as CSV (a row per pair) or JSON, by the file's ending."""
+def write_rows(rows: list[dict], path: Path, columns: list[str]) -> None:
+    """A ranking as CSV (a row per pair, `columns`) or JSON, by the file's ending."""
     if path.suffix.lower() == ".json":
         path.write_text(json.dumps(rows, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         return
-    columns = ["rank", "line", "source", "translation", *DETECTORS, "flagged", "flagged_tokens", "error"]
     out = io.StringIO()
     table = csv.DictWriter(out, columns, extrasaction="ignore")
     table.writeheader()
@@ -199,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="where to write the ranking (.csv or .json) or the evaluation (.json)")
     parser.add_argument("--calibrate", action="store_true",
                         help="with --evaluate: write the page's thresholds into the checkpoint's metrics.json")
+    parser.add_argument("--omissions", action="store_true",
+                        help="the source words left out (contrastive conditioning) instead of detachment")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     add_device_argument(parser)
     args = parser.parse_args(argv)
@@ -223,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
         texts = list(pairs["src"])[:args.sentences]
+    if args.omissions:
+        return omissions_command(args, argv, translator, texts, None if not args.pairs else tokens, direction, began)
     if args.evaluate:
         report = evaluation(translator, texts, direction)
         own = report.pop("own")
@@ -245,7 +253,8 @@ def main(argv: list[str] | None = None) -> None:
         tokens = own_translations(translator, texts, direction)
     rows = ranking(translator, texts, tokens, direction)
     if args.out:
-        written(rows, Path(args.out))
+        write_rows(rows, Path(args.out), ["rank", "line", "source", "translation", *DETECTORS, "flagged",
+                                          "flagged_tokens", "error"])
     flagged = sum(row.get("flagged", False) for row in rows)
     print(f"{len(rows)} pairs scored in {time.perf_counter() - began:.1f} s; {flagged} flagged as detached"
           + (f"; {sum('error' in row for row in rows)} could not be scored" if any("error" in row for row in rows)
@@ -254,6 +263,41 @@ def main(argv: list[str] | None = None) -> None:
         if "error" not in row:
             print(f"  line {row['line']}: {COMBINED} {row[COMBINED]:.3f}  {row['source']!r} -> "
                   f"{row['translation']!r}")
+
+
+def omissions_command(args, argv: list[str] | None, translator: Translator, texts: list[str],
+                      tokens: list[list[str]] | None, direction: dict, began: float) -> None:
+    """`--omissions`: the known-answer evaluation (`--evaluate`, `--calibrate`), or the pairs ranked by their worst
+    omission."""
+    from attention_inspector.model.analysis import omissions
+
+    command = "python -m model.analysis.detachment " + shlex.join(argv if argv is not None else sys.argv[1:])
+    if args.evaluate:
+        report = omissions.evaluation(translator, texts, direction)
+        omissions.print_evaluation(report)
+        report |= {"checkpoint": args.checkpoint, "split": args.split, "seconds": round(time.perf_counter() - began),
+                   "command": command}
+        if args.calibrate:
+            metrics_path = Path(args.checkpoint) / METRICS
+            metrics = read_json(metrics_path) if metrics_path.is_file() else {}
+            metrics["omissions"] = {"threshold": report["threshold"], "split": f"Multi30k {args.split}",
+                                    "sentences": report["scored"], "evaluation": report["signals"], "command": command}
+            write_json(metrics_path, metrics)
+            print(f"threshold {report['threshold']} written into {metrics_path}")
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        return
+    rows = omissions.ranking(translator, texts, tokens or own_translations(translator, texts, direction), direction)
+    if args.out:
+        write_rows(rows, Path(args.out), ["rank", "line", "source", "translation", "worst", "worst_word", "omitted",
+                                          "flagged_words", "error"])
+    flagged = sum(row.get("flagged_words", 0) > 0 for row in rows)
+    print(f"{len(rows)} pairs scored in {time.perf_counter() - began:.1f} s; {flagged} with a word left out"
+          + (f"; ranked in {args.out}" if args.out else ""))
+    for row in rows[:5]:
+        if "error" not in row:
+            print(f"  line {row['line']}: left out {row['omitted'] or '-'!r} (worst {row['worst']:.2f})  "
+                  f"{row['source']!r} -> {row['translation']!r}")
 
 
 if __name__ == "__main__":

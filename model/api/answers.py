@@ -14,6 +14,7 @@ import numpy as np
 from attention_inspector.model.api.services import Services
 from attention_inspector.model.explain.attribution import INTEGRATED_GRADIENTS
 from attention_inspector.model.explain.detachment import COMBINED, ScoredDetachment
+from attention_inspector.model.explain.omissions import Omissions
 from attention_inspector.model.explain.patching import parting
 from attention_inspector.model.serving.translator import InputError
 from attention_inspector.model.text.words import scheme as word_scheme
@@ -71,6 +72,24 @@ def detachment_json(scored: ScoredDetachment, scheme: str, units: str | None) ->
                         **{name: None if values is None else round(float(values[i]), 6)
                            for name, values in signals.items()}}
                        for i, token in enumerate(tokens)]}
+
+
+def omissions_json(found: Omissions | str) -> dict:
+    """The source words a translation left out, for the API (`/detach`): per source word its pieces (indices of
+    `source_tokens`), its contrastive score (Δ log p of the translation without the word's span; null for
+    punctuation), its total ALTI+ contribution (null for a GRU) and whether it is flagged; the threshold and what it
+    means; or why none were looked for (`unavailable`)."""
+    if isinstance(found, str):
+        return {"unavailable": found, "omitted": [], "words": []}
+    contributions = found.contributions
+    return {"unavailable": None, "omitted": found.omitted, "threshold": found.threshold,
+            "threshold_meaning": found.threshold_meaning,
+            "words": [{"word": word, "pieces": list(span),
+                       "contrastive": None if np.isnan(score) else round(float(score), 6),
+                       "contribution": None if contributions is None else round(float(contributions[i]), 6),
+                       "flagged": bool(flag)}
+                      for i, (word, span, score, flag) in enumerate(zip(found.words, found.spans, found.contrastive,
+                                                                         found.flagged))]}
 
 
 def endpoints(services: Services) -> list:
@@ -144,7 +163,10 @@ def endpoints(services: Services) -> list:
         `detector`, the one the page marks by (the combination), with its `thresholds` and what they mean;
         `detached`, the sentence under its threshold; and per token (or word, `units` "words") its signals and
         whether its combination is under the token threshold. Words the model cannot spell are scored as <unk> and
-        listed in `unknown`. Heads of `mask` switched off and languages as in `/trace`."""
+        listed in `unknown`. `omissions`: the source words the translation left out, by contrastive conditioning
+        (Vamvas & Sennrich, 2022; model/explain/omissions.py): per source word its score, its total ALTI+
+        contribution and whether it is flagged, and the flagged ones in `omitted`. Heads of `mask` switched off and
+        languages as in `/trace`."""
         check_model(services, model)
         if units not in (None, *UNITS):
             raise AnswerError(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
@@ -159,7 +181,8 @@ def endpoints(services: Services) -> list:
         except InputError as error:
             raise AnswerError(str(error)) from None
         return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
-                **detachment_json(scored, word_scheme(translator.tgt_tokenizer), units)}
+                **detachment_json(scored, word_scheme(translator.tgt_tokenizer), units),
+                "omissions": omissions_json(scored.omissions)}
 
     def score(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None,
               src_lang: str | None = None, tgt_lang: str | None = None) -> dict:

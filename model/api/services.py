@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attention_inspector.model.explain.detachment import ScoredDetachment
+from attention_inspector.model.explain.detachment import ScoredDetachment, training_domain
 from attention_inspector.model.explain.head_stats import best_aligning_head
 from attention_inspector.model.hub.convert_hf import convert
 from attention_inspector.model.hub.hub_checks import ConversionError, checked_hub_id
@@ -94,10 +94,10 @@ class Services:
 
     def detachment(self, model: str, text: object, translation: object, mask: object = None,
                    src_lang: str | None = None, tgt_lang: str | None = None) -> ScoredDetachment:
-        """`Translator.detachment` of a given translation, in a worker process when there are workers (an ALTI+ pass
-        of ~20 ms a 20-token sentence: on the web server's threads under load, it took twice that and slowed every
-        other user's view changes)."""
-        options = dict(translation=translation, mask=mask, src_lang=src_lang, tgt_lang=tgt_lang)
+        """`Translator.detachment` of a given translation and the source words it left out, in a worker process when
+        there are workers (an ALTI+ pass of ~20 ms a 20-token sentence: on the web server's threads under load, it took
+        twice that and slowed every other user's view changes)."""
+        options = dict(translation=translation, mask=mask, src_lang=src_lang, tgt_lang=tgt_lang, with_omissions=True)
         if self.pool is not None:
             return self.pool.detachment(model, text, **options)
         return self.translators[model].detachment(text, **options)
@@ -141,7 +141,8 @@ class Services:
         return languages.sources(), languages.targets()
 
     def model_choices(self) -> list[tuple[str, str]]:
-        """Menu entries: every loaded checkpoint with its languages and test score."""
+        """Menu entries: every loaded checkpoint with its languages, what it learned from where that is narrow (image
+        captions) and its test score."""
         choices = []
         for name in self.translators:
             card = self.card(name)
@@ -149,7 +150,9 @@ class Services:
             score = (f", test exact match {test['exact_match']}%" if card.target_language == CHARS
                      else f", test BLEU {test['bleu']}") if test else ""
             languages = f"{card.source_language}→{card.target_language}"
-            choices.append((f"{name} ({languages}{score})", name))
+            domain = training_domain(card.metrics)
+            learned = f", {domain} only" if domain else ""
+            choices.append((f"{name} ({languages}{learned}{score})", name))
         return choices
 
     def comparable(self, model: str | None) -> list[tuple[str, str]]:

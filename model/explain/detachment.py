@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attention_inspector.model.explain.contributions import Contributions
+from attention_inspector.model.explain.omissions import Omissions
 from attention_inspector.model.text.words import summed, words
 
 SOURCE_SHARE, LOG_PROBABILITY, COMBINED, ATTENTION = "source_share", "log_probability", "combined", "attention"
@@ -41,7 +42,7 @@ NO_SOURCE_SHARE = ("this model is a GRU: it has no residual stream for ALTI+ to 
 # Where nothing was calibrated for a model (`python -m model.analysis.detachment --calibrate` writes its own into
 # metrics.json): the combined score of a sentence, and of a token, under which the page marks it.
 DEFAULT_THRESHOLDS = {"sentence": 0.4, "token": 0.2}
-CALIBRATED_SHARE = 0.05  # --calibrate's thresholds: below 95% of the model's own translations of the split
+CALIBRATED_SHARE = 0.05  # --calibrate's thresholds: in the lowest 5% of the model's own translations of the split
 
 
 @dataclass
@@ -90,6 +91,9 @@ class ScoredDetachment:
     contributions: Contributions | None  # the ALTI+ maps the source shares came from (a Transformer's)
     thresholds: dict  # {"sentence": …, "token": …} of the combined score, what the page marks by
     threshold_meaning: str  # calibrated on what, or a default
+    # The source words the translation left out (model/explain/omissions.py), or why they were not looked for.
+    omissions: Omissions | str | None = None
+    domain: str | None = None  # what the model learned from, where that is narrow (`training_domain`)
 
     @property
     def flags(self) -> tuple[bool, np.ndarray]:
@@ -125,9 +129,16 @@ def thresholds_of(metrics: dict) -> tuple[dict, str]:
     wrote into its metrics.json, else the defaults."""
     detachment = metrics.get("detachment", {})
     if "thresholds" in detachment:
-        return detachment["thresholds"], (f"below {1 - CALIBRATED_SHARE:.0%} of this model's own translations of "
+        return detachment["thresholds"], (f"in the lowest {CALIBRATED_SHARE:.0%} of this model's own translations of "
                                           f"{detachment.get('split', 'a corpus')}")
     return dict(DEFAULT_THRESHOLDS), "a default, not calibrated for this model"
+
+
+def training_domain(metrics: dict) -> str | None:
+    """What a model learned from, where that is narrow: image captions for a model trained on Multi30k (a flagged
+    sentence of another kind is then the likely cause); None where its metrics do not say so."""
+    data = metrics.get("training", {}).get("data", "") if isinstance(metrics.get("training"), dict) else ""
+    return "image captions" if "multi30k" in str(data).lower() else None
 
 
 def attention_peaks(cross_attention: np.ndarray) -> np.ndarray:

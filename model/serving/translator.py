@@ -16,9 +16,10 @@ from attention_inspector.model.explain.attribution import Attributions, attribut
 from attention_inspector.model.explain.contributions import (Contributions, alti_plus, alti_plus_pass, decomposed,
                                                              measure_maps)
 from attention_inspector.model.explain.detachment import (NO_SOURCE_SHARE, Detachment, ScoredDetachment,
-                                                          attention_peaks, thresholds_of)
+                                                          attention_peaks, thresholds_of, training_domain)
 from attention_inspector.model.explain.estimates import patching_estimate, staged_patching
 from attention_inspector.model.explain.neurons import HeadVectors, checked_head, head_vectors
+from attention_inspector.model.explain.omissions import Omissions, omissions
 from attention_inspector.model.explain.patching import Patching, patch_heads
 from attention_inspector.model.nets.decoding import (BeamTrace, Hypothesis, beam_search, beam_trace, chosen_log_probs,
                                                      greedy_decode, output_limit, teacher_forced,
@@ -337,12 +338,14 @@ class Translator:
         return src_ids, tgt_ids
 
     def detachment(self, text: str, translation: list[str], mask: list[str] | None = None,
-                   src_lang: str | None = None, tgt_lang: str | None = None) -> ScoredDetachment:
+                   src_lang: str | None = None, tgt_lang: str | None = None,
+                   with_omissions: bool = False) -> ScoredDetachment:
         """How far `translation` (target tokens, or words the model spells in pieces; <eos> included where it
         ends) rests on `text`, teacher-forced (model/explain/detachment.py), with the heads of `mask` switched off.
         Words the model cannot spell are read as <unk> and named; a multilingual model's target language code,
-        given rather than predicted, is left out of the scores. An InputError for an empty translation, one the
-        model can spell no word of, or one past the length limit."""
+        given rather than predicted, is left out of the scores. `with_omissions`: the source words it left out too
+        (`omissions`: a pass per span of the source). An InputError for an empty translation, one the model can spell
+        no word of, or one past the length limit."""
         tokens = self.source_tokens(text, src_lang, tgt_lang)
         given = self.in_pieces(checked_strings(translation, "translation"))
         written = [token for token in given if token != "<eos>"]
@@ -364,8 +367,35 @@ class Translator:
         else:
             contributions, (log_probabilities, attention) = None, teacher_forced(self.model, src_ids, tgt_ids, gates,
                                                                                  need_weights=True)
-        return self.scored(tokens, target, unknown, log_probabilities, attention.cross[:, 0].float().cpu().numpy(),
-                           contributions)
+        scored = self.scored(tokens, target, unknown, log_probabilities, attention.cross[:, 0].float().cpu().numpy(),
+                             contributions)
+        if not with_omissions:
+            return scored
+        return dataclasses.replace(scored, omissions=self.omissions(tokens, target, gates, contributions))
+
+    def omissions(self, tokens: list[str], target: list[str], gates: HeadGates | None = None,
+                  contributions: Contributions | None = None) -> Omissions | str:
+        """The source words that the translation `target` (its language code first, a multilingual model's) of the
+        source `tokens` left out (model/explain/omissions.py), with the heads of `gates` off and, where the model has
+        them, ALTI+'s `contributions` of the same translation; or why none can be looked for."""
+        given_first = int(self.languages is not None and self.languages.is_code(target[0]))
+        try:
+            return omissions(self.model, tokens + ["<eos>"], word_scheme(self.src_tokenizer),
+                             self.prefix_length(tokens), self.encode_source(tokens), self.tgt_vocab.encode(target),
+                             given_first, self.metrics, gates,
+                             None if contributions is None else contributions.decoder)
+        except ValueError as error:
+            return str(error)
+
+    def prefix_length(self, tokens: list[str]) -> int:
+        """How many of the source `tokens` are a prefix the model reads before the text: a language code, or T5's
+        prompt."""
+        if self.languages is None:
+            return 0
+        if self.languages.is_code(tokens[0]):
+            return 1
+        prompts = [self.src_tokenizer(prompt.rstrip()) for prompt in (self.languages.prompts or {}).values()]
+        return max((len(prompt) for prompt in prompts if tokens[:len(prompt)] == prompt), default=0)
 
     def scored(self, tokens: list[str], target: list[str], unknown: list[str], log_probabilities: np.ndarray,
                cross_attention: np.ndarray, contributions: Contributions | None) -> ScoredDetachment:
@@ -383,7 +413,7 @@ class Translator:
             source_shares=None if contributions is None else contributions.source_contribution[given_first:],
             unavailable=None if contributions is not None else NO_SOURCE_SHARE)
         return ScoredDetachment(tokens + ["<eos>"], target[given_first:], unknown, measured, contributions,
-                                *thresholds_of(self.metrics))
+                                *thresholds_of(self.metrics), domain=training_domain(self.metrics))
 
     def token_id(self, token: str | None, what: str) -> int | None:
         """The id of one target token of the model's, spelled as the candidates show it (None for None), or an

@@ -1,7 +1,8 @@
 // The core view (ui/plots.py `core_view`): the translation, the status line, whether the translation rests on its
 // source, the heatmap, the step's line and its candidates, drawn from one value. `props.value` is a JSON object
 // with the revision of the state it belongs to and the parts an answer changed ("translation", "status",
-// "detachment": a verdict line and the translation's tokens or words, each [text, marked, what it scored],
+// "detachment": a plain verdict line, the numbers behind it, the translation's tokens or words and the source's
+// words, each [text, marked, what it scored],
 // "steps": every step's line, "attention" and "candidates": figures' JSON, "neuron": the neuron view's figure and
 // note, or null); parts it leaves out stay as they are.
 // Text is set as text, never as HTML. An answer of an older revision than the one drawn is dropped: a late answer
@@ -17,20 +18,28 @@ function stepLine() {
   element.querySelector("#step-text .step-text").textContent = shown.steps.length ? shown.steps[t] : "";
 }
 
-function drawDetachment(part) {
-  const box = element.querySelector("#detachment");
-  const line = box.querySelector(".detachment-words");
+// The verdict: one plain line, the numbers behind it under "why?" (a click opens and closes them), the translation's
+// words (those that may be made up underlined) and the source's words (those that may be left out marked), each
+// word's hover saying what it scored.
+function drawWords(line, words, className) {
   line.replaceChildren();
-  for (const [text, marked, said] of part?.words || []) {
+  for (const [text, marked, said] of words || []) {
     const word = document.createElement("span");
     word.textContent = text;
     word.title = said;
-    if (marked) word.className = "detached";
+    if (marked) word.className = className;
     line.append(word, " ");
   }
+}
+
+function drawDetachment(part) {
+  const box = element.querySelector("#detachment");
+  drawWords(box.querySelector(".detachment-words"), part?.words, "detached");
+  drawWords(box.querySelector(".detachment-source"), part?.source, "left-out");
+  box.querySelector(".detachment-plain").textContent = part?.plain || "";
   box.querySelector(".detachment-verdict").textContent = part?.verdict || "";
   box.classList.toggle("flagged", !!part?.detached);
-  box.classList.toggle("empty", !part?.verdict);
+  box.classList.toggle("empty", !part?.plain);
 }
 
 // The neuron view (ui/neurons.py `neuron_part`): its figure, drawn at the page's step like the heatmap, and what q and
@@ -91,6 +100,11 @@ document.addEventListener("attention-inspector-step", () => {
   for (const name of ["attention", "neuron", "candidates"]) {
     figures.redrawn(drawn[name], () => drawFigure(name), element.querySelector(`#${name}`));
   }
+});
+element.querySelector("#detachment .detachment-why").addEventListener("click", (event) => {
+  const numbers = element.querySelector("#detachment .detachment-verdict");
+  numbers.hidden = !numbers.hidden;
+  event.currentTarget.setAttribute("aria-expanded", String(!numbers.hidden));
 });
 watch("value", update);
 for (const name of ["attention", "neuron", "candidates"]) figures.fitting(element.querySelector(`#${name}`));

@@ -40,6 +40,11 @@
   document.addEventListener("click", (event) => {
     if (event.target instanceof Element && event.target.closest("#neuron .neuron-close")) openNeuron("close");
   });
+  // Once a new decoding is drawn, the source words it left out are looked for (ui/omissions.py: a pass per span
+  // of the source, longer than the translation), and the verdict, the source and the heatmap's keys marked.
+  document.addEventListener("attention-inspector-decoding", () => {
+    requestAnimationFrame(() => setTimeout(() => document.querySelector("#omissions-queued")?.click()));
+  });
   const bindHeatmap = () => {
     const plot = document.querySelector("#attention .js-plotly-plot");
     if (!plot || !plot.on || plot.dataset.clicks) return;

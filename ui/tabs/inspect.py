@@ -13,6 +13,7 @@ import gradio as gr
 from attention_inspector.model.api.services import Services
 from attention_inspector.model.keys import CROSS, HEAD_LABELS, KIND_LABELS, MEAN, MEASURE_LABELS, WEIGHTS, choices
 from attention_inspector.model.text.words import PIECES, WORDS
+from attention_inspector.ui.omissions import LEFT_OUT_MARK
 from attention_inspector.ui.operations import EVERY_HEAD, WHOLE_MODEL
 from attention_inspector.ui.page import Page
 from attention_inspector.ui.plots import core_view, plot
@@ -58,6 +59,9 @@ def build(page: Page, services: Services) -> None:
                                       container=False, min_width=0)
         page.open_neuron = gr.Button("Open the neuron view", elem_id="neuron-open", elem_classes=["hidden-trigger"],
                                      min_width=0)
+        # And once a decoding is drawn: the source words it left out looked for (ui/omissions.py).
+        page.omissions_queued = gr.Button("Look for words left out", elem_id="omissions-queued",
+                                          elem_classes=["hidden-trigger"], min_width=0)
     # The core view, drawn from one value: the translation and status, then the step bar and the view's
     # controls (its children), then the heatmap beside the step's line and its candidates.
     with core_view(services.load_status()) as page.core:
@@ -104,6 +108,7 @@ def build(page: Page, services: Services) -> None:
     with gr.Row():  # columns of at least 300 px: on a phone, one above the other
         with gr.Column(scale=2, min_width=300):
             page.source_tokens = gr.HighlightedText(label="Source tokens as the model reads them",
-                                                    color_map={"unknown": "red"}, elem_id="source-tokens")
+                                                    color_map={"unknown": "red", LEFT_OUT_MARK: "orange"},
+                                                    elem_id="source-tokens")
         with gr.Column(scale=3, min_width=300):
             page.probabilities = plot("probabilities", after_paint=True)
