@@ -163,3 +163,16 @@ def test_detach_over_http_looks_for_omissions_in_the_trace_workers(server, servi
     assert event == "complete"
     expected = Model(services.translators["toy-en-de"], "toy-en-de").detach(text, target)["omissions"]
     assert answer[0]["omissions"] == expected and len(expected["words"]) == 8
+
+
+def test_a_gru_looks_for_words_left_out_by_contrastive_conditioning_alone_and_says_so(events, services):
+    from attention_inspector.ui import listeners
+    from attention_inspector.ui.omissions import find_omissions
+
+    session = events.translate("A red dog runs in a park .", model="toy-rnn")["session"]
+    out = events.run(find_omissions, session, view=("cross", 0, 0, "weights", 2, False, "pieces"),
+                     outputs=[*listeners.view_outputs(events.page, writes=False, words=False),
+                              events.page.source_tokens], writes=False)
+    assert out["session"].current.omissions.contributions is None
+    assert "A GRU has no residual stream for ALTI+" in out["detachment"]["verdict"]
+    assert "ALTI+" not in out["detachment"]["source"][1][2]  # a word's hover: its contrastive score alone

@@ -242,6 +242,8 @@ def scored_part(scored: ScoredDetachment, scheme: str, in_words: bool, unit: str
         why += (f" Words left out: a source word is marked where the translation is about as probable without it "
                 f"(contrastive conditioning, Vamvas & Sennrich, 2022: Δ log p from {omissions.threshold:.2f}, "
                 f"{omissions.threshold_meaning}).")
+        if omissions.contributions is None:
+            why += " A GRU has no residual stream for ALTI+: contrastive conditioning alone looks for them."
     elif isinstance(omissions, str):
         why += f" Words left out: {omissions}."
     found = (["May have made up words (underlined)"] * bool(detached)
