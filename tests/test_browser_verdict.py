@@ -13,9 +13,9 @@ SHOWN = """() => {
     const box = document.querySelector('#detachment');
     const source = [...box.querySelectorAll('.detachment-source span')];
     if (!source.length) return null;
-    const line = box.querySelector('.detachment-line');
-    return {plain: box.querySelector('.detachment-plain').textContent, lines: Math.round(line.getBoundingClientRect()
-            .height / parseFloat(getComputedStyle(line).lineHeight)), source: source.map((word) => word.textContent),
+    const plain = box.querySelector('.detachment-plain');
+    const lines = new Set([...plain.getClientRects()].map((rect) => Math.round(rect.top))).size;
+    return {plain: plain.textContent, lines, source: source.map((word) => word.textContent),
             marked: source.filter((word) => word.classList.contains('left-out')).map((word) => word.textContent),
             stepBar: document.querySelector('#step-bar').getBoundingClientRect().bottom + window.scrollY};
 }"""

@@ -35,9 +35,9 @@ HEAD = f'<script src="gradio_api/file={PLOTLY_JS}"></script><script src="gradio_
 CORE_TEMPLATE = """<div class="core-texts">
 <label id="translation" class="core-text"><span>Translation</span><textarea readonly rows="1"></textarea></label>
 <label id="status" class="core-text"><span>Status</span><textarea readonly rows="2"></textarea></label>
-<div id="detachment" class="core-text empty"><span>Does the translation rest on its source?</span>
-<p class="detachment-line"><span class="detachment-plain"></span> <button type="button" class="detachment-why"
-aria-expanded="false">why?</button></p><p class="detachment-verdict" hidden></p>
+<div id="detachment" class="core-text empty"><p class="detachment-line"><span class="detachment-label">Does the
+translation rest on its source?</span> <span class="detachment-plain"></span> <button type="button"
+class="detachment-why" aria-expanded="false">why?</button></p><p class="detachment-verdict" hidden></p>
 <p class="detachment-words"></p><p class="detachment-source"></p></div>
 </div>@children<div class="core-body">
 <div id="attention" class="inspector-plot core-plot empty"><div class="plot"></div></div>
