@@ -77,7 +77,7 @@ def neuron_figure(rows: Head, query: int, key: int | None, query_labels: list[st
     plot = STRIP_PX + GAP_PX + ROW_PX * count  # the plot area: q's strip, a gap, a row per key
     keys_top = (ROW_PX * count) / plot  # where the keys' panels end, as a share of the plot area
     vector = dict(type="heatmap", colorscale=DIVERGING, zmid=0, zmin=-vector_range, zmax=vector_range,
-                  showscale=False, xgap=1, ygap=1)
+                  showscale=False)
     dims = names[:len(dimensions)]
     query_vector, keys, shown = (np.round(values, DIGITS) for values in (rows.queries[query, dimensions], keys, shown))
     data = [
@@ -86,7 +86,7 @@ def neuron_figure(rows: Head, query: int, key: int | None, query_labels: list[st
         dict(vector, z=keys.tolist(), x=dims, y=key_axis, xaxis="x", yaxis="y2",
              hovertemplate="k of %{y}, %{x}: %{z:.4f}<extra></extra>"),
         dict(type="heatmap", z=shown.tolist(), x=names, y=key_axis, xaxis="x2", yaxis="y2", colorscale=DIVERGING,
-             zmid=0, zmin=-product_range, zmax=product_range, showscale=False, xgap=1, ygap=1,
+             zmid=0, zmin=-product_range, zmax=product_range, showscale=False,
              hovertemplate="%{y}, %{x}: scale·q·k %{z:.4f}<extra></extra>"),
         dict(type="bar", orientation="h", x=term.tolist(), y=key_axis, xaxis="x3", yaxis="y2",
              marker=dict(color="#6b7280"), hovertemplate="%{y}: scale·q·k %{x:.4f}<extra></extra>"),
