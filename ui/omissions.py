@@ -41,7 +41,7 @@ def find_omissions(services: Services, session: Session) -> tuple[Session, None]
 def left_out_phrases(found: Omissions) -> list[str]:
     """The flagged words, runs of neighbours joined into one phrase ("old market", "bus")."""
     phrases, run = [], []
-    for word, flag in zip(found.words, np.append(found.flagged, False)):
+    for word, flag in zip(found.words, found.flagged):
         if flag:
             run.append(word)
         elif run:
