@@ -2,15 +2,15 @@
 // source, the heatmap, the step's line and its candidates, drawn from one value. `props.value` is a JSON object
 // with the revision of the state it belongs to and the parts an answer changed ("translation", "status",
 // "detachment": a plain verdict line, the numbers behind it, the translation's tokens or words and the source's
-// words, each [text, marked, what it scored],
-// "steps": every step's line, "attention" and "candidates": figures' JSON, "neuron": the neuron view's figure and
-// note, or null); parts it leaves out stay as they are.
+// words, each [text, marked, what it scored], "steps": every step's line, "attention" and "candidates": figures'
+// JSON, "neuron": the neuron view's figure and note, or null); parts it leaves out stay as they are.
 // Text is set as text, never as HTML. An answer of an older revision than the one drawn is dropped: a late answer
 // never draws over a newer state. The figures are drawn by the page's shared figures (ui/static/figures.js), at
 // the page's step, and again on every "attention-inspector-step" event.
 const inspector = window.attentionInspector;
 const figures = inspector.figures;
-const shown = { revision: -1, translation: "", status: "", steps: [], attention: null, candidates: null, neuron: null };
+const shown = { revision: -1, translation: "", status: "", steps: [], attention: null, candidates: null,
+                neuron: null };
 const drawn = { attention: null, candidates: null, neuron: null }; // what each figure does on a step
 
 function stepLine() {
