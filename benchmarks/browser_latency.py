@@ -55,7 +55,7 @@ from attention_inspector.model.serving.checkpoint import load_checkpoint  # noqa
 from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E402
 from attention_inspector.ui.session import to_arrays  # noqa: E402
 from attention_inspector.viz.attention import escape_text  # noqa: E402
-from tests.pages import open_tab  # noqa: E402
+from tests.pages import heatmap_cell, open_tab  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 STEPPED = 3  # sentences whose steps Next is timed on, one head and all heads
@@ -263,13 +263,6 @@ def waited(page, done: str, arg=None) -> float:
     return page.wait_for_function(since_input(done), arg=arg, timeout=60000).json_value()
 
 
-# Where a cell of the heatmap is on the screen: Plotly's axes' offsets in the plot and their pixel of an index.
-CELL = """([row, column]) => {
-    const plot = document.querySelector('#attention .js-plotly-plot');
-    const { xaxis, yaxis } = plot._fullLayout;
-    const box = plot.getBoundingClientRect();
-    return [box.left + xaxis._offset + xaxis.l2p(column), box.top + yaxis._offset + yaxis.l2p(row)];
-}"""
 HEATMAP_OF = """(head) => (document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '')
     .includes(`, head ${head}<br>`)"""
 NEURON_OF = """([name, step]) => (document.querySelector('#neuron .js-plotly-plot')?.layout?.title.text || '')
@@ -296,7 +289,7 @@ def neuron_latencies(page, translator, sentences: list[str], cells: int = 4) -> 
                 changes.append(timed(page, lambda: choose(page, "head", f"Head {head}"), HEATMAP_OF, head))
             page.evaluate("() => document.querySelector('#attention').scrollIntoView({block: 'center'})")
             page.wait_for_timeout(300)
-            x, y = page.evaluate(CELL, [step - 1, step % 3])
+            x, y = heatmap_cell(page, step - 1, step % 3)
             neurons.append(timed(page, lambda: page.mouse.click(x, y), NEURON_OF, [f"cross.{layer}.1", step]))
             page.click("#neuron .neuron-close")
             page.wait_for_function("() => document.querySelector('#neuron').classList.contains('empty')")

@@ -23,7 +23,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 import attention_inspector.ui as ui  # noqa: E402
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
-from tests.pages import open_tab  # noqa: E402
+from tests.pages import heatmap_cell, open_tab  # noqa: E402
 
 SCREENS = {"app.png": dict(viewport={"width": 1400, "height": 900}),
            "app-phone.png": dict(viewport={"width": 390, "height": 844}, is_mobile=True, device_scale_factor=2)}
@@ -122,15 +122,11 @@ def neuron(page, out: Path) -> None:
     """The neuron view beside the heatmap: the cell of step 4's heaviest key clicked, on the head the page opens on."""
     page.evaluate("() => document.querySelector('#attention').scrollIntoView({block: 'center'})")
     page.wait_for_timeout(300)
-    x, y = page.evaluate("""() => {
-        const plot = document.querySelector('#attention .js-plotly-plot');
-        const row = plot.data[0].z[3];
-        const column = row.indexOf(Math.max(...row));
-        const { xaxis, yaxis } = plot._fullLayout;
-        const box = plot.getBoundingClientRect();
-        return [box.left + xaxis._offset + xaxis.l2p(column), box.top + yaxis._offset + yaxis.l2p(3)];
+    column = page.evaluate("""() => {
+        const row = document.querySelector('#attention .js-plotly-plot').data[0].z[3];
+        return row.indexOf(Math.max(...row));
     }""")
-    page.mouse.click(x, y)
+    page.mouse.click(*heatmap_cell(page, 3, column))
     page.wait_for_function("() => document.querySelector('#neuron .js-plotly-plot')", timeout=60000)
     save(page, out, "neuron.png", "#step-bar")
 

@@ -23,3 +23,19 @@ def step_button_lines(page) -> list[float]:
         const inner = button.getBoundingClientRect().height - ['paddingTop', 'paddingBottom', 'borderTopWidth',
             'borderBottomWidth'].reduce((sum, side) => sum + parseFloat(style[side]), 0);
         return inner / line; })""")
+
+
+# Where a cell of the attention heatmap is on the screen: Plotly's axes' offsets in the plot and their pixel of a
+# category's index.
+CELL = """([row, column]) => {
+    const plot = document.querySelector('#attention .js-plotly-plot');
+    const { xaxis, yaxis } = plot._fullLayout;
+    const box = plot.getBoundingClientRect();
+    return [box.left + xaxis._offset + xaxis.l2p(column), box.top + yaxis._offset + yaxis.l2p(row)];
+}"""
+
+
+def heatmap_cell(page, row: int, column: int) -> tuple[float, float]:
+    """The screen's point (x, y) of the attention heatmap's cell at `row`, `column` (0-based), for a mouse click."""
+    x, y = page.evaluate(CELL, [row, column])
+    return x, y

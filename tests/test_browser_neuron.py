@@ -3,18 +3,11 @@ behind that row's weights; stepping moves it with the step; on a phone it fits t
 
 import pytest
 
+from tests.pages import heatmap_cell
 from tests.test_browser import LONG, choose, translate, wait_for_step
 
 pytestmark = pytest.mark.slow  # drives a real browser
 
-# Where a cell of the heatmap is on the screen (Plotly's axes: each one's offset in the plot and its pixel of a
-# category's index).
-CELL = """([row, column]) => {
-    const plot = document.querySelector('#attention .js-plotly-plot');
-    const { xaxis, yaxis } = plot._fullLayout;
-    const box = plot.getBoundingClientRect();
-    return [box.left + xaxis._offset + xaxis.l2p(column), box.top + yaxis._offset + yaxis.l2p(row)];
-}"""
 # What the neuron view shows: its weights (the last bar chart's), its title, and the heatmap's row it explains.
 NEURON = """(row) => {
     const plot = document.querySelector('#neuron .js-plotly-plot');
@@ -29,8 +22,7 @@ NEURON = """(row) => {
 
 
 def click_cell(page, row: int, column: int) -> None:
-    x, y = page.evaluate(CELL, [row, column])
-    page.mouse.click(x, y)
+    page.mouse.click(*heatmap_cell(page, row, column))
 
 
 def neuron_at(page, row: int, query: str) -> dict:
