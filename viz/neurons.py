@@ -130,10 +130,10 @@ def neuron_frames(rows: Head, query: int, key: int | None, query_labels: list[st
     """`neuron_figure` as a plot's JSON; `stepped` (decoder and cross-attention, whose rows are steps): every row's
     figure, so that the browser shows the row of the page's step (ui/static/figures.js), `key` sorting each row
     where that row sees it."""
-    figure = neuron_figure(rows, query, key, query_labels, key_labels, heading)
     if not stepped:
-        return figure.to_json()
+        return neuron_figure(rows, query, key, query_labels, key_labels, heading).to_json()
     each = [neuron_figure(rows, t, key, query_labels, key_labels, heading) for t in range(rows.queries.shape[0])]
+    figure = each[query]  # drawn as it is until the page's step picks its frame
     frames = [{"data": [{name: trace[name] for name in ("z", "x", "y", "text", "marker") if name in trace}
                         for trace in shown.data],
                "axes": {name: {"categoryarray": axis["categoryarray"]} for name, axis in shown.layout.items()
