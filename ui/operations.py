@@ -20,7 +20,8 @@ from attention_inspector.model.keys import (ALL_HEADS, ALTI, CROSS, DECODER, ENC
                                             INPUT_X_GRADIENT, INTEGRATED_GRADIENTS, KIND_LABELS, KINDS, MEAN,
                                             MEASURE_LABELS, RESIDUAL_MEASURES, ROLLOUT, SALIENCY, VALUE_NORM, WEIGHTS,
                                             head_name, parse_head_name)
-from attention_inspector.model.serving.translator import InputError, TracedTranslation
+from attention_inspector.model.serving.traced import TracedTranslation
+from attention_inspector.model.serving.translator import InputError
 from attention_inspector.model.text.hub_tokenizer import LANGUAGE_NAMES
 from attention_inspector.model.text.words import words
 from attention_inspector.ui.session import (NOTHING_YET, ORIGINAL, Beam, Comparison, Decoding, MaskEffect, Pending,

@@ -20,7 +20,7 @@ from attention_inspector.model.explain.detachment import ScoredDetachment
 from attention_inspector.model.explain.omissions import Omissions
 from attention_inspector.model.keys import (ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES,
                                             WEIGHTS)
-from attention_inspector.model.serving.translator import TracedTranslation
+from attention_inspector.model.serving.traced import TracedTranslation
 from attention_inspector.model.text.words import PIECES, UNITS
 from attention_inspector.viz.views import TraceArrays
 

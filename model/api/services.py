@@ -19,7 +19,8 @@ from attention_inspector.model.hub.hub_checks import ConversionError, checked_hu
 from attention_inspector.model.nets.cores import available_cores
 from attention_inspector.model.nets.devices import chosen_device
 from attention_inspector.model.serving.catalog import DEFAULT_BUDGET, Card, Catalog
-from attention_inspector.model.serving.translator import InputError, TracedTranslation, Translator
+from attention_inspector.model.serving.traced import TracedTranslation
+from attention_inspector.model.serving.translator import InputError, Translator
 from attention_inspector.model.serving.workers import TracePool, can_fork
 from attention_inspector.model.text.vocab import CHARS
 

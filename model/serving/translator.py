@@ -1,4 +1,5 @@
-"""A trained model with its tokenizers and vocabularies: text in, tokens (and traces) out."""
+"""A trained model with its tokenizers and vocabularies: text in, tokens (and traces) out (what it returns:
+model/serving/traced.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ from attention_inspector.model.explain.estimates import patching_estimate, stage
 from attention_inspector.model.explain.neurons import HeadVectors, checked_head, head_vectors
 from attention_inspector.model.explain.omissions import Omissions, omissions
 from attention_inspector.model.explain.patching import Patching, patch_heads
-from attention_inspector.model.nets.decoding import (BeamTrace, Hypothesis, beam_search, beam_trace, chosen_log_probs,
-                                                     greedy_decode, output_limit, teacher_forced,
-                                                     teacher_forced_log_probs)
+from attention_inspector.model.nets.decoding import (beam_search, beam_trace, chosen_log_probs, greedy_decode,
+                                                     output_limit, teacher_forced, teacher_forced_log_probs)
 from attention_inspector.model.nets.seq2seq import Attention, HeadGates, Seq2Seq, copies_gated, device_of, head_gates
 from attention_inspector.model.nets.step_decoder import StepDecoder
 from attention_inspector.model.nets.tracing import Trace, TraceBatch, TraceRequest, greedy_trace
@@ -31,7 +31,8 @@ from attention_inspector.model.nets.transformer import Transformer
 from attention_inspector.model.text.batching import pad, token_batches
 from attention_inspector.model.text.hub_tokenizer import Languages
 from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
-from attention_inspector.model.text.words import WHOLE
+from attention_inspector.model.serving.traced import TracedBeam, TracedScore, TracedTranslation
+from attention_inspector.model.text.words import spelled
 from attention_inspector.model.text.words import scheme as word_scheme
 
 MAX_INPUT_CHARS = 2000
@@ -73,75 +74,7 @@ def checked_strings(values: object, what: str) -> list[str]:
     return list(values)
 
 
-@dataclass
-class TracedTranslation:
-    """A greedy `Trace` with its tokens as strings, ready to display."""
-
-    source_tokens: list[str]  # what the encoder saw: lower-cased words, then <eos>
-    unknown: list[bool]  # per source token: not in the vocabulary, so read as <unk>
-    target_tokens: list[str]  # the token chosen at each step (the last may be <eos>)
-    top_tokens: list[list[str]]  # per step, the top-k candidates, best first
-    text: str  # the translation, truecased and detokenized
-    trace: Trace
-    scheme: str = WHOLE  # how the tokens' pieces make words (model/text/words.py)
-    # Asked with `detach`: how far the translation rests on its source, scored from the decoding's own pass (or
-    # why it cannot be: a translation of no word).
-    detachment: ScoredDetachment | str | None = field(default=None, repr=False)
-
-    @property
-    def decoder_input_tokens(self) -> list[str]:
-        """What the decoder read at each step: <sos>, then the previous step's choice."""
-        return ["<sos>"] + self.target_tokens[:-1]
-
-
-@dataclass
-class TracedScore:
-    """A given translation scored by the model, teacher-forced: what `Translator.score` returns."""
-
-    source_tokens: list[str]
-    target_tokens: list[str]
-    log_probabilities: np.ndarray  # (T,) log-probability of each target token after the ones before it
-
-    @property
-    def total(self) -> float:
-        return float(self.log_probabilities.sum())
-
-
-@dataclass
-class TracedBeam:
-    """One sentence's beam search with its tokens as strings: what `Translator.beam` returns."""
-
-    source_tokens: list[str]
-    greedy_tokens: list[str]  # the greedy translation (<eos> included unless it hit the length limit)
-    beam: BeamTrace
-    itos: list[str] = field(repr=False)  # the target vocabulary, id -> token
-
-    def tokens(self, hypothesis: Hypothesis) -> list[str]:
-        """A hypothesis's tokens, <eos> included when it finished."""
-        return [self.itos[i] for i in hypothesis.token_ids] + ["<eos>"] * hypothesis.finished
-
-
 MAX_BEAM_SIZE = 16
-
-
-def spelled(pieces: list[str], vocab: Vocab) -> list[str]:
-    """The word the tokenizer wrote as `pieces` in the fewest pieces that `vocab` has, written the same way
-    (byte-pair "@@" ending every piece but the last, or sentencepiece's "▁" leading the first): for a word whose own
-    pieces the vocabulary lacks (too rare to be kept), so that any word it has the letters of can be typed.
-    [] where it has none."""
-    lead = "▁" if pieces[0].startswith("▁") else ""
-    ending = "@@" if pieces[0].endswith("@@") else ""
-    text = "".join(piece.removesuffix("@@") for piece in pieces).removeprefix("▁")
-
-    def piece(start: int, end: int) -> str:
-        return (lead if start == 0 else "") + text[start:end] + (ending if end < len(text) else "")
-    fewest: list[list[str] | None] = [[]] + [None] * len(text)
-    for end in range(1, len(text) + 1):
-        for start in range(end):
-            if fewest[start] is not None and piece(start, end) in vocab and \
-                    (fewest[end] is None or len(fewest[start]) + 1 < len(fewest[end])):
-                fewest[end] = fewest[start] + [piece(start, end)]
-    return fewest[-1] or []
 
 
 @dataclass

@@ -35,7 +35,8 @@ import torch
 
 from attention_inspector.model.explain.detachment import ScoredDetachment
 from attention_inspector.model.nets.tracing import TraceRequest
-from attention_inspector.model.serving.translator import TracedTranslation, Translator
+from attention_inspector.model.serving.traced import TracedTranslation
+from attention_inspector.model.serving.translator import Translator
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ Pieces are grouped into words by the tokenizer's convention:
   before it ("▁Zeitung", "s", "leserin");
 - characters (the reversal toy): a word is a run of characters between spaces ("▁"), each space a unit of its own;
 - whole words: every token is a word.
+A word typed whole that the vocabulary lacks in its own pieces is `spelled` in the fewest pieces it has.
 A special token (<sos>, <eos>, <unk>, a language code like "deu_Latn" or ">>fra<<") is always a word of its own.
 
 Maps are merged as Clark et al. (2019, "What Does BERT Look At?") merge word pieces: attention *to* a word is the
@@ -16,6 +17,7 @@ to 1. Shares (ALTI+, rollout) are merged the same way.
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 
 import numpy as np
 
@@ -104,3 +106,23 @@ def _membership(spans: list[range], size: int) -> np.ndarray:
     for word, span in enumerate(spans):
         members[span.start:span.stop, word] = 1
     return members
+
+
+def spelled(pieces: list[str], vocab: Container[str]) -> list[str]:
+    """The word the tokenizer wrote as `pieces` in the fewest pieces that `vocab` has, written the same way
+    (byte-pair "@@" ending every piece but the last, or sentencepiece's "▁" leading the first): for a word whose own
+    pieces the vocabulary lacks (too rare to be kept), so that any word it has the letters of can be typed.
+    [] where it has none."""
+    lead = "▁" if pieces[0].startswith("▁") else ""
+    ending = "@@" if pieces[0].endswith("@@") else ""
+    text = "".join(piece.removesuffix("@@") for piece in pieces).removeprefix("▁")
+
+    def piece(start: int, end: int) -> str:
+        return (lead if start == 0 else "") + text[start:end] + (ending if end < len(text) else "")
+    fewest: list[list[str] | None] = [[]] + [None] * len(text)
+    for end in range(1, len(text) + 1):
+        for start in range(end):
+            if fewest[start] is not None and piece(start, end) in vocab and \
+                    (fewest[end] is None or len(fewest[start]) + 1 < len(fewest[end])):
+                fewest[end] = fewest[start] + [piece(start, end)]
+    return fewest[-1] or []
