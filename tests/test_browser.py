@@ -638,6 +638,7 @@ def log_draws(*plots: str) -> str:
 
 
 LOG_DRAWS = log_draws("attention", "probabilities", "comparison-plot", "mask-effect")
+OMISSIONS_SHOWN = "() => document.querySelector('#detachment .detachment-source span') !== null"
 
 
 def test_a_plot_out_of_sight_is_drawn_once_the_heatmap_is_painted(page, services):
@@ -684,6 +685,9 @@ def test_what_heads_off_change_is_drawn_where_the_user_ticked_them_with_the_heat
         page.evaluate("() => document.querySelector('#mask-cross').scrollIntoView()")
         for heads in ("2 heads off", "1 head off"):
             page.wait_for_function("() => window.drawnIn.some(([id]) => id === 'mask-effect')", timeout=15000)
+            # the words the last decoding left out are looked for after it is drawn, and may redraw the heatmap's keys
+            page.wait_for_function(OMISSIONS_SHOWN, timeout=15000)
+            page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
             page.evaluate("() => { window.drawnIn = []; }")
             page.locator("#mask-cross label").nth(3).click()
             status_starts(page, heads)
