@@ -3,10 +3,10 @@
 - CONTRASTIVE, contrastive conditioning (Vamvas & Sennrich, 2022, "As Little as Possible, as Much as Necessary:
   Detecting Over- and Undertranslations with Contrastive Conditioning"): a source span is likely untranslated when
   the translation is at least as probable given the source without that span as given the whole source. For each
-  span (a word, or a window of up to `WINDOW` words), Δ = log p(y | x without the span) − log p(y | x), the
-  translation's log-probability teacher-forced and summed over its tokens: a span the translation rests on lowers it
-  when deleted (Δ < 0); one it left out does not. A word's score is the largest Δ of the spans that hold it. One
-  teacher-forced pass per span, in batches; it needs only scores, so every model has it.
+  span (a word, a run of up to `WINDOW` words, or a longer window: `deletions`), Δ = log p(y | x without the span)
+  − log p(y | x), the translation's log-probability teacher-forced and summed over its tokens: a span the
+  translation rests on lowers it when deleted (Δ < 0); one it left out does not. A word's score is the largest Δ of
+  the spans that hold it. One teacher-forced pass per span, in batches; it needs only scores, so every model has it.
 - CONTRIBUTION: each source word's total ALTI+ contribution over the translation (the sum, over its tokens, of the
   word's share of each prediction; model/explain/contributions.py): low where little of it reached the
   translation. A Transformer's only (a GRU has no residual stream to decompose).
@@ -29,7 +29,10 @@ from attention_inspector.model.text.words import word_spans, words
 
 CONTRASTIVE, CONTRIBUTION = "contrastive", "contribution"
 SIGNALS = (CONTRASTIVE, CONTRIBUTION)
-WINDOW = 3  # the longest span deleted, in words
+WINDOW = 3  # every run of up to this many words is deleted
+# and runs of these many words, each starting half its length after the last: a clause left out whole (a man on a
+# bicycle carrying bread) scores where each of its words alone does not, the rest of the clause still standing
+LONGER = (5, 8, 13)
 # Where nothing was calibrated for a model: Vamvas & Sennrich's rule, Δ ≥ 0, flags most of a model's own faithful
 # translations here (80% of en-de's), so the default asks for a clearer gain (see docs/explanations.md).
 DEFAULT_THRESHOLD = 1.0
@@ -72,12 +75,29 @@ def worded(word: str) -> bool:
     return any(character.isalnum() for character in word)
 
 
-def deletions(labels: list[str], window: int = WINDOW) -> list[tuple[int, int]]:
-    """The runs of words deleted, as (first, end): every run of 1 to `window` words that starts and ends with a word
-    of letters or digits (`worded`), but the whole source."""
+def deletions(labels: list[str], window: int = WINDOW, longer: tuple[int, ...] = LONGER) -> list[tuple[int, int]]:
+    """The runs of words deleted, as (first, end), none of them the whole source and each starting and ending with a
+    word of letters or digits (`worded`): every run of 1 to `window` words, then of each of the `longer` sizes
+    every half its length (the last reaching the source's end), punctuation at its ends left standing."""
     count = len(labels)
-    return [(first, first + size) for size in range(1, window + 1) for first in range(count - size + 1)
+    runs = [(first, first + size) for size in range(1, window + 1) for first in range(count - size + 1)
             if size < count and worded(labels[first]) and worded(labels[first + size - 1])]
+    for size in longer:
+        starts = range(0, count - size + 1, size // 2)
+        for first in sorted({*starts, count - size} if size < count else ()):
+            run = trimmed(labels, first, first + size)
+            if run is not None and run[1] - run[0] > window and run not in runs:
+                runs.append(run)
+    return runs
+
+
+def trimmed(labels: list[str], first: int, end: int) -> tuple[int, int] | None:
+    """The run of words from `first` to `end` without the punctuation at its ends, or None if none is left."""
+    while first < end and not worded(labels[first]):
+        first += 1
+    while end > first and not worded(labels[end - 1]):
+        end -= 1
+    return (first, end) if first < end else None
 
 
 @torch.inference_mode()
