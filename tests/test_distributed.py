@@ -1,5 +1,5 @@
 """Training on several processes (model/training/distributed.py, torchrun): the same gradients as one process with the
-whole batch, and a 2-process run that learns what a 1-process run learns."""
+whole batch, and a 2-process run that trains as a 1-process run does."""
 
 import json
 import os
@@ -82,21 +82,34 @@ def torchrun(*args: str, module: str = "model.training.train", processes: int = 
 
 
 @pytest.mark.slow
-def test_two_processes_learn_reversal_as_one_does(tmp_path):
-    """The shipped reverser's recorded command, on 2 processes (torchrun, gloo): a checkpoint that loads and
-    reverses held-out strings as well as the 1-process run's (exact match >= 99%)."""
+def test_two_processes_train_the_reverser_as_one_does(tmp_path):
+    """The shipped reverser's recorded command (tests/test_reversal.py trains it whole, to 100% exact match), for one
+    epoch of its 921 steps, on 2 processes (torchrun, gloo) and on one: every rank takes its share of each batch and
+    the gradients are the whole batch's, so the epoch's training loss is the same to 0.1% (seen: 1.1059 and 1.1061).
+    The validation loss after it is the same to 10% (seen: 0.168 and 0.175): float sums added in another order make
+    the weights drift apart over 921 Adam steps."""
     from attention_inspector.model.serving.checkpoint import load_checkpoint
-    from attention_inspector.model.training.evaluate import evaluate
     from tests.test_reversal import recorded_arguments
-    run = torchrun(*recorded_arguments(tmp_path))  # --threads 1: a thread per process
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    translator = load_checkpoint(tmp_path / "reverse")
-    training = translator.metrics["training"]
-    assert (training["world_size"], training["backend"]) == (2, "gloo")
+
+    def one_epoch(out: Path) -> list[str]:
+        arguments = recorded_arguments(out)
+        arguments[arguments.index("--epochs") + 1] = "1"
+        return arguments
+
+    shared = torchrun(*one_epoch(tmp_path / "two"))  # --threads 1: a thread per process
+    assert shared.returncode == 0, shared.stdout[-2000:] + shared.stderr[-2000:]
+    alone = subprocess.run([sys.executable, "-m", "model.training.train", *one_epoch(tmp_path / "one")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=900)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    two, one = (load_checkpoint(tmp_path / run / "reverse") for run in ("two", "one"))
+    training = two.metrics["training"]
+    assert (training["world_size"], training["backend"]) == (2, "gloo") and one.metrics["training"]["world_size"] == 1
     assert training["command"].startswith("torchrun --nproc_per_node 2 -m model.training.train ")
-    metrics, _ = evaluate(translator, "reverse", "test", beam_size=1)
-    assert metrics["exact_match"] >= 99.0, metrics
-    assert run.stdout.count("epoch=") == 5  # rank 0 alone logs
+    assert shared.stdout.count("epoch=") == 1  # rank 0 alone logs
+    (epoch,), (epoch_alone,) = training["history"], one.metrics["training"]["history"]
+    assert epoch["step"] == epoch_alone["step"] == 921
+    assert epoch["train_loss"] == pytest.approx(epoch_alone["train_loss"], rel=1e-3), (epoch, epoch_alone)
+    assert epoch["val_loss"] == pytest.approx(epoch_alone["val_loss"], rel=0.1), (epoch, epoch_alone)
 
 
 @pytest.mark.slow
