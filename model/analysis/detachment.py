@@ -235,17 +235,11 @@ def main(argv: list[str] | None = None) -> None:
         report = evaluation(translator, texts, direction)
         own = report.pop("own")
         print_evaluation(report)
-        report |= {"checkpoint": args.checkpoint, "split": args.split, "seconds": round(time.perf_counter() - began),
-                   "command": "python -m model.analysis.detachment " + shlex.join(
-                       argv if argv is not None else sys.argv[1:])}
+        report |= run_of(args, argv, began)
         if args.calibrate:
-            metrics_path = Path(args.checkpoint) / METRICS
-            metrics = read_json(metrics_path) if metrics_path.is_file() else {}
-            metrics["detachment"] = {"thresholds": calibrated(own), "split": f"Multi30k {args.split}",
-                                     "sentences": report["scored"], "evaluation": report["kinds"],
-                                     "command": report["command"]}
-            write_json(metrics_path, metrics)
-            print(f"thresholds {metrics['detachment']['thresholds']} written into {metrics_path}")
+            thresholds = calibrated(own)
+            metrics_path = written_into_metrics(args, "detachment", {"thresholds": thresholds}, report, "kinds")
+            print(f"thresholds {thresholds} written into {metrics_path}")
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         return
@@ -265,24 +259,36 @@ def main(argv: list[str] | None = None) -> None:
                   f"{row['translation']!r}")
 
 
+def run_of(args, argv: list[str] | None, began: float) -> dict:
+    """What an evaluation's report records of its run: the checkpoint, the split, its seconds and its command."""
+    return {"checkpoint": args.checkpoint, "split": args.split, "seconds": round(time.perf_counter() - began),
+            "command": "python -m model.analysis.detachment " + shlex.join(argv if argv is not None else sys.argv[1:])}
+
+
+def written_into_metrics(args, key: str, calibrated: dict, report: dict, evaluated: str) -> Path:
+    """The `calibrated` thresholds written into the checkpoint's metrics.json under `key`, with the split, the
+    sentences, the evaluation (`report[evaluated]`) and the command they came from; the file's path."""
+    metrics_path = Path(args.checkpoint) / METRICS
+    metrics = read_json(metrics_path) if metrics_path.is_file() else {}
+    metrics[key] = calibrated | {"split": f"Multi30k {args.split}", "sentences": report["scored"],
+                                 "evaluation": report[evaluated], "command": report["command"]}
+    write_json(metrics_path, metrics)
+    return metrics_path
+
+
 def omissions_command(args, argv: list[str] | None, translator: Translator, texts: list[str],
                       tokens: list[list[str]] | None, direction: dict, began: float) -> None:
     """`--omissions`: the known-answer evaluation (`--evaluate`, `--calibrate`), or the pairs ranked by their worst
     omission."""
     from attention_inspector.model.analysis import omissions
 
-    command = "python -m model.analysis.detachment " + shlex.join(argv if argv is not None else sys.argv[1:])
     if args.evaluate:
         report = omissions.evaluation(translator, texts, direction)
         omissions.print_evaluation(report)
-        report |= {"checkpoint": args.checkpoint, "split": args.split, "seconds": round(time.perf_counter() - began),
-                   "command": command}
+        report |= run_of(args, argv, began)
         if args.calibrate:
-            metrics_path = Path(args.checkpoint) / METRICS
-            metrics = read_json(metrics_path) if metrics_path.is_file() else {}
-            metrics["omissions"] = {"threshold": report["threshold"], "split": f"Multi30k {args.split}",
-                                    "sentences": report["scored"], "evaluation": report["signals"], "command": command}
-            write_json(metrics_path, metrics)
+            metrics_path = written_into_metrics(args, "omissions", {"threshold": report["threshold"]}, report,
+                                                "signals")
             print(f"threshold {report['threshold']} written into {metrics_path}")
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

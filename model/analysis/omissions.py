@@ -116,9 +116,11 @@ def figures(calibration: list, evaluated: list, signal: str) -> dict:
     threshold = threshold_from([mine for mine, _, _ in calibration], signal)
     omitted_words, flagged, true, spans_found = [], 0, 0, 0
     for _, theirs, (first, end) in evaluated:
-        marked = np.nan_to_num(values(theirs, signal), nan=-np.inf) >= threshold
-        inside = marked[first:end][[worded(word) for word in theirs.words[first:end]]]
-        omitted_words += list(values(theirs, signal)[first:end][[worded(w) for w in theirs.words[first:end]]])
+        scores = values(theirs, signal)
+        marked = np.nan_to_num(scores, nan=-np.inf) >= threshold
+        deleted = [worded(word) for word in theirs.words[first:end]]  # the deleted span's words, not its punctuation
+        inside = marked[first:end][deleted]
+        omitted_words += list(scores[first:end][deleted])
         flagged, true, spans_found = flagged + marked.sum(), true + inside.sum(), spans_found + inside.any()
     own_values = np.concatenate([values(mine, signal) for mine, _, _ in evaluated])
     own_values = own_values[~np.isnan(own_values)]
