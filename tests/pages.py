@@ -25,17 +25,36 @@ def step_button_lines(page) -> list[float]:
         return inner / line; })""")
 
 
-# Where a cell of the attention heatmap is on the screen: Plotly's axes' offsets in the plot and their pixel of a
-# category's index.
-CELL = """([row, column]) => {
+# A cell of the attention heatmap brought into view, and where it then is on the screen: Plotly's axes' offsets in the
+# plot and their pixel of a category's index. A marker put at the cell is scrolled into view as any element is (the
+# window and every box that scrolls around it), then removed; the point is read again a frame later, with what the
+# element under it is.
+CELL = """async ([row, column]) => {
     const plot = document.querySelector('#attention .js-plotly-plot');
-    const { xaxis, yaxis } = plot._fullLayout;
-    const box = plot.getBoundingClientRect();
-    return [box.left + xaxis._offset + xaxis.l2p(column), box.top + yaxis._offset + yaxis.l2p(row)];
+    const at = () => {
+        const { xaxis, yaxis } = plot._fullLayout;
+        const box = plot.getBoundingClientRect();
+        return [box.left + xaxis._offset + xaxis.l2p(column), box.top + yaxis._offset + yaxis.l2p(row)];
+    };
+    const marker = document.createElement('div');
+    Object.assign(marker.style, { position: 'absolute', left: '0px', top: '0px', width: '1px', height: '1px',
+                                  pointerEvents: 'none' });
+    plot.append(marker);
+    const origin = marker.getBoundingClientRect(), [x, y] = at();
+    Object.assign(marker.style, { left: `${x - origin.left}px`, top: `${y - origin.top}px` });
+    marker.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
+    marker.remove();
+    await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve)));
+    const [left, top] = at(), under = document.elementFromPoint(left, top);
+    return { point: [left, top], screen: [window.innerWidth, window.innerHeight], inPlot: !!under && plot.contains(under) };
 }"""
 
 
 def heatmap_cell(page, row: int, column: int) -> tuple[float, float]:
-    """The screen's point (x, y) of the attention heatmap's cell at `row`, `column` (0-based), for a mouse click."""
-    x, y = page.evaluate(CELL, [row, column])
+    """The attention heatmap's cell at `row`, `column` (0-based) scrolled into view, and the screen's point (x, y) of
+    it for a mouse click: on the screen, and on the heatmap (nothing drawn over it)."""
+    cell = page.evaluate(CELL, [row, column])
+    (x, y), (width, height) = cell["point"], cell["screen"]
+    assert 0 <= x < width and 0 <= y < height, f"cell {row},{column} at {x:.0f},{y:.0f}, off a {width}x{height} screen"
+    assert cell["inPlot"], f"cell {row},{column} at {x:.0f},{y:.0f} is under something else than the heatmap"
     return x, y

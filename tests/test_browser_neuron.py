@@ -56,6 +56,7 @@ def test_on_a_phone_the_neuron_view_fits_the_screen(page, server, services):
         phone.goto(server)
         translate(phone, services, LONG)
         choose(phone, "head", "Head 1")
+        phone.evaluate("() => window.scrollTo(0, 0)")  # the page's top: the heatmap is below the fold
         click_cell(phone, 2, 1)
         tokens = services.translators["toy-en-de"].trace(LONG)
         shown = neuron_at(phone, 2, tokens.target_tokens[2])
