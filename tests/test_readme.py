@@ -86,3 +86,55 @@ def test_the_readmes_word_in_pieces_example_is_what_the_shipped_model_forces():
     assert translator.in_pieces([word]) == re.findall(r"`([^`]+)`", pieces)
     assert translator.trace("A woman reads a newspaper.", force=["eine", word]).target_tokens[1:6] == \
         re.findall(r"`([^`]+)`", pieces)
+
+
+README_LINES = 250  # the README is what a newcomer reads first; the detail lives in docs/
+PERFORMANCE_LINES = 300  # how to measure and today's figures; the runs that led to them stay in git log
+
+
+def test_the_readme_stays_short():
+    assert len(README.splitlines()) <= README_LINES
+
+
+def test_the_performance_page_stays_short():
+    assert len((ROOT / "docs" / "performance.md").read_text(encoding="utf-8").splitlines()) <= PERFORMANCE_LINES
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower-cased, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", markdown, flags=re.S), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_link_between_the_readme_and_the_docs_leads_somewhere():
+    """A link from the README or a docs page reaches a file that exists and, where it names one, a heading of it."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path) if path else page
+            if not linked.exists():
+                broken.append(f"{page.name}: {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked.read_text(encoding="utf-8")):
+                broken.append(f"{page.name}: {target}")
+    assert broken == []
+
+
+def test_the_readmes_file_map_names_what_is_there():
+    """Every folder and file in the README's Layout block exists (an indented one inside the folder above it)."""
+    layout = re.search(r"## Layout\n\n```\n(.*?)```", README, flags=re.S).group(1)
+    parent, missing = ROOT, []
+    for line in layout.splitlines():
+        indent, entry = re.match(r"( *)(\S*)", line).groups()
+        if not entry or len(indent) > 2:  # a description's second line
+            continue
+        path = (parent if indent else ROOT) / entry.replace("<name>", "en-de")
+        if not path.exists():
+            missing.append(entry)
+        if not indent:
+            parent = path
+    assert missing == []
