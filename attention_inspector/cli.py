@@ -2,23 +2,25 @@
 
     attention-inspector serve [--checkpoints DIR]      # the page (python app.py in a checkout)
     attention-inspector evaluate --checkpoint checkpoints/en-de --split test
-    attention-inspector heads --checkpoint checkpoints/en-de --split val
+    attention-inspector heads --checkpoint en-de --split val    # writes en-de-heads/heads.json here
     attention-inspector COMMAND --help
 
-Each command is a module's own command line (`python -m model.analysis.heads` in a checkout). Every one says what
-it takes (--help) with the app's requirements; reading Multi30k and scoring BLEU need the `studies` extra
-(`pip install "attention-inspector[studies]"`: datasets, pyarrow, sacrebleu), and a command that needs it says so.
+Each command is a module's own command line (`python -m model.analysis.heads` in a checkout), its --help and
+examples written as this command runs them (`as_installed`). Every one says what it takes (--help) with the app's
+requirements; reading Multi30k and scoring BLEU need the `studies` extra (`pip install
+"attention-inspector[studies]"`: datasets, pyarrow, sacrebleu): --help says which commands need it, and a command
+that needs it and lacks it says so before it starts any work. A checkpoint given by name is read, never written.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 
 import attention_inspector
-
-STUDIES = {"datasets", "pyarrow", "sacrebleu"}  # the `studies` extra's packages, as imports name them
+from attention_inspector.model.extras import INSTALL, STUDIES
 COMMANDS = {  # name: (module under attention_inspector, what it does)
     "serve": ("ui.serve", "the page: translate, step, look at every head (python app.py)"),
     "train": ("model.training.train", "train a translation model on Multi30k or your own pairs"),
@@ -38,6 +40,14 @@ def usage() -> str:
     lines = [f"  {name:{width}s}  {what}" for name, (_, what) in COMMANDS.items()]
     return (f"attention-inspector {attention_inspector.__version__}\n\nusage: attention-inspector COMMAND [ARGS]\n\n"
             "commands:\n" + "\n".join(lines) + "\n\nattention-inspector COMMAND --help says what each takes.")
+
+
+def as_installed(text: str, module: str, name: str) -> str:
+    """A module's own examples, `python -m model.analysis.heads --checkpoint checkpoints/en-de` (a checkout's), as
+    the installed command runs them: `attention-inspector heads --checkpoint en-de` (a shipped checkpoint by name)."""
+    text = text.replace(f"python -m {module}", f"attention-inspector {name}")
+    text = text.replace(f"-m {module}", f"-m attention_inspector {name}")  # torchrun's
+    return re.sub(r"--checkpoint checkpoints/", "--checkpoint ", text)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,12 +72,12 @@ def main(argv: list[str] | None = None) -> None:
             command.main(argv[1:], name="attention-inspector serve")
             return
         sys.argv = [f"attention-inspector {argv[0]}", *argv[1:]]  # argparse's prog, in usage and errors
+        command.__doc__ = as_installed(command.__doc__, module, argv[0])  # its --help's description
         status = command.main(argv[1:])
     except ModuleNotFoundError as error:
         if error.name not in STUDIES:
             raise
-        sys.exit(f"attention-inspector {argv[0]} needs {error.name} for this: "
-                 'pip install "attention-inspector[studies]"')
+        sys.exit(f"attention-inspector {argv[0]} needs {error.name} for this: {INSTALL}")
     except (DataError, CheckpointError) as error:  # data or a checkpoint that cannot be used: said in a line
         sys.exit(f"attention-inspector {argv[0]}: {error}")
     if status:  # a command that returns its exit status (convert)

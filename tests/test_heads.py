@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -157,3 +159,41 @@ def test_the_ranks_share_every_batch_and_head_once_and_evenly(batches, every, wo
     assert max(heads_off) - min(heads_off) <= batches
     # each batch's base (and its tokens) counted once: by the rank holding its first head
     assert sorted(batch for share in work for batch, mine in share if mine[0] == 0) == list(range(batches))
+
+
+def test_a_checkpoint_given_by_name_is_never_changed_and_a_report_is_kept_unless_overwritten(
+        toy_checkpoints, tmp_path, monkeypatch, capsys):
+    """By name, the report goes to NAME-heads in the working directory and the checkpoint's files stay as they were;
+    given a folder, a heads.json already there is kept, the run stopped before any work, unless --overwrite."""
+    root, data = toy_checkpoints
+    named = tmp_path / "named" / "toy"
+    shutil.copytree(root / "toy-en-de", named)
+    (named / heads.HEADS).write_text('{"heads": {}, "made": "by hand"}\n', encoding="utf-8")
+    before = {path.name: path.read_bytes() for path in named.iterdir()}
+    monkeypatch.setenv("CHECKPOINTS", str(named.parent))
+    monkeypatch.chdir(tmp_path)
+    quick = ["--data", str(data), "--split", "val", "--limit", "4", "--exact", "2", "--check", "0", "--threads", "1"]
+    heads.main(["--checkpoint", "toy", *quick])
+    assert {path.name: path.read_bytes() for path in named.iterdir()} == before
+    report = json.loads((tmp_path / "toy-heads" / heads.HEADS).read_text())
+    assert report["sentences"] == 4 and len(report["heads"]) == 24
+    said = capsys.readouterr().out
+    assert f"the head report is in {Path('toy-heads') / heads.HEADS}" in said and "shipped toy is left as it is" in said
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the report started its work")
+    measured = heads.split_statistics
+    monkeypatch.setattr(heads, "split_statistics", no_work)
+    for checkpoint in (str(named), "toy"):  # its own heads.json, and the report just written to toy-heads
+        with pytest.raises(SystemExit, match="heads.json exists .* give --overwrite to replace it, or --out DIR"):
+            heads.main(["--checkpoint", checkpoint, *quick])
+    assert (named / heads.HEADS).read_bytes() == before[heads.HEADS]
+    # A missing `studies` package is said before any work too.
+    monkeypatch.setitem(sys.modules, "sacrebleu", None)
+    with pytest.raises(ModuleNotFoundError) as missing:
+        heads.main(["--checkpoint", "toy", *quick, "--out", str(tmp_path / "elsewhere")])
+    assert missing.value.name == "sacrebleu"
+    monkeypatch.undo()
+    monkeypatch.setattr(heads, "split_statistics", measured)
+    heads.main(["--checkpoint", str(named), *quick, "--overwrite"])
+    assert json.loads((named / heads.HEADS).read_text())["sentences"] == 4

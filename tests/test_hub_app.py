@@ -361,9 +361,10 @@ def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, t
     heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(targets), str(sources), "--src-lang", "deu_Latn",
                 "--tgt-lang", "eng_Latn", "--threads", "1", "--statistics-only"])
     with pytest.raises(SystemExit, match="no source language 'xx'"):
-        heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(targets), str(sources), "--src-lang", "xx"])
+        heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(targets), str(sources), "--src-lang", "xx",
+                    "--overwrite"])
     with pytest.raises(SystemExit, match="with --pairs"):
-        heads.main(["--checkpoint", str(root / "nllb"), "--src-lang", "deu_Latn"])
+        heads.main(["--checkpoint", str(root / "nllb"), "--src-lang", "deu_Latn", "--overwrite"])
     time.sleep(REPORT_LOOK_S)
     for name in ("opus-a", "nllb"):
         best = services.best_head(name)
@@ -372,4 +373,4 @@ def test_a_hub_model_gets_a_head_report_and_opens_on_its_best_head(hub_events, t
         assert "no head report" not in said
     targets.write_text("Ein Hund rennt.\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="has 3 lines and .* 1"):
-        heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(sources), str(targets)])
+        heads.main(["--checkpoint", str(root / "nllb"), "--pairs", str(sources), str(targets), "--overwrite"])

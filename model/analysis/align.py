@@ -15,6 +15,8 @@ alignments: without `--gold`, a statistical word aligner trained on the training
 Model 2 with fast_align's diagonal prior, Dyer et al., 2013, run in both directions) gives a silver standard,
 its links found in both directions sure and in either direction possible. The last printed line reads
 `best AER <value> at <kind.layer.head> (<reading>)`.
+
+Needs the `studies` extra (pip install "attention-inspector[studies]"): datasets reads the split.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from attention_inspector.model.extras import DATA, require
 from attention_inspector.model.keys import OUTPUT, READINGS, head_name  # noqa: F401  (READINGS re-exported)
 from attention_inspector.model.serving.checkpoint import load_checkpoint
 from attention_inspector.model.serving.translator import Translator
@@ -195,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, help="only the first N sentences")
     parser.add_argument("--out", help="write the best reading's alignments here, in Pharaoh format")
     args = parser.parse_args(argv)
+    require(*DATA)  # the `studies` extra, asked before any work
     translator = load_checkpoint(args.checkpoint)
     pairs = load_pairs(args.data, args.split, translator.src_tokenizer.lang, translator.tgt_tokenizer.lang)
     if args.limit:

@@ -28,6 +28,9 @@ fall.
 `--omissions` looks for the source words each translation left out (model/explain/omissions.py) instead: the pairs
 ranked by their worst omission, with the words named, or, with `--evaluate`, the known-answer evaluation of
 model/analysis/omissions.py (`--calibrate` writes its threshold into metrics.json).
+
+Without --pairs it needs the `studies` extra (pip install "attention-inspector[studies]"): datasets reads the split;
+and so does --evaluate without --omissions: sacrebleu scores the perturbed sources.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ from tqdm import tqdm
 
 from attention_inspector.model.explain.detachment import (CALIBRATED_SHARE, COMBINED, DETECTOR_LABELS, DETECTORS,
                                                           Detachment, ranked, thresholds_of)
+from attention_inspector.model.extras import BLEU, DATA, require
 from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-from attention_inspector.model.serving.checkpoint import METRICS, load_checkpoint, read_json, write_json
+from attention_inspector.model.serving.checkpoint import METRICS, load_checkpoint, own_folder, read_json, write_json
 from attention_inspector.model.serving.translator import InputError, Translator
 from attention_inspector.model.training.data import load_pairs
 from attention_inspector.model.training.evaluate import DEFAULT_DATA
@@ -210,6 +214,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.calibrate and not args.evaluate:
         sys.exit("--calibrate goes with --evaluate: the thresholds come from the model's own translations")
+    if args.calibrate:
+        own_folder(args.checkpoint, "--calibrate")
+    # the `studies` extra, asked before any work: a Multi30k split, and the perturbation's sentence BLEU
+    require(*(() if args.pairs else DATA), *(BLEU if args.evaluate and not args.omissions else ()))
     torch.set_num_threads(args.threads)
     refuse_missing_device(args.device)
     began = time.perf_counter()
@@ -268,7 +276,7 @@ def run_of(args, argv: list[str] | None, began: float) -> dict:
 def written_into_metrics(args, key: str, calibrated: dict, report: dict, evaluated: str) -> Path:
     """The `calibrated` thresholds written into the checkpoint's metrics.json under `key`, with the split, the
     sentences, the evaluation (`report[evaluated]`) and the command they came from; the file's path."""
-    metrics_path = Path(args.checkpoint) / METRICS
+    metrics_path = own_folder(args.checkpoint, "--calibrate") / METRICS
     metrics = read_json(metrics_path) if metrics_path.is_file() else {}
     metrics[key] = calibrated | {"split": f"Multi30k {args.split}", "sentences": report["scored"],
                                  "evaluation": report[evaluated], "command": report["command"]}

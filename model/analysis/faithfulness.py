@@ -5,6 +5,8 @@ faithfulness.py has the measures).
     python -m model.analysis.faithfulness --checkpoint checkpoints/en-de --split val --sentences 500
 
 Under torchrun each process measures a block of the sentences, and the first prints and writes the whole.
+
+Needs the `studies` extra (pip install "attention-inspector[studies]"): datasets reads the split.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tqdm import tqdm
 
 from attention_inspector.model.explain.faithfulness import KS, StepFaithfulness, k_label, sentence_faithfulness
 from attention_inspector.model.explain.head_stats import best_aligning_head
+from attention_inspector.model.extras import DATA, require
 from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
 from attention_inspector.model.serving.checkpoint import load_checkpoint
 from attention_inspector.model.serving.translator import InputError
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="also write the summary as JSON here")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    require(*DATA)  # the `studies` extra, asked before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     refuse_missing_device(args.device)

@@ -1,15 +1,18 @@
 """Which heads matter: every attention head switched off alone, and the gradient importance of Michel et al.,
 2019 ("Are Sixteen Heads Really Better than One?"), over a whole split.
 
-    python -m model.analysis.heads --checkpoint checkpoints/en-de --split val
+    python -m model.analysis.heads --checkpoint en-de --split val           # writes en-de-heads/heads.json
+    python -m model.analysis.heads --checkpoint my-model --split val --overwrite   # into my-model/heads.json
 
 For each head (named kind.layer.head): the change in the mean teacher-forced log-likelihood per target token
 when that head alone is switched off (many heads per batched pass: model/explain/ablation.py), with
 `--bleu-per-head` the change in greedy BLEU (tokenized, lower-cased) too (the split decoded again per head, several
 heads per decoding, each in its own copy of the sentences), and its importance I_h = Σ_batches |∂L/∂ξ_h| at gates
 ξ = 1 (L: the batch's summed teacher-forced loss), normalised per layer (ℓ2). Then BLEU as heads are switched off
-in increasing importance (their Fig. 3). Writes heads.json into the checkpoint folder and prints the heads ranked by
-importance.
+in increasing importance (their Fig. 3). Writes heads.json, which the page reads for its importance map and the head
+it opens on, and prints the heads ranked by importance: into the checkpoint folder given (an existing heads.json is
+kept unless --overwrite), or --out DIR. A checkpoint given by name (en-de) is never changed: its report goes to
+NAME-heads/ in the working directory unless --out says where.
 
 Each head's statistics over the split (model/explain/head_stats.py: entropy, confidence, weight on <eos> and on
 punctuation, offset of the most attended key) are recorded beside its importance, read teacher-forced on the
@@ -20,6 +23,8 @@ reference translations, and each cross-attention head's alignment error rate aga
 Over a user's own sentences (any model, any languages): `--pairs SOURCES TARGETS`; a multilingual model is read in
 its default direction, or in the one `--src-lang` and `--tgt-lang` name, its language codes leading what it reads
 as in the app (heads.json records the direction measured).
+
+Needs the `studies` extra for BLEU and a Multi30k split (pip install "attention-inspector[studies]").
 """
 
 from __future__ import annotations
@@ -42,11 +47,12 @@ from attention_inspector.model.analysis.align import alignment_error_rate, head_
 from attention_inspector.model.explain.ablation import heads_off_losses, pass_tokens
 from attention_inspector.model.explain.estimates import ORDERS, PROBES, GateSums, agreement, gate_sums, named
 from attention_inspector.model.explain.head_stats import head_statistics
+from attention_inspector.model.extras import BLEU, DATA, require
 from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
 from attention_inspector.model.nets.seq2seq import HeadGates, head_gates, head_name
 # (kind, layer, head); `every_head` here: names
 from attention_inspector.model.nets.seq2seq import every_head as every_head_of
-from attention_inspector.model.serving.checkpoint import HEADS, load_checkpoint, read_json, write_json
+from attention_inspector.model.serving.checkpoint import HEADS, found_by_name, load_checkpoint, read_json, write_json
 from attention_inspector.model.serving.translator import InputError, Translator
 from attention_inspector.model.text.batching import make_batch, token_batches
 from attention_inspector.model.text.vocab import PAD_ID
@@ -386,9 +392,22 @@ def sentence_pairs(translator: Translator, args: argparse.Namespace) -> tuple[li
     return sources[:limit], targets[:limit]
 
 
+def report_folder(checkpoint: str, out: str | None) -> Path:
+    """Where the head report goes: `out` where given, else the checkpoint folder the user gave, else (a checkpoint
+    found by name, which the studies never change) NAME-heads in the working directory."""
+    if out is not None:
+        return Path(out)
+    return Path(f"{Path(checkpoint).name}-heads") if found_by_name(checkpoint) else Path(checkpoint)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="checkpoint folder; heads.json is written into it")
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint folder, or the name of a shipped one (en-de), read only")
+    parser.add_argument("--out", metavar="DIR",
+                        help="folder to write heads.json into (default: the checkpoint folder given; for a checkpoint "
+                             "given by name, NAME-heads in the working directory)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a heads.json already in that folder")
     parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k folder or hub id")
     parser.add_argument("--split", default="val", choices=("train", "val", "test"))
     parser.add_argument("--limit", type=int, help="only the first N sentences of the split")
@@ -421,10 +440,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probes", type=int, default=PROBES, metavar="N",
                         help=f"Hutchinson's vectors per batch for the second order (default {PROBES})")
     parser.add_argument("--statistics-only", action="store_true",
-                        help="only add the heads' statistics to the checkpoint's existing heads.json")
+                        help="only add the heads' statistics to an existing heads.json (that folder's, else the "
+                             "checkpoint's own, written to that folder)")
     args = parser.parse_args(argv)
     if args.check < 0 or args.probes < 1:
         parser.error("--check takes 0 or more heads, --probes 1 or more vectors")
+    out = report_folder(args.checkpoint, args.out)
+    if (out / HEADS).is_file() and not (args.overwrite or args.statistics_only):
+        sys.exit(f"{out / HEADS} exists (the page reads it for the importance map and the head it opens on): give "
+                 "--overwrite to replace it, or --out DIR to write the report elsewhere")
+    require(*(() if args.statistics_only else BLEU), *(() if args.pairs else DATA))  # said before any work
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
     refuse_missing_device(args.device)
@@ -461,17 +486,19 @@ def main(argv: list[str] | None = None) -> None:
         distributed.stop(ranks)
         if not ranks.main:
             return
-        report = read_json(Path(args.checkpoint) / HEADS)
+        report = read_json(out / HEADS) if (out / HEADS).is_file() else translator.head_report
+        if not report:
+            sys.exit(f"no heads.json in {out} nor in the checkpoint to add statistics to: run the report first")
         for name, values in statistics.items():
             report["heads"].setdefault(name, {}).update(values)
         report["statistics"] = {"split": args.split, "sentences": len(sources), "alignments": reference,
                                 "date": datetime.date.today().isoformat()}
-        write_json(Path(args.checkpoint) / HEADS, report)
-        print(f"statistics of {len(statistics)} heads over {len(sources)} sentences of {args.split} added to "
-              f"{Path(args.checkpoint) / HEADS}")
+        written(out, report, args.checkpoint)
+        print(f"statistics of {len(statistics)} heads over {len(sources)} sentences of {args.split} added")
         return
     names = every_head(translator)
-    progress = Progress(args.checkpoint, ranks, measured_arguments(argv if argv is not None else sys.argv[1:]))
+    out.mkdir(parents=True, exist_ok=True)  # the resume files' folder too
+    progress = Progress(out, ranks, measured_arguments(argv if argv is not None else sys.argv[1:]))
     if progress.resumed and ranks.main:
         print(f"going on from {progress.path} (an interrupted run with the same arguments)", file=sys.stderr)
 
@@ -533,8 +560,7 @@ def main(argv: list[str] | None = None) -> None:
         # The first pruning point (fewest heads off) whose BLEU is more than 1 below all heads on.
         "bleu_drops_by_1_at": None if drop is None else {key: drop[key] for key in ("fraction", "heads_off")},
     }
-    write_json(Path(args.checkpoint) / HEADS, report)
-
+    written(out, report, args.checkpoint)
     print(f"{len(references)} sentences of {args.split}: greedy BLEU {base_bleu}, log-likelihood "
           f"{base_likelihood:.4f} per token; {report['seconds']} s")
     print(estimate_summary(report["estimate"]))
@@ -549,6 +575,17 @@ def main(argv: list[str] | None = None) -> None:
     print("BLEU never drops by more than 1" if drop is None else
           f"BLEU drops by more than 1 with {drop['heads_off']} of {len(names)} heads off "
           f"({drop['heads_off'] / len(names):.0%})")
+
+
+def written(out: Path, report: dict, checkpoint: str) -> None:
+    """`report` written as `out`/heads.json, said with where; for a checkpoint given by name, how the page shows it."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / HEADS, report)
+    print(f"the head report is in {out / HEADS}")
+    if found_by_name(checkpoint):
+        print(f"(the shipped {checkpoint} is left as it is; the page reads the heads.json in a checkpoint's folder: to "
+              f"see this one there, copy {checkpoint}'s folder, put it in, and serve that folder's parent with "
+              "--checkpoints DIR)")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ swap, the German nouns of the original and the swapped word as token and contras
 before, the noun's article, against the article of the other gender. Prints the mean effect per head, with its
 standard deviation over the pairs. Under torchrun each process patches a block of the pairs, and the first
 prints the whole.
+
+With --gender it needs the `studies` extra (pip install "attention-inspector[studies]"): datasets reads Multi30k
+test. --pairs does not.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import torch
 
 from attention_inspector.model.explain.patching import Patching
+from attention_inspector.model.extras import DATA, require
 from attention_inspector.model.keys import KINDS, head_name
 from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
 from attention_inspector.model.serving.checkpoint import load_checkpoint
@@ -110,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
                              "a patched run per head (docs/explanations.md gives their measured error)")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    require(*(() if args.pairs else DATA))  # the `studies` extra, asked before any work
     torch.set_num_threads(max(1, torch.get_num_threads()))
     refuse_missing_device(args.device)
     translator = load_checkpoint(args.checkpoint)

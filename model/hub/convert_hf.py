@@ -204,7 +204,8 @@ def write_checkpoint(out: Path, model: Transformer, ours: ModelConfig, config: d
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description="\n\n".join(__doc__.split("\n\n")[:2]),  # what it does, and examples
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", help="a Hub model id (e.g. Helsinki-NLP/opus-mt-en-de) or a save_pretrained folder")
     p.add_argument("--out", required=True, help="the checkpoint folder to write (e.g. checkpoints/opus-mt-en-de)")
     p.add_argument("--src-lang", help="default source language of a multilingual model (e.g. eng_Latn)")

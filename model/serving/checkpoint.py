@@ -317,6 +317,22 @@ def checkpoint_folder(name_or_folder: str | Path) -> Path:
     return folder
 
 
+def found_by_name(name_or_folder: str | Path) -> bool:
+    """Whether `checkpoint_folder` found it by name ("en-de") among `named_checkpoints()`: a shipped checkpoint, or one
+    of CHECKPOINTS=DIR, which the studies read and never change."""
+    return checkpoint_folder(name_or_folder) != Path(name_or_folder)
+
+
+def own_folder(name_or_folder: str | Path, flag: str) -> Path:
+    """The checkpoint folder `flag` records into, refused (CheckpointError, before any work) for a checkpoint found
+    by name: the studies never change a shipped checkpoint."""
+    if found_by_name(name_or_folder):
+        raise CheckpointError(f"{flag} records into the checkpoint's own files, and {name_or_folder!r} is found by "
+                              f"name in {named_checkpoints()}, which the studies never change: give the folder of "
+                              "a copy of it instead")
+    return Path(name_or_folder)
+
+
 def checkpoint_parts(folder: str | Path) -> CheckpointParts:
     """A checkpoint folder, or a checkpoint by name (`checkpoint_folder`), read, every file checked (a
     CheckpointError names the one at fault)."""

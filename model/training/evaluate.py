@@ -1,6 +1,9 @@
 """Evaluation CLI: sacreBLEU (cased, detokenized) and chrF, plus tokenized lower-cased BLEU for papers.
 
     python -m model.training.evaluate --checkpoint checkpoints/en-de --split test --beam 5
+
+Needs the `studies` extra (pip install "attention-inspector[studies]"): datasets reads the split, sacrebleu
+scores it.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from pathlib import Path
 
 import torch
 
+from attention_inspector.model.extras import BLEU, DATA, require
 from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-from attention_inspector.model.serving.checkpoint import METRICS, load_checkpoint, write_json
+from attention_inspector.model.serving.checkpoint import METRICS, load_checkpoint, own_folder, write_json
 from attention_inspector.model.serving.translator import Translator
 from attention_inspector.model.text.hub_tokenizer import HubTokenizer
 from attention_inspector.model.text.vocab import Tokenizer
@@ -121,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
                              "shipped decoding, else under e.g. test_beam1")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    if args.save_metrics:
+        own_folder(args.checkpoint, "--save-metrics")
+    require(*DATA, *BLEU)  # the `studies` extra, asked before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     refuse_missing_device(args.device)
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         key = args.split if shipped else f"{args.split}_beam{beam}" + (
             f"_lp{length_penalty:g}" if length_penalty != 1.0 else "")
         translator.metrics.setdefault("scores", {})[key] = metrics
-        write_json(Path(args.checkpoint) / METRICS, translator.metrics)
+        write_json(own_folder(args.checkpoint, "--save-metrics") / METRICS, translator.metrics)
 
 
 if __name__ == "__main__":

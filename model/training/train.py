@@ -12,6 +12,9 @@ Started by torchrun, it trains with DistributedDataParallel over every process t
 nccl on GPUs; model/training/distributed.py), each taking its share of every batch; rank 0 alone validates and writes:
 
     torchrun --nproc_per_node 2 -m model.training.train --src en --tgt de --out checkpoints/en-de
+
+Needs the `studies` extra (pip install "attention-inspector[studies]"): datasets reads the data, sacrebleu scores
+validation BLEU.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from attention_inspector.model.extras import BLEU, DATA, require
 from attention_inspector.model.nets.rnn import ATTENTIONS, RNNConfig
 from attention_inspector.model.nets.transformer import ModelConfig
 from attention_inspector.model.serving.checkpoint import (build_model, load_checkpoint, load_weights, read_json,
@@ -483,7 +487,9 @@ def finish(args, translator: Translator, data: dict, state: dict, work: Path, de
 
 
 def main(argv: list[str] | None = None) -> None:
-    train(parse_args(argv))
+    args = parse_args(argv)
+    require(*DATA, *BLEU)  # the `studies` extra, asked before any work
+    train(args)
 
 
 if __name__ == "__main__":
