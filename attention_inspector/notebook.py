@@ -15,7 +15,8 @@ step.js) draw it from one value, and ui/static/notebook.js stands in for Gradio.
 
 Layers and heads count from 1, as the page and the JSON API name them. A view holds the figures of every layer of
 every kind (each head, their mean, all side by side, and every layer x head) up to `FIGURES` of them; a larger model's
-holds the layer it opens on (`layers=[...]` chooses others), and its menus say which layers it holds.
+holds the layer it opens on (`layers=[...]` chooses others), and its menus say which layers it holds. Its plain text
+(`repr`, a REPL, a notebook's text/plain) is a few lines saying what it shows, not the figures.
 """
 
 from __future__ import annotations
@@ -62,9 +63,11 @@ CONTROLS = """<div class="notebook-controls">
 <p id="notebook-note" class="notebook-note"></p></div>"""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NotebookView:
-    """One view, drawn inline by a notebook (`_repr_html_`) or written as a page (`to_html`, `write_html`).
+    """One view, drawn inline by a notebook (`_repr_html_`) or written as a page (`to_html`, `write_html`); its
+    plain text (`repr`, a REPL, a notebook's text/plain beside the HTML) is `summary`, a few lines saying what it
+    shows, not its data.
 
     `value` is what the page draws (ui/static/notebook.js says its parts); `include_plotlyjs` True puts plotly.js
     inside the page (it opens offline), "cdn" loads it from plotly's CDN (a smaller file, online only)."""
@@ -72,6 +75,14 @@ class NotebookView:
     value: dict
     title: str
     include_plotlyjs: bool | str = True
+    summary: str = "<attention_inspector view>"
+
+    def __repr__(self) -> str:
+        return self.summary
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        """IPython's plain text of the view (a REPL's, and a notebook's text/plain): its summary."""
+        printer.text(self.summary)
 
     def to_html(self) -> str:
         """The view as a whole HTML page."""
@@ -122,7 +133,7 @@ def show(model, text: str, *, kind: str = CROSS, layer: int | None = None, head:
     session, said = _session(model, text, kind, layer, head, step, units, mask, src_lang, tgt_lang)
     trace, _, _ = drawn(session)
     return _view(trace, session.current.text, said, detachment_part(session), session.view, model_view, layers,
-                 file_stem(session), f"{model.name}: {text}", include_plotlyjs)
+                 file_stem(session), model.name, text, include_plotlyjs)
 
 
 def neuron_view(model, text: str, kind: str = CROSS, layer: int = 1, head: int = 1, query: int | None = None, *,
@@ -148,8 +159,11 @@ def neuron_view(model, text: str, kind: str = CROSS, layer: int = 1, head: int =
         session = session.with_view(replace(session.view, step=query + 1))
     session = with_neuron(model.services, replace(session, neuron=Neuron(query, key)))
     trace, _, _ = drawn(session)
+    row = (trace.source_tokens if kind == ENCODER else trace.decoder_tokens)[query]
     shown = _view(trace, session.current.text, said, detachment_part(session), session.view, False, None,
-                  file_stem(session), f"{model.name}: {text}", include_plotlyjs)
+                  file_stem(session), model.name, text, include_plotlyjs,
+                  what=("neuron view", f"{kind}.{layer}.{head}, query {query} ({json.dumps(row, ensure_ascii=False)}) "
+                                       "beside its heatmap"))
     shown.value["core"]["neuron"] = neuron_part(session)
     return shown
 
@@ -212,8 +226,9 @@ def show_trace(trace, *, kind: str = CROSS, layer: int | None = None, head: int 
             + (f", heads off: {', '.join(sorted(record['mask']))}" if record.get("mask") else "") + ".")
     stem = f"{name}_{'-'.join(re.findall(r'[a-z0-9]+', source.lower())[:4]) or 'trace'}"
     detachment = _detachment(record.get("detachment"), record["source_tokens"], arrays_trace)
-    return _view(arrays_trace, record.get("translation", ""), said, detachment, view, model_view, layers, stem,
-                 f"{name}: {source}", include_plotlyjs)
+    shown = _view(arrays_trace, record.get("translation", ""), said, detachment, view, model_view, layers, stem,
+                  record.get("checkpoint") or "model not recorded", source, include_plotlyjs, what=("trace view", None))
+    return replace(shown, title=f"{name}: {source}")
 
 
 def _detachment(answered: dict | None, source_tokens: list[str], trace: TraceArrays) -> dict | None:
@@ -238,9 +253,11 @@ def _detachment(answered: dict | None, source_tokens: list[str], trace: TraceArr
 
 
 def _view(trace: TraceArrays, translation: str, status: str, detachment: dict | None, view, model_view: bool,
-          layers: list[int] | None, stem: str, title: str, include_plotlyjs: bool | str) -> NotebookView:
+          layers: list[int] | None, stem: str, name: str, source: str, include_plotlyjs: bool | str,
+          what: tuple[str, str | None] | None = None) -> NotebookView:
     """The value the page draws: the core view's parts as the page's answer gives them, and every view's figure
-    the menus can open, built as the page builds them (viz/views.py `view_frames`)."""
+    the menus can open, built as the page builds them (viz/views.py `view_frames`); `name` the model's (or the
+    trace's), `source` the sentence, `what` the view's name and what it shows (`_summary`)."""
     kinds = trace.available()
     heads = {k: head_menu(trace, k, 0) for k in kinds}  # the head menu's entries, (label, head)
     every = sum(trace.layers(k) * len(heads[k]) for k in kinds) <= FIGURES
@@ -274,7 +291,42 @@ def _view(trace: TraceArrays, translation: str, status: str, detachment: dict | 
              "menus": {"kinds": choices(KIND_LABELS, kinds),
                        **{k: {"layers": [(f"Layer {i + 1}", i) for i in range(trace.layers(k))],
                               "heads": heads[k]} for k in kinds}}}
-    return NotebookView(value, title, include_plotlyjs)
+    summary = _summary(what, name, source, translation, status, detachment, value, trace.steps)
+    return NotebookView(value, f"{name}: {source}", include_plotlyjs, summary)
+
+
+TEXT_LINE = 150  # the most characters of a sentence (the status, the note) a view's summary quotes
+
+
+def _summary(what: tuple[str, str | None] | None, name: str, source: str, translation: str, status: str,
+             detachment: dict | None, value: dict, steps: int) -> str:
+    """A view's plain text: which view (`what`: its name, and what it shows where not the kind, layer and head it
+    opens on; default: named after its head) of which model, the step it opens on, the sentence, its translation,
+    the status, the verdict, and what the view holds: a few lines, under 1 KB whatever the view."""
+    shown = value["view"]
+    kind = KIND_LABELS[shown["kind"]][0].lower() + KIND_LABELS[shown["kind"]][1:]
+    if shown["model"]:
+        opened = f"{kind}, every layer × head"
+    else:
+        head = {MEAN: "mean of heads", ALL_HEADS: "every head"}.get(shown["head"]) or f"head {shown['head'] + 1}"
+        opened = f"{kind}, layer {shown['layer'] + 1}, {head}"
+    label, shows = what or ("model view" if shown["model"] else "head view" if shown["head"] == ALL_HEADS else "view",
+                            None)
+    figures = len(value["figures"])
+    holds = _quoted(value["note"] or f"This view holds every layer of each kind of attention ({figures} figures).")
+    lines = [f"<attention_inspector {label}: {name}, {shows or opened}, step {shown['step']} of {steps}>",
+             f"source:      {_quoted(source)}", f"translation: {_quoted(translation)}",
+             f"status:      {_quoted(status)}"]
+    if detachment:
+        lines.append(f"verdict:     {_quoted(detachment['plain'])}")
+    return "\n".join([*lines, holds, "A notebook draws it (its HTML); .write_html(path) saves it as a page that opens "
+                                      "offline; .value holds its figures."])
+
+
+def _quoted(text: str) -> str:
+    """`text` on one line, cut to `TEXT_LINE` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= TEXT_LINE else text[:TEXT_LINE - 1] + "…"
 
 
 def _chosen(trace: TraceArrays, view: View, kind: object, layer: object, head: object, step: object,

@@ -1,5 +1,6 @@
-"""What a notebook view costs (attention_inspector/notebook.py): the seconds `show` takes, the figures it holds and
-the size of its page, for shipped checkpoints by name or any checkpoint folder (a converted Hub model's).
+"""What a notebook view costs (attention_inspector/notebook.py): the seconds `show` takes, the figures it holds, the
+size of its page and of its plain text (what a REPL prints and a notebook stores as text/plain beside the page), for
+shipped checkpoints by name or any checkpoint folder (a converted Hub model's).
 
     python benchmarks/notebook_view.py [en-de en-fr-rnn-dot /tmp/hub-benchmark/converted ...] [--runs 3]
 """
@@ -36,8 +37,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print(f"CPU: {cpu()}; sentence: {args.text!r}")
-    print("| model | parameters | show, s (median) | figures | layers held | figures packed, MB | page, MB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | parameters | show, s (median) | figures | layers held | figures packed, MB | page, MB "
+          "| text, bytes |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.models:
         model = ai.load(name)
         seconds = []
@@ -50,7 +52,7 @@ def main() -> None:
         held = "; ".join(f"{kind} {len(layers)}" for kind, layers in view.value["embedded"].items())
         print(f"| {Path(str(name)).name} | {model.translator.parameters / 1e6:.1f}M | {statistics.median(seconds):.2f} "
               f"| {len(view.value['figures'])} | {held} | {len(base64.b64decode(packed)) / 1e6:.2f} "
-              f"| {len(page.encode()) / 1e6:.2f} |")
+              f"| {len(page.encode()) / 1e6:.2f} | {len(repr(view).encode())} |")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,40 @@ def test_bad_sentences_and_traces_are_refused_with_their_reason(toy, toy_checkpo
         toy.show(TEXT, include_plotlyjs="inline").to_html()
 
 
+def test_a_views_text_form_is_a_short_summary_of_what_it_shows(toy):
+    """Issue 79: a view's plain-text form (its repr, IPython's pretty print, the text/plain a notebook stores beside
+    the HTML) was the whole value, 0.6-3.8 MB; a view shown in a plain REPL printed ~635 KB. It is a few lines under
+    1 KB: which view, the model, the sentence and its translation, the view's kind, layer, head and step, what it
+    holds and how to see it; the HTML form is the page as before."""
+    from IPython.core.formatters import DisplayFormatter
+    from IPython.lib.pretty import pretty
+
+    translation = toy.trace(TEXT)["translation"]
+    views = {"view": (toy.show(TEXT, layer=2, head=1, step=3), "cross-attention, layer 2, head 1, step 3 of"),
+             "head view": (ai.head_view(toy, TEXT, layer=1), "cross-attention, layer 1, every head, step "),
+             "model view": (ai.model_view(toy, TEXT, kind="encoder"), "encoder self-attention, every layer × head"),
+             "neuron view": (ai.neuron_view(toy, TEXT, "cross", 2, 3, 1),
+                             f'cross.2.3, query 1 ("{toy.trace(TEXT)["decoder_input_tokens"][1]}")'),
+             "trace view": (ai.show_trace(toy.trace(TEXT), layer=2),
+                            "cross-attention, layer 2, mean of heads, step 1 of")}
+    for what, (view, says) in views.items():
+        text = repr(view)
+        assert len(text.encode()) < 1000 and text.count("\n") <= 8, (what, len(text), text)
+        assert text.startswith(f"<attention_inspector {what}: "), text
+        assert says in text, (what, text)
+        assert translation in text and (f"toy-en-de, {says}" in text if what != "trace view" else
+                                        "model not recorded, " in text and "a dog runs in the park ." in text), text
+        assert TEXT in text or what == "trace view"  # /trace answers the source's tokens, not its text
+        assert pretty(view) == text
+        data, _ = DisplayFormatter().format(view)
+        assert data["text/plain"] == text and data["text/html"] == view._repr_html_()
+        assert len(data["text/html"]) > 1e6  # the page itself, plotly.js inside
+    assert "holds" in repr(views["view"][0]) and ".write_html(" in repr(views["view"][0])
+    long = " ".join(["A man plays with a red ball in the park."] * 5)
+    text = repr(toy.show(long, mask=["cross.1.1", "cross.1.2", "cross.2.1"]))
+    assert len(text.encode()) < 1000 and "source:      A man plays with a red ball" in text and "…" in text, text
+
+
 def test_user_text_is_never_html(toy):
     page = toy.show("<script>alert(1)</script> A dog.").to_html()
     assert "<script>alert(1)</script>" not in page  # the title escaped, the value packed
@@ -297,8 +331,10 @@ nbformat.write(book, sys.argv[1])
 def test_a_notebook_runs_the_example_and_its_view_draws_inline(browser, tmp_path):
     """docs/notebook.ipynb executed as its first cell says (nbclient, a fresh kernel): in a copy of the checkout
     where its install line was run in docs/, into a venv of its own, from docs/ with no PYTHONPATH. Every cell
-    runs with no error and nothing on stderr (no warning box); its views are its outputs, and the first, put in a
-    page as a notebook puts it, draws in its frame, grows to its height and steps with →."""
+    runs with no error and nothing on stderr (no warning box); its views are its outputs, each with a plain text of
+    a few lines beside its HTML (issue 79: it was the view's whole value, 0.6-3.8 MB each, 34 MB in all), the neuron
+    view's among them, and the first, put in a page as a notebook puts it, draws in its frame, grows to its height
+    and steps with →; the neuron view draws its panel."""
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("nbclient")
     from tests.test_install import PACKAGED, fresh_venv
@@ -326,7 +362,12 @@ def test_a_notebook_runs_the_example_and_its_view_draws_inline(browser, tmp_path
     assert [output for output in outputs if output.output_type == "error" or output.get("name") == "stderr"] == []
     views = [output["data"]["text/html"] for cell in book.cells if cell.cell_type == "code"
              for output in cell.get("outputs", []) if "text/html" in output.get("data", {})]
-    assert len(views) >= 4 and all(view.startswith("<iframe srcdoc=") for view in views)
+    assert len(views) >= 5 and all(view.startswith("<iframe srcdoc=") for view in views)
+    texts = [output["data"]["text/plain"] for output in outputs if "text/plain" in output.get("data", {})]
+    assert all(len(text.encode()) < 1000 for text in texts), max(texts, key=len)[:300]
+    summaries = [text for text in texts if text.startswith("<attention_inspector ")]
+    assert len(summaries) == len(views)  # each view's text says what it shows, not its data
+    neuron = next(html for html, text in zip(views, summaries) if text.startswith("<attention_inspector neuron view: "))
     assert (checkout / "docs" / "view.html").stat().st_size > 1e6  # the example writes one, plotly.js inside
     host = tmp_path / "notebook-output.html"
     host.write_text(f"<!doctype html><html><body><h1>Out[3]</h1>{views[0]}</body></html>", encoding="utf-8")
@@ -344,6 +385,10 @@ def test_a_notebook_runs_the_example_and_its_view_draws_inline(browser, tmp_path
     expect(frame.locator("#step-number")).to_have_text(re.compile(f"^Step {step + 1} of"))
     frame.locator("body").press("ArrowRight")
     expect(frame.locator("#step-text .step-text")).to_have_text(re.compile(f"^step {step + 2} of"))
+    host.write_text(f"<!doctype html><html><body><h1>Out[9]</h1>{neuron}</body></html>", encoding="utf-8")
+    page.goto(host.as_uri())
+    page.frame_locator("iframe").locator("#neuron .main-svg").first.wait_for()
+    expect(page.frame_locator("iframe").locator("#neuron .gtitle").first).to_contain_text("cross.3.5")
     assert page.errors == []
 
 

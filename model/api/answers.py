@@ -1,10 +1,12 @@
 """The JSON API's answers: `/trace`, `/detach`, `/score`, `/beam`, `/attribute`, `/patch` and `/neuron`, for clients
 that want numbers rather than the page.
 
-Each is a plain function of JSON values; a bad value raises `AnswerError`, which says what was wrong. The page
-registers them with `gr.api` (ui/api.py, which turns the error into Gradio's), and the Python API calls them as they
-are (attention_inspector/api.py): so neither computes an answer of its own, and this layer imports no Gradio. Heads
-are named kind.layer.head with the keys of model/keys.py ("cross.2.5").
+Each is a method of `Answers`, the answers about one checkpoint, named as its endpoint and taking its parameters
+after the model (`Answers(services, "en-de").trace(text, ...)`); JSON values in, a dict of JSON values out. A bad
+value raises `AnswerError`, which says what was wrong. The page registers each method of `ENDPOINTS` with `gr.api`
+(ui/api.py: the model's name first, then the method's own parameters, and the error turned into Gradio's), and the
+Python API's `Model` is an `Answers` (attention_inspector/api.py): so neither computes an answer of its own, and
+this layer imports no Gradio. Heads are named kind.layer.head with the keys of model/keys.py ("cross.2.5").
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from attention_inspector.model.explain.attribution import INTEGRATED_GRADIENTS
 from attention_inspector.model.explain.detachment import COMBINED, ScoredDetachment
 from attention_inspector.model.explain.omissions import Omissions
 from attention_inspector.model.explain.patching import parting
-from attention_inspector.model.serving.translator import InputError
+from attention_inspector.model.serving.translator import InputError, Translator
 from attention_inspector.model.text.words import scheme as word_scheme
 from attention_inspector.model.text.words import PIECES, UNITS, WORDS, merge, summed, word_spans, words
 
@@ -92,10 +94,23 @@ def omissions_json(found: Omissions | str) -> dict:
                                                                          found.flagged))]}
 
 
-def endpoints(services: Services) -> list:
-    """The API's functions, bound to `services`, each named as its endpoint."""
+class Answers:
+    """The JSON API's answers about one checkpoint of `services`, `model` (its name), each a method of the endpoint's
+    name taking the endpoint's parameters after the model: `Answers(services, "en-de").trace(text)` is what
+    `/trace` answers for `("en-de", text)`. `attention_inspector.Model` is an `Answers` of one checkpoint, and
+    ui/api.py makes each method of `ENDPOINTS` an endpoint (the method's own signature, `model` first), so both
+    call the same code. An unknown `model` is an `AnswerError` that lists the loaded ones."""
 
-    def trace(model: str, text: str, force: list[str] | None = None, mask: list[str] | None = None,
+    def __init__(self, services: Services, model: object):
+        check_model(services, model)
+        self.services, self.name = services, model
+
+    @property
+    def translator(self) -> Translator:
+        """The checkpoint's translator (a large one is loaded here on its first use)."""
+        return self.services.translators[self.name]
+
+    def trace(self, text: str, force: list[str] | None = None, mask: list[str] | None = None,
               contributions: bool | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
               units: str | None = None) -> dict:
         """Translate `text` with checkpoint `model`; returns tokens, probabilities and every attention map as lists.
@@ -111,13 +126,12 @@ def endpoints(services: Services) -> list:
         queries), and `source_words`, `target_words` and `decoder_input_words` list each word with the indices of
         its pieces; "pieces" (the default): the maps as the model computed them.
         """
-        check_model(services, model)
         if contributions is not None and not isinstance(contributions, bool):
             raise AnswerError(f"contributions must be true or false, not {shown(contributions)}")
         if units not in (None, *UNITS):
             raise AnswerError(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         try:
-            traced = services.trace(model, text, force, mask, src_lang, tgt_lang, detach=True)
+            traced = self.services.trace(self.name, text, force, mask, src_lang, tgt_lang, detach=True)
         except InputError as error:
             raise AnswerError(str(error)) from None
         detached = traced.detachment
@@ -154,7 +168,7 @@ def endpoints(services: Services) -> list:
                                                                     "decoder": rounded(measured.decoder)}}
                    if contributions else {})}
 
-    def detach(model: str, text: str, translation: str | list[str], mask: list[str] | None = None,
+    def detach(self, text: str, translation: str | list[str], mask: list[str] | None = None,
                src_lang: str | None = None, tgt_lang: str | None = None, units: str | None = None) -> dict:
         """Whether `translation` (made anywhere: its text, or its tokens as `/trace` spells them) rests on its
         source `text`, scored teacher-forced by checkpoint `model` (model/explain/detachment.py): the sentence's
@@ -167,45 +181,42 @@ def endpoints(services: Services) -> list:
         (Vamvas & Sennrich, 2022; model/explain/omissions.py): per source word its score, its total ALTI+
         contribution and whether it is flagged, and the flagged ones in `omitted`. Heads of `mask` switched off and
         languages as in `/trace`."""
-        check_model(services, model)
         if units not in (None, *UNITS):
             raise AnswerError(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         if not (isinstance(translation, str) and translation.strip() or isinstance(translation, list) and translation):
             raise AnswerError(f"translation must be the text of a translation of `text`, or its tokens as /trace spells "
                            f"them; not {shown(translation)}")
-        translator = services.translators[model]
+        translator = self.translator
         # Tokens as given (a translation cut at the length limit has no <eos>); a text is a whole translation.
         tokens = translation if isinstance(translation, list) else [*translator.tgt_tokenizer(translation), "<eos>"]
         try:
-            scored = services.detachment(model, text, tokens, mask, src_lang, tgt_lang)
+            scored = self.services.detachment(self.name, text, tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise AnswerError(str(error)) from None
         return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
                 **detachment_json(scored, word_scheme(translator.tgt_tokenizer), units),
                 "omissions": omissions_json(scored.omissions)}
 
-    def score(model: str, text: str, target_tokens: list[str], mask: list[str] | None = None,
+    def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
               src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
         """The teacher-forced log-probability of each of `target_tokens` (spelled as `/trace` returns them) as the
         translation of `text` by checkpoint `model`, with the heads of `mask` switched off (kind.layer.head); a
         multilingual model's languages as in `/trace`."""
-        check_model(services, model)
         try:
-            scored = services.translators[model].score(text, target_tokens, mask, src_lang, tgt_lang)
+            scored = self.translator.score(text, target_tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise AnswerError(str(error)) from None
         return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
                 "log_probabilities": rounded(scored.log_probabilities, 6),
                 "total_log_probability": round(scored.total, 6), "mask": sorted(set(mask or []))}
 
-    def beam(model: str, text: str, beam_size: int | None = None, mask: list[str] | None = None,
+    def beam(self, text: str, beam_size: int | None = None, mask: list[str] | None = None,
              src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
         """Beam search of `text` with checkpoint `model` (its evaluation beam size unless `beam_size` is given; heads
         of `mask` switched off): the n-best list, best first, with length-normalised scores as evaluation ranks
         them, and the beam after every step; `on_greedy_path` marks the hypotheses that are a prefix of the greedy
         output. A multilingual model's languages as in `/trace`."""
-        check_model(services, model)
-        translator = services.translators[model]
+        translator = self.translator
         try:
             traced = translator.beam(text, beam_size, mask, src_lang=src_lang, tgt_lang=tgt_lang)
         except InputError as error:
@@ -226,7 +237,7 @@ def endpoints(services: Services) -> list:
                 "steps": [[hypothesis(h) for h in hypotheses] for hypotheses in search.steps],
                 "mask": sorted(set(mask or []))}
 
-    def attribute(model: str, text: str, method: str = INTEGRATED_GRADIENTS, step: int | None = None,
+    def attribute(self, text: str, method: str = INTEGRATED_GRADIENTS, step: int | None = None,
                   contrast: str | None = None, units: str | None = None, mask: list[str] | None = None,
                   src_lang: str | None = None, tgt_lang: str | None = None,
                   target: str | list[str] | None = None) -> dict:
@@ -238,15 +249,14 @@ def endpoints(services: Services) -> list:
         f(baseline))). `contrast`: a token (as the candidates show it) to explain the choice against:
         log p(token) − log p(contrast). `units` "words": sums over each word's pieces. Heads of `mask` switched off;
         languages as in `/trace`."""
-        check_model(services, model)
-        force = given_target(services.translators[model], target)
+        force = given_target(self.translator, target)
         if units not in (None, *UNITS):
             raise AnswerError(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
             raise AnswerError(f"step must be a whole number from 1, or null for every step; not {shown(step)}")
-        translator = services.translators[model]
+        translator = self.translator
         try:
-            traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
+            traced = self.services.trace(self.name, text, force, mask, src_lang, tgt_lang)
             results = translator.attributions(text, traced.target_tokens, method, None if step is None else step - 1,
                                               contrast, mask, src_lang, tgt_lang)
         except InputError as error:
@@ -273,7 +283,7 @@ def endpoints(services: Services) -> list:
                            "completeness_error": None if result.delta is None else round(result.delta, 6)}
                           for result in results]}
 
-    def patch(model: str, text: str, counterfactual: str, step: int | None = None,
+    def patch(self, text: str, counterfactual: str, step: int | None = None,
               target: str | list[str] | None = None, token: str | None = None, contrast: str | None = None,
               src_lang: str | None = None, tgt_lang: str | None = None, estimate: bool = False) -> dict:
         """Activation patching per head (model/explain/patching.py): the greedy translation of `text` (or `target`,
@@ -287,16 +297,15 @@ def endpoints(services: Services) -> list:
         With `estimate`, both grids are attribution patching's estimates, (a′ − a) · gradient, from two passes and a
         backward one (`"estimated": true`; their measured error in docs/explanations.md). Languages as in
         `/trace`."""
-        check_model(services, model)
-        translator = services.translators[model]
+        translator = self.translator
         force = given_target(translator, target)
         if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
             raise AnswerError(f"step must be a whole number from 1, or null; not {shown(step)}")
         if not isinstance(counterfactual, str):
             raise AnswerError(f"counterfactual must be a sentence (text), not {shown(counterfactual)}")
         try:
-            traced = services.trace(model, text, force, None, src_lang, tgt_lang)
-            other = services.trace(model, counterfactual, None, None, src_lang, tgt_lang)
+            traced = self.services.trace(self.name, text, force, None, src_lang, tgt_lang)
+            other = self.services.trace(self.name, counterfactual, None, None, src_lang, tgt_lang)
             ours, theirs = traced.target_tokens, other.target_tokens
             parted = parting(ours, theirs)
             at = (parted if parted is not None else 0) if step is None else step - 1
@@ -313,7 +322,7 @@ def endpoints(services: Services) -> list:
                 "skipped": result.skipped, "ranked": result.ranked(10), "source_tokens": traced.source_tokens,
                 "stream": rounded(result.stream, 6), "estimated": result.estimated}
 
-    def neuron(model: str, text: str, kind: str, layer: int, head: int, query: int, force: list[str] | None = None,
+    def neuron(self, text: str, kind: str, layer: int, head: int, query: int, force: list[str] | None = None,
                mask: list[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None) -> dict:
         """Why head `head` of `layer` of `kind` (1-based, as in head names) weighs its keys as it does in the greedy
         translation of `text` (BertViz's neuron view): for the heatmap's row `query` (0-based: a source token for the
@@ -323,10 +332,9 @@ def endpoints(services: Services) -> list:
         softmax's input) and the `weights`. A key the query may not see (a later step in decoder self-attention) is
         `masked`: null vectors, products and score, weight 0. `note` says what q and k are in this model. The
         vectors are the model's pieces, whatever the page's units. `force`, `mask` and languages as in `/trace`."""
-        check_model(services, model)
-        translator = services.translators[model]
+        translator = self.translator
         try:
-            traced = services.trace(model, text, force, mask, src_lang, tgt_lang)
+            traced = self.services.trace(self.name, text, force, mask, src_lang, tgt_lang)
             vectors = translator.neuron(text, traced.target_tokens, kind, layer, head, mask, src_lang, tgt_lang)
         except InputError as error:
             raise AnswerError(str(error)) from None
@@ -336,7 +344,10 @@ def endpoints(services: Services) -> list:
                               f"{rows}, 0-based), not {shown(query)}")
         return {"translation": traced.text, **neuron_json(vectors, query, traced)}
 
-    return [trace, detach, score, beam, attribute, patch, neuron]
+
+# The API's endpoints in the order it lists them: ui/api.py registers each, named, typed and documented as its method.
+ENDPOINTS = (Answers.trace, Answers.detach, Answers.score, Answers.beam, Answers.attribute, Answers.patch,
+             Answers.neuron)
 
 
 def neuron_json(vectors, query: int, traced) -> dict:
