@@ -350,6 +350,19 @@ def test_the_suggested_counterfactual_swaps_the_first_word_of_a_pair_in_the_case
     assert suggested_swap("Nothing to swap here.") is None
 
 
+def test_a_stereotyped_occupation_is_swapped_for_one_of_the_other_stereotype_and_the_translations_part(en_de):
+    """Issue 79: "The doctor is talking to a patient" had no word to swap. Occupations stereotyped male and female
+    (WinoBias, Zhao et al. 2018; Vig et al. 2020 intervene on them) swap, and en-de's translations then part at the
+    article: "Der Arzt" against "Die Krankenschwester", a difference to patch."""
+    sentence = "The doctor is talking to a patient in the hospital."
+    swapped = suggested_swap(sentence)
+    assert swapped == "The nurse is talking to a patient in the hospital."
+    assert suggested_swap(swapped) == sentence
+    ours, theirs = (en_de.trace(text) for text in (sentence, swapped))
+    assert ours.text.startswith("Der Arzt ") and theirs.text.startswith("Die Krankenschwester ")
+    assert parting(ours.target_tokens, theirs.target_tokens) == 0
+
+
 def test_a_runs_score_is_the_log_probability_of_its_token_less_that_of_the_contrast(en_de):
     src_ids, _, tgt_ids, prefix, original, _, _ = runs(en_de, SENTENCE, COUNTERFACTUAL, 1)
     contrast = en_de.tgt_vocab.stoi["frau"]

@@ -354,11 +354,15 @@ def patch_heads(model: Seq2Seq, src_ids: list[int], counterfactual_ids: list[int
     return Patching(step, token, contrast, original.score, counterfactual.score, effects, skipped, traced)
 
 
-# Words the page suggests swapping, each way: gender first (Vig et al., 2020), then a few nouns and numbers.
+# Words the page suggests swapping, each way: gender first (Vig et al., 2020), then occupations stereotyped male and
+# female (WinoBias, Zhao et al., 2018: "the doctor" against "the nurse", which en-de writes "der Arzt" and "die
+# Krankenschwester"), then a few nouns and numbers.
 SWAPS = dict(pair for a, b in [
     ("man", "woman"), ("men", "women"), ("boy", "girl"), ("boys", "girls"), ("he", "she"),
     ("father", "mother"), ("brother", "sister"), ("son", "daughter"), ("husband", "wife"), ("king", "queen"),
-    ("gentleman", "lady"), ("dog", "cat"), ("dogs", "cats"), ("car", "bicycle"), ("two", "three"), ("red", "blue"),
+    ("gentleman", "lady"), ("grandfather", "grandmother"), ("groom", "bride"), ("waiter", "waitress"),
+    ("businessman", "businesswoman"), ("doctor", "nurse"), ("doctors", "nurses"),
+    ("dog", "cat"), ("dogs", "cats"), ("car", "bicycle"), ("two", "three"), ("red", "blue"),
     ("Mann", "Frau"), ("Junge", "Mädchen"), ("er", "sie"), ("Hund", "Katze"),
 ] for pair in ((a, b), (b, a)))
 

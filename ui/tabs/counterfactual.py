@@ -29,14 +29,14 @@ BARELY = 0.05  # nats: a counterfactual that moves the score less than this leav
 
 def build(page: Page, services: Services) -> None:
     with gr.Tab("Counterfactual", id=COUNTERFACTUAL_TAB, elem_id="counterfactual-tab"):
-        gr.Markdown("Why this word and not that one, by cause. Type a second source that differs from the "
-                    "sentence in a word (or let the page suggest a swap: man↔woman, he↔she, one noun for another), "
-                    "then patch every head: first at the step where the two translations part (the view steps "
-                    "there), then at the step on screen. The sentence is run again with one head's output taken "
-                    "from the counterfactual's run, teacher-forced on the same translation so far, and the grid "
-                    "shows how far that alone moves the word's log-probability (activation patching: Vig et al. "
-                    "2020, Meng et al. 2022). Name a second word to score the choice between the two (e.g. *der* "
-                    "against *die*). Click a head to open it.")
+        gr.Markdown("Why this word and not that one, by cause. Type a second source that differs from the sentence in "
+                    "a word (or let the page suggest a swap: man↔woman, he↔she, doctor↔nurse, one noun for another), "
+                    "then patch every head: first at the step where the two translations part (the view steps there), "
+                    "then at the step on screen. The sentence is run again with one head's output taken from the "
+                    "counterfactual's run, teacher-forced on the same translation so far, and the grid shows how far "
+                    "that alone moves the word's log-probability (activation patching: Vig et al. 2020, Meng et al. "
+                    "2022). Name a second word to score the choice between the two (e.g. *der* against *die*). Click "
+                    "a head to open it.")
         with gr.Row(equal_height=True):
             page.counterfactual = gr.Textbox(label="Counterfactual source", elem_id="counterfactual", scale=4,
                                              placeholder="e.g. the sentence with one word swapped")
@@ -180,8 +180,9 @@ def suggest(services: Services, session: Session) -> tuple[tuple, str] | tuple[S
     """The sentence on screen with its first swappable word swapped, or why there is none."""
     swapped = suggested_swap(session.source)
     if swapped is None:
-        return session, ("This sentence has no word the page knows a swap for (man↔woman, he↔she, one noun for "
-                         "another): type a counterfactual source yourself, the sentence with a word changed.")
+        return session, ("This sentence has no word the page knows a swap for (man↔woman, he↔she, doctor↔nurse, "
+                         "one noun for another): type a counterfactual source yourself, the sentence with a word "
+                         "changed.")
     return (swapped,), "A swap: patch every head to see which carry the difference."
 
 
