@@ -21,6 +21,7 @@ from attention_inspector.viz.whatif import (comparison_figure, contribution_figu
                                             source_share_figure)
 
 MODEBAR_PX = 26  # Plotly's mode bar: 2 px from the top, 22 px high
+KEY_PX, HEATMAP_SIDES, BAR_SIDES = 12, 190, 80  # as ui/static/figures.js widens a heatmap and a bar chart
 TITLE_LINE_PX = 17  # one line of the 13 px title
 
 
@@ -170,6 +171,22 @@ def test_a_short_sentence_keeps_every_label():
     assert all(figure["xaxis"]["ticktext"]) and all(figure["yaxis"]["ticktext"])
 
 
+def test_compare_models_names_every_source_word_and_asks_the_width_they_need():
+    """Issue 79: Compare models labelled every other source word (thinned to what a phone's panel fits). Every key
+    of every panel is named, side by side (the same tokens read: both and their difference) and one above the other
+    (different tokens), and the figure asks the page for KEY_PX a key in each panel beside each other."""
+    long = sentence(30, 9)
+    other = dataclasses.replace(long, target_tokens=["eine"] + long.target_tokens[1:],
+                                decoder_tokens=["<sos>", "eine"] + long.decoder_tokens[2:])
+    keys = escape(long.source_tokens)
+    # At step 1 both read <sos> alone: side by side with their difference. At step 9 the second read "eine".
+    for second, step, panels, columns in ((long, 0, 3, 3), (long, 8, 3, 3), (other, 0, 3, 3), (other, 8, 2, 1)):
+        layout = layout_of(model_comparison_figure([("one", long), ("two", second)], CROSS, 0, 0, step))
+        axes = [axis for name, axis in layout.items() if name.startswith("xaxis")]
+        assert len(axes) == panels and all(axis["ticktext"] == keys for axis in axes)
+        assert layout["meta"]["least"] >= KEY_PX * len(keys) * columns
+
+
 def test_every_step_of_a_view_has_its_size_labels_and_scale(value_norms):
     """The browser keeps the last step's figure and slices its rows: so must every step's figure agree with it."""
     long = sentence(60, 58)
@@ -290,7 +307,6 @@ def browser_page():
         browser.close()
 
 
-KEY_PX, HEATMAP_SIDES, BAR_SIDES = 12, 190, 80  # as ui/static/figures.js widens a heatmap and a bar chart
 
 
 def overlap(a, b) -> bool:
@@ -310,15 +326,18 @@ def test_drawn_titles_names_mode_bar_and_labels_do_not_overlap(browser_page, val
                "model view": overview_figure(eight, CROSS, 4),
                "model view of a short sentence": overview_figure(short, CROSS, 3),
                "compared": model_comparison_figure([("en-de", eight), ("en-de-small", eight)], CROSS, 1, 0, 4),
+               "compared, a long sentence": model_comparison_figure([("en-de", long), ("en-de-small", long)], CROSS,
+                                                                    1, 0, 57),
                "probabilities": translation_figure(long, 3)}
     problems = []
     for name, figure in figures.items():
         data = json.loads(figure.to_json())
         first = data["data"][0]  # a heatmap of one map, or a bar chart, is drawn wide enough for its keys
-        grid = first["type"] == "heatmap" and "xaxis2" in data["layout"]  # drawn at least GRID_PX wide
+        grid = first["type"] == "heatmap" and "xaxis2" in data["layout"]  # drawn at least GRID_PX wide, or `least`
         sides = {"heatmap": 0 if grid else HEATMAP_SIDES, "bar": BAR_SIDES}[first["type"]]
         keys = len(first["x"]) if sides else 0
-        drawn = browser_page.evaluate(BOXES, [data, max(width, KEY_PX * keys + sides, GRID_PX * grid)])
+        least = max(GRID_PX, data["layout"].get("meta", {}).get("least", 0)) if grid else 0
+        drawn = browser_page.evaluate(BOXES, [data, max(width, KEY_PX * keys + sides, least)])
         texts = [("title", box) for box in drawn["title"]] + [("name", box) for box in drawn["names"]] + \
                 [("colour bar", box) for box in drawn["colorbars"]]
         assert drawn["title"], name

@@ -51,13 +51,11 @@ NAME_ROOM = 16  # one line of a grid panel's name (10 px)
 TITLE_LIFT = 12  # plotly.js draws a title of several lines this much higher than one of one line
 TICK_FONT = dict(size=10)
 TICK_SPACING = 13  # the least distance between two shown tick labels of TICK_FONT
-# How many labels fit along a figure's width, which Python does not know: the most that a phone (390 px screen)
-# has room for. A heatmap's plot there is ~120 px wide (its row labels and colour bar take the rest), where upright
-# labels read ~8 px apart. (A heatmap of one map, and a bar chart, name every key: the page widens them to fit,
-# ui/static/figures.js; a grid of small maps names as many as fit its panels, GRID_PX below.)
-KEY_LABELS = 15
-# A grid of maps is drawn at least GRID_PX wide (ui/static/figures.js; its box scrolls sideways on a phone), of which
-# its row labels and colour bar take about GRID_SIDES: its panels share the rest.
+# A heatmap of one map, a bar chart and two models compared name every key: the page draws them at least KEY_PX a
+# key wide (ui/static/figures.js; their box scrolls sideways where the screen is narrower). A grid of maps (the
+# model view, all heads) is drawn at least GRID_PX wide, of which its row labels and colour bar take about
+# GRID_SIDES: its panels share the rest, and name as many keys as fit them.
+KEY_PX = 12
 GRID_PX, GRID_SIDES = 720, 190
 # A heatmap's rows: ROW_PX each up to MAX_PLOT_PX (with the step bar above, it fits 900 px high), then taller, so that
 # every row is named (TICK_SPACING each).

@@ -14,9 +14,9 @@ import numpy as np
 
 from attention_inspector.model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, KINDS, MEAN, head_name
 from attention_inspector.model.text.words import BPE, PIECES, WHOLE, WORDS, merge, word_label, word_spans
-from attention_inspector.viz.attention import (COLORSCALE, DIVERGING, KEY_LABELS, MAX_PLOT_PX, MIN_PLOT_PX, NAME_ROOM,
-                                               ROW_PX, TICK_FONT, TICK_SPACING, X_LABEL_ROOM, PlainFigure, Word,
-                                               _colorbar, _heatmap, _row_outline, attention_heatmap, bar_colors,
+from attention_inspector.viz.attention import (COLORSCALE, DIVERGING, GRID_SIDES, KEY_PX, MAX_PLOT_PX, MIN_PLOT_PX,
+                                               NAME_ROOM, ROW_PX, TICK_FONT, TICK_SPACING, X_LABEL_ROOM, PlainFigure,
+                                               Word, _colorbar, _heatmap, _row_outline, attention_heatmap, bar_colors,
                                                bar_step, head_grid, label_every, plain_figure, probability_bars,
                                                step_labels, title_layout, title_room, title_text, token_axis)
 
@@ -490,7 +490,6 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
     gap_x, gap_px = 0.07, X_LABEL_ROOM - 25 + name_lines * NAME_ROOM  # between stacked panels: key labels, names
     width = (1 - gap_x * (columns - 1)) / columns
     paper = stacked * plot_height + (stacked - 1) * gap_px
-    key_every = label_every(shape[1], max(2, KEY_LABELS * width))
     data, layout, annotations, shapes = [], {}, [], []
     highlight = first.at_step(kind, step)[3]
     for i, (name, taken, weights, queries, keys, difference) in enumerate(panels):
@@ -501,7 +500,7 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
                              value_label="difference" if difference else "weight",
                              coloraxis="coloraxis2" if difference else "coloraxis", xaxis=f"x{suffix}",
                              yaxis=f"y{suffix}"))
-        layout[f"xaxis{suffix}"] = token_axis(keys, key_every, domain=[x0, x0 + width], anchor=f"y{suffix}",
+        layout[f"xaxis{suffix}"] = token_axis(keys, domain=[x0, x0 + width], anchor=f"y{suffix}",
                                                tickfont=TICK_FONT, automargin=True)
         layout[f"yaxis{suffix}"] = token_axis(queries, label_every(shape[0], plot_height / TICK_SPACING),
                                                domain=[max(0.0, y1 - plot_height / paper), y1], anchor=f"x{suffix}",
@@ -518,6 +517,9 @@ def model_comparison_figure(decodings: list[tuple[str, TraceArrays]], kind: str,
         colour = dict(coloraxis=dict(colour["coloraxis"], colorbar=_colorbar("weight", 1.0, len=0.45, y=0.78)),
                       coloraxis2=dict(colorscale=DIVERGING, cmin=-1.0, cmax=1.0,
                                       colorbar=_colorbar("difference", 1.0, len=0.45, y=0.22)))
+    # Every key is named in every panel: the page draws the figure at least `least` wide, KEY_PX a key in each of the
+    # panels side by side (ui/static/figures.js; its box scrolls sideways where the screen is narrower).
     layout.update(title=title_layout(lines), annotations=annotations, shapes=shapes, plot_bgcolor="white",
-                  height=top + paper + X_LABEL_ROOM, margin=dict(l=10, r=10, t=top, b=10), **colour)
+                  height=top + paper + X_LABEL_ROOM, margin=dict(l=10, r=10, t=top, b=10),
+                  meta=dict(least=round(KEY_PX * shape[1] / width) + GRID_SIDES), **colour)
     return plain_figure(data, layout)

@@ -136,9 +136,10 @@
       figure.layout.margin = { ...figure.layout.margin, t: (figure.layout.margin?.t ?? 0) + COLORBAR_ABOVE };
       figure.layout.height += COLORBAR_ABOVE;
     }
-    // A figure laid out in shares of its width (`meta.fits`: the neuron view) asks no least width.
+    // A figure laid out in shares of its width (`meta.fits`: the neuron view) asks no least width; a grid that names
+    // every key (two models compared) asks what its panels need (`meta.least`).
     const least = meta.fits ? 0 : first?.type === "bar" ? KEY_PX * keys + BAR_SIDES
-      : first?.type !== "heatmap" || narrow || fitted ? 0 : grid ? GRID_PX
+      : first?.type !== "heatmap" || narrow || fitted ? 0 : grid ? Math.max(GRID_PX, meta.least || 0)
         : KEY_PX * keys + (above ? ROW_LABEL_SIDE : HEATMAP_SIDES);
     const box = fitted ? target.parentElement?.clientWidth || GRID_PX : GRID_PX; // read only where it counts
     if (fitted && meta.keyLabels && box < GRID_PX) {
