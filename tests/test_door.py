@@ -24,9 +24,11 @@ async def within(awaitable, what: str):
         pytest.fail(f"{what} did not come within {WAIT} s")
 
 
-def slow_app(release: asyncio.Event):
-    """An ASGI app that answers 200 once `release` is set."""
+def slow_app(release: asyncio.Event, arrived: list | None = None):
+    """An ASGI app that answers 200 once `release` is set (each request's path added to `arrived` as it comes)."""
     async def app(scope, receive, send):
+        if arrived is not None:
+            arrived.append(scope["path"])
         await release.wait()
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"answered"})
@@ -34,18 +36,24 @@ def slow_app(release: asyncio.Event):
 
 
 def test_beyond_the_bound_a_request_is_refused_at_once_and_a_freed_place_is_taken():
+    async def arrival(arrived: list, path: str):
+        # The request is in the app, past the door: waited for, not given a fixed time (a busy machine is slower).
+        while path not in arrived:
+            await asyncio.sleep(0.01)
+
     async def run():
-        release = asyncio.Event()
+        release, arrived = asyncio.Event(), []
         admission = Admission(1)
-        transport = httpx.ASGITransport(app=Door(slow_app(release), admission))
+        transport = httpx.ASGITransport(app=Door(slow_app(release, arrived), admission))
         async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
             inside = asyncio.ensure_future(client.post("/gradio_api/run/translate", json={"data": []}))
-            await asyncio.sleep(0.05)
+            await within(arrival(arrived, "/gradio_api/run/translate"), "the first request inside")
+            assert admission.inside == 1
             refused = await within(client.post("/gradio_api/run/translate", json={"data": []}), "the refusal")
             assert refused.status_code == 503 and "busy" in refused.json()["error"]
             assert refused.headers["retry-after"] == "1"
             other = asyncio.ensure_future(client.get("/config"))  # the page's other paths are not counted
-            await asyncio.sleep(0.05)
+            await within(arrival(arrived, "/config"), "an uncounted path inside while the place is taken")
             release.set()
             assert (await within(inside, "the admitted request's answer")).status_code == 200
             assert (await within(other, "an uncounted path's answer")).status_code == 200
