@@ -892,3 +892,67 @@ def test_on_a_phone_every_tab_head_switch_and_model_view_label_is_readable(page,
         }
         return splits; }""")
     assert starts and all(pair[0] == " " or pair[1] == " " for pair in starts), starts
+
+
+# ---- issue 79: the page as a new user opened it, on the shipped en-de ----
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """The app on the shipped en-de alone (its long name in the model menu, its byte-pair pieces): (URL, services)."""
+    from attention_inspector.model.api.services import load_services
+    from attention_inspector.ui import build_demo, launch_options
+    from tests.conftest import SHIPPED
+
+    folder = tmp_path_factory.mktemp("shipped")
+    (folder / "en-de").symlink_to(SHIPPED / "en-de")
+    services = load_services(folder, workers=0)
+    demo = build_demo(services)
+    demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
+                **launch_options(services))
+    yield demo.local_url, services
+    demo.close()
+    services.close()
+
+
+def shipped_translate(page, services, text: str) -> list[str]:
+    """`text` translated on the shipped en-de's page, its heatmap and candidates drawn; its target tokens."""
+    page.wait_for_function("() => document.querySelector('#translation textarea')?.value.length > 0",
+                           timeout=60000)  # the first visit's example is in
+    page.fill("#source textarea", text)
+    page.locator("#translate").scroll_into_view_if_needed()
+    page.click("#translate")
+    traced = services.translators["en-de"].trace(text)
+    page.wait_for_function("""(text) => document.querySelector('#translation textarea')?.value === text
+        && document.querySelector('#attention .js-plotly-plot')?.layout?.title.text.includes(' of ')
+        && document.querySelector('#candidates .js-plotly-plot')""", arg=traced.text, timeout=60000)
+    return traced.target_tokens
+
+
+def test_in_words_the_title_and_this_step_count_words(page, shipped):
+    """Issue 79: in words, the title and *This step* said "step 3 of 9" and quoted pieces beside word rows. On the
+    page, stepped by its step box, they count the translation's words, the word being written until its last
+    piece."""
+    from attention_inspector.model.text.words import BPE, word_spans
+
+    url, services = shipped
+    wide = page.context.browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        wide.goto(url)
+        tokens = shipped_translate(wide, services, "The nurse is talking to a patient.")
+        words = len(word_spans(tokens, BPE))  # die | krankenschwe@@ ster | spricht | mit | einem | patienten | . | <eos>
+        assert tokens[1:3] == ["krankenschwe@@", "ster"] and words == len(tokens) - 1
+        wide.locator("#units").scroll_into_view_if_needed()
+        wide.locator("#units label", has_text="Words").click()
+        for step, said in ((2, f'word 2 of {words}: "die" → "krankenschwe…"'),
+                           (3, f'word 2 of {words}: "die" → "krankenschwester"'),
+                           (len(tokens), f'word {words} of {words}: "." → "&lt;eos&gt;"')):
+            wide.fill("#step input[type=number]", str(step))
+            wide.press("#step input[type=number]", "Enter")
+            wide.wait_for_function("""([said, step]) => {
+                const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '';
+                return title.includes(said) && title.includes(`step ${step} of`); }""", arg=[said, step],
+                                   timeout=15000)
+            line = wide.locator("#step-text .step-text").inner_text()
+            assert line.startswith(said.split(":")[0] + ": reads "), line
+    finally:
+        wide.close()

@@ -401,7 +401,7 @@ def test_a_converted_hub_model_shows_in_the_languages_asked(tmp_path):
 
     folder = convert(str(hub_models.nllb(tmp_path / "nllb")), tmp_path / "checkpoints" / "nllb")
     view = ai.show(folder, TEXT, tgt_lang="fra_Latn", units="words", kind="decoder", head="all")
-    assert view.value["core"]["steps"][0].startswith('step 1 of') and "fra_Latn" in view.value["core"]["steps"][0]
+    assert view.value["core"]["steps"][0].startswith('word 1 of') and "fra_Latn" in view.value["core"]["steps"][0]
     assert view.value["view"]["kind"] == "decoder" and json.loads(view.value["core"]["attention"])["data"]
     with pytest.raises(ValueError, match="xx_Latn"):
         ai.show(folder, TEXT, tgt_lang="xx_Latn")

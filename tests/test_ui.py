@@ -434,3 +434,32 @@ def test_a_sentence_in_another_language_than_the_model_reads_is_named_as_such():
     assert said.endswith("this model reads German. Is the sentence in German?")
     german = model.trace("Eine Frau mit einem Regenschirm sieht Xaverius zu.")
     assert "Is the sentence in" not in operations.translate_status(german, [ENCODER, DECODER, CROSS], None, "de")
+
+
+@pytest.fixture(scope="module")
+def en_de_events():
+    """The page's events on the shipped en-de alone, whose byte-pair pieces make words."""
+    from attention_inspector.model.api.services import Services
+    from attention_inspector.model.serving.checkpoint import load_checkpoint
+    from attention_inspector.ui import build_demo
+    from tests.conftest import SHIPPED, Events
+
+    services = Services({"en-de": load_checkpoint(SHIPPED / "en-de")}, root=SHIPPED)
+    return Events(build_demo(services), services)
+
+
+def test_switching_to_words_says_every_step_in_words_and_back_in_pieces(en_de_events):
+    """Issue 79: after *Units → Words*, *This step* still said "step 3 of 9: reads "krankenschwe@@" ...": the step's
+    lines were sent with a decoding only, not with a change of units."""
+    session = en_de_events.translate("The nurse is talking to a patient.", model="en-de")["session"]
+    tokens = session.trace.target_tokens  # die krankenschwe@@ ster spricht mit einem patienten . <eos>
+    assert tokens[1:3] == ["krankenschwe@@", "ster"]
+    words = en_de_events.view(session, CROSS, 0, MEAN, WEIGHTS, 3, False, "words")
+    lines = json.loads(words["step_text"])
+    assert len(lines) == len(tokens)  # a line per step of the slider
+    assert lines[1].splitlines()[:2] == ['word 2 of 8: reads "die", building "krankenschwe…"',
+                                         f'step 2 of 9: piece 1 of 2, predicts "krankenschwe@@" '
+                                         f'(p = {session.trace.probabilities[1]:.2f})']
+    assert lines[2].startswith('word 2 of 8: reads "die", writes "krankenschwester"\n')
+    pieces = en_de_events.view(words["session"], CROSS, 0, MEAN, WEIGHTS, 3, False, PIECES)
+    assert json.loads(pieces["step_text"])[2].startswith('step 3 of 9: reads "krankenschwe@@", predicts "ster"')

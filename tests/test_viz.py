@@ -182,3 +182,50 @@ def test_plain_figures_send_what_plotly_would(trace):
     assert json.loads(figures[0].to_json({"file": "x"}))["layout"]["meta"] == {"file": "x"}
     lone = plain_figure([], {"title": {"text": "a\ud800"}})  # a lone surrogate, which orjson refuses
     assert json.loads(lone.to_json())["layout"]["title"]["text"] == "a\ud800"
+
+
+def word_trace(units: str = "words") -> TraceArrays:
+    """"die zeitungsleserin liest ." in 7 byte-pair pieces and 5 words ("zeitungsleserin" in three pieces)."""
+    rng = np.random.default_rng(2)
+    target = ["die", "zeitungs@@", "les@@", "erin", "liest", ".", "<eos>"]
+    source = ["the", "newspaper", "read@@", "er", "reads", ".", "<eos>"]
+    decoder = random_maps(rng, 2, 4, 7, 7) * np.tril(np.ones((7, 7)))
+    return TraceArrays(source_tokens=source, decoder_tokens=["<sos>"] + target[:-1], target_tokens=target,
+                       probabilities=rng.random(7), top_tokens=[[t, "x"] for t in target],
+                       top_probabilities=rng.random((7, 2)), encoder=random_maps(rng, 2, 4, 7, 7),
+                       decoder=decoder / decoder.sum(-1, keepdims=True), cross=random_maps(rng, 2, 4, 7, 7),
+                       scheme="bpe", units=units)
+
+
+def test_in_words_the_title_and_the_steps_line_count_words_and_name_the_piece_the_step_writes():
+    """Issue 79: in words, the heatmap's title and *This step* said "step 3 of 7" and quoted pieces beside two word
+    rows. They count words ("word 2 of 5", the word being written as the row is named), then say which piece of it
+    the step (of the slider's steps) writes, with its probability."""
+    from attention_inspector.viz.views import step_description, step_heading, view_frames
+
+    trace = word_trace()
+    p = [f"{value:.2f}" for value in trace.probabilities]
+    # Words: die | zeitungs@@ les@@ erin | liest | . | <eos>; step 3 writes "les@@", the second of three pieces.
+    assert step_heading(trace, 2) == ['word 2 of 5: "die" → "zeitungsles…"', f'step 3 of 7: piece 2 of 3, "les@@" '
+                                                                              f'(p = {p[2]})']
+    assert step_heading(trace, 3)[0] == 'word 2 of 5: "die" → "zeitungsleserin"'
+    assert step_heading(trace, 4) == ['word 3 of 5: "zeitungsleserin" → "liest"',
+                                      f'step 5 of 7: one piece, "liest" (p = {p[4]})']
+    assert step_heading(trace, 0)[0] == 'word 1 of 5: "<sos>" → "die"'
+    figure = attention_figure(trace, CROSS, 0, 0, 2).to_dict()
+    assert figure["layout"]["title"]["text"].endswith(
+        f'<br>word 2 of 5: "die" → "zeitungsles…"<br>step 3 of 7: piece 2 of 3, "les@@" (p = {p[2]})')
+    assert len(figure["layout"]["yaxis"]["categoryarray"]) == 2  # word 2's row is the second
+    assert step_description(trace, 2).splitlines()[:2] == [
+        'word 2 of 5: reads "die", building "zeitungsles…"', f'step 3 of 7: piece 2 of 3, predicts "les@@" (p = {p[2]})']
+    assert step_description(trace, 3).splitlines()[0] == 'word 2 of 5: reads "die", writes "zeitungsleserin"'
+    given = dataclasses.replace(trace, forced=2)
+    assert step_description(given, 1).splitlines()[1] == f'step 2 of 7: piece 1 of 3, is given "zeitungs@@" (p = {p[1]})'
+    # Every step's title the browser shows as it steps (the slider's 7 steps) counts the words.
+    titles = json.loads(view_frames(trace, CROSS, 0, 0, False)["attention"])["layout"]["meta"]["titles"]
+    assert [title.split("<br>")[-2].split(":")[0] for title in titles] == [
+        "word 1 of 5", "word 2 of 5", "word 2 of 5", "word 2 of 5", "word 3 of 5", "word 4 of 5", "word 5 of 5"]
+    # In pieces, as before: the step and its pieces.
+    assert step_heading(word_trace("pieces"), 2) == [f'step 3 of 7: "zeitungs@@" → "les@@" (p = {p[2]})']
+    assert step_description(word_trace("pieces"), 2).splitlines()[0] == (
+        f'step 3 of 7: reads "zeitungs@@", predicts "les@@" (p = {p[2]})')

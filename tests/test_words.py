@@ -85,11 +85,12 @@ def test_a_view_in_words_merges_the_pieces_and_the_step_says_which_word_is_being
     np.testing.assert_allclose(weights[:, :, 1], key_sums[:, :, 1:3].mean(2), rtol=1e-5)  # the two pieces so far
     np.testing.assert_allclose(weights.sum(-1), 1, rtol=1e-5)
     assert step_title(trace, 2).endswith(', building "zeitungsles…"')
-    assert step_title(trace, 3).endswith(', word "zeitungsleserin"') and step_title(trace, 4).endswith(")")
-    # A figure's title names the word on a line of its own at every step, so the step's line fits a phone and
-    # stepping keeps the title's height.
-    assert [step_heading(trace, t)[1] for t in (2, 3, 4)] == [
-        'building "zeitungsles…"', 'ends the word "zeitungsleserin"', 'the word "liest"']
+    assert step_title(trace, 3).endswith(', writes "zeitungsleserin"') and step_title(trace, 4).endswith('"liest"')
+    # A figure's title names the word as its row is named, and the step's piece on a line of its own at every step,
+    # so each line fits a phone and stepping keeps the title's height.
+    assert [step_heading(trace, t)[0] for t in (2, 3, 4)] == [
+        'word 2 of 5: "die" → "zeitungsles…"', 'word 2 of 5: "die" → "zeitungsleserin"',
+        'word 3 of 5: "zeitungsleserin" → "liest"']
     assert step_heading(replace(trace, units=PIECES), 2) == [
         f'step 3 of 7: "zeitungs@@" → "les@@" (p = {trace.probabilities[2]:.2f})']
     decoder, _, keys, _ = trace.at_step(DECODER, 4)  # "liest": keys are the words read, the rows those written
@@ -100,8 +101,8 @@ def test_a_view_in_words_merges_the_pieces_and_the_step_says_which_word_is_being
     assert figure.layout["xaxis"]["ticktext"][2] == "reader"
     # The step's line: the prefix in words, the candidates (pieces, each quoted) as the model chose among them.
     line = step_description(trace, 5).splitlines()
-    assert line[1] == "prefix so far: die zeitungsleserin liest"
-    assert line[2].startswith(f'candidates: "{trace.top_tokens[5][0]}" ')
+    assert line[2] == "prefix so far: die zeitungsleserin liest"
+    assert line[3].startswith(f'candidates: "{trace.top_tokens[5][0]}" ')
     assert step_description(replace(trace, units=PIECES), 5).splitlines()[1] == (
         "prefix so far: die zeitungs@@ les@@ erin liest")
 

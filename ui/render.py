@@ -27,7 +27,8 @@ from attention_inspector.ui.operations import WHOLE_MODEL, capitalized, drawn, h
 from attention_inspector.ui.plots import figure_json
 from attention_inspector.ui.session import Session
 from attention_inspector.viz.attention import visible
-from attention_inspector.viz.views import comparison_frames, probability_frames, translation_frames, view_frames
+from attention_inspector.viz.views import (comparison_frames, probability_frames, step_descriptions, translation_frames,
+                                           view_frames)
 from attention_inspector.viz.whatif import (DIFFERS, FORCED, IMPORTANCE_MEASURES, comparison_figure, importance_figure,
                                             log_prob_change_figure, token_differences)
 
@@ -120,8 +121,9 @@ def render(page, services: Services, before: Session | None, after: Session | No
         updates[page.neuron] = neuron_part(after)
     if not new_decoding and before.current.omissions is not decoding.omissions:  # looked for since it was drawn
         updates.update({page.detachment: detachment_part(after), page.source_tokens: source_marks(after)})
-    if not new_decoding and before.view.units != view.units:
+    if not new_decoding and before.view.units != view.units:  # every step's line in the new units too
         updates.update(written_updates(page, after))
+        updates[page.step_text] = step_descriptions(replace(decoding.trace, units=view.units))
     if new_decoding:
         updates.update(decoding_updates(page, after))
         shown_before = before is not None and before.current.effect is not None

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from attention_inspector.model.keys import ALL_HEADS, CROSS, DECODER, ENCODER, KIND_LABELS, KINDS, MEAN, head_name
-from attention_inspector.model.text.words import BPE, PIECES, WHOLE, WORDS, merge, word_label, word_spans
+from attention_inspector.model.text.words import PIECES, WHOLE, WORDS, merge, word_label, word_spans
 from attention_inspector.viz.attention import (COLORSCALE, DIVERGING, GRID_SIDES, KEY_PX, MAX_PLOT_PX, MIN_PLOT_PX,
                                                NAME_ROOM, ROW_PX, TICK_FONT, TICK_SPACING, X_LABEL_ROOM, PlainFigure,
                                                Word, _colorbar, _heatmap, _row_outline, attention_heatmap, bar_colors,
-                                               bar_step, head_grid, label_every, plain_figure, probability_bars,
-                                               step_labels, title_layout, title_room, title_text, token_axis)
+                                               bar_step, head_grid, label, label_every, plain_figure,
+                                               probability_bars, step_labels, title_layout, title_room, title_text,
+                                               token_axis)
 
 OFF = "switched off"
 # A map of the whole model (gradient attributions) in the view of a kind: what it holds instead of a layer's heads.
@@ -141,15 +142,29 @@ class TraceArrays:
             return weights, self.source_tokens, source, None
         return weights, prefix, prefix if kind == DECODER else source, step
 
-    def word_at(self, step: int) -> tuple[str, bool] | None:
-        """The word step `step`'s output belongs to when it has more than one piece so far or goes on (a byte-pair
-        piece ending in "@@"), and whether it is finished; None when the step outputs a word of its own."""
-        span = word_spans(self.target_tokens[:step + 1], self.scheme)[-1]
-        pieces = self.target_tokens[span.start:span.stop]
-        going_on = self.scheme == BPE and pieces[-1].endswith("@@")
-        if len(pieces) == 1 and not going_on:
-            return None
-        return word_label(pieces, self.scheme), not going_on
+    def written_word(self, step: int) -> WrittenWord:
+        """The word step `step` writes a piece of (in words): where it is among the translation's words, the word
+        before it, the word so far, and which of its pieces the step writes."""
+        spans = word_spans(self.target_tokens, self.scheme)
+        index = next(i for i, span in enumerate(spans) if step in span)
+        span = spans[index]
+        before = "<sos>" if index == 0 else word_label(self.target_tokens[spans[index - 1].start:spans[index - 1].stop],
+                                                       self.scheme)
+        return WrittenWord(index, len(spans), before, word_label(self.target_tokens[span.start:step + 1], self.scheme),
+                           step == span.stop - 1, step - span.start, len(span))
+
+
+@dataclass(frozen=True)
+class WrittenWord:
+    """A word of a translation as one of its steps writes it (`TraceArrays.written_word`)."""
+
+    index: int  # among the translation's words, from 0
+    count: int  # the translation's words
+    before: str  # the word before it ("<sos>" for the first)
+    text: str  # the word so far
+    finished: bool  # the step writes its last piece
+    piece: int  # the piece the step writes, from 0
+    pieces: int
 
 
 def query_labels(trace: TraceArrays, kind: str, step: int) -> list[str]:
@@ -199,49 +214,58 @@ def view_scale(trace: TraceArrays, kind: str, layer: int | None, head: int | str
     return dict(value_label=trace.value_label, zmax=top if top > 0 else 1.0, signed=trace.signed)
 
 
+WORD_CHARS = 16  # a word in a title or the step's line, cut (words are long; a title's line must fit a phone)
+
+
 def step_title(trace: TraceArrays, step: int) -> str:
-    """'step 3 of 9: reads "hund", predicts "läuft" (p = 0.91)'; a forced step 'is given "läuft"'; in words, a
-    piece of a longer word says which: ', building "zeitungsles…"'."""
-    chooses = "is given" if step < trace.forced else "predicts"
-    return (f"step {step + 1} of {trace.steps}: reads \"{trace.decoder_tokens[step]}\", "
-            f"{chooses} \"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f}){_building(trace, step)}")
+    """'step 3 of 9: reads "hund", predicts "läuft" (p = 0.91)'; a forced step 'is given "läuft"'. In words, the word
+    being written: 'word 2 of 5: reads "die", building "zeitungsles…"' (or 'writes "zeitungsleserin"' at its last
+    piece)."""
+    if trace.in_words:
+        word = trace.written_word(step)
+        return (f"word {word.index + 1} of {word.count}: reads \"{label(word.before, WORD_CHARS)}\", "
+                + (f"writes \"{label(word.text, WORD_CHARS)}\"" if word.finished else
+                   f"building \"{label(word.text, WORD_CHARS)}…\""))
+    return (f"step {step + 1} of {trace.steps}: reads \"{trace.decoder_tokens[step]}\", {_chooses(trace, step)} "
+            f"\"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f})")
+
+
+def _chooses(trace: TraceArrays, step: int) -> str:
+    return "is given" if step < trace.forced else "predicts"
+
+
+def piece_line(trace: TraceArrays, step: int, chooses: bool = False) -> str:
+    """In words, which piece of its word a step writes: 'step 3 of 7: piece 2 of 3, "les@@" (p = 0.42)' ('one
+    piece' for a word of one); `chooses`: '..., predicts "les@@" ...' (or 'is given')."""
+    word = trace.written_word(step)
+    which = f"piece {word.piece + 1} of {word.pieces}" if word.pieces > 1 else "one piece"
+    return (f"step {step + 1} of {trace.steps}: {which}, {_chooses(trace, step) + ' ' if chooses else ''}"
+            f"\"{trace.target_tokens[step]}\" (p = {trace.probabilities[step]:.2f})")
 
 
 def step_heading(trace: TraceArrays, step: int) -> list[str]:
-    """The step in a figure title, lines short enough for a phone: 'step 3 of 9: "hund" → "läuft" (p = 0.91)'; in
-    words, a second line at every step names the word the step's output belongs to (`word_line`)."""
-    line = (f"step {step + 1} of {trace.steps}: \"{trace.decoder_tokens[step]}\" → \"{trace.target_tokens[step]}\" "
-            f"(p = {trace.probabilities[step]:.2f})")
-    return [line, word_line(trace, step)] if trace.in_words else [line]
-
-
-def word_line(trace: TraceArrays, step: int) -> str:
-    """The word a step's output belongs to: 'the word "läuft"', 'building "zeitungsles…"' or 'ends the word
-    "zeitungsleserin"'."""
-    word = trace.word_at(step)
-    if word is None:
-        return f"the word \"{trace.target_tokens[step]}\""
-    text, finished = word
-    return f"ends the word \"{text}\"" if finished else f"building \"{text}…\""
-
-
-def _building(trace: TraceArrays, step: int) -> str:
-    """In words, the word a step's piece belongs to: ', building "zeitungsles…"', or ', word "zeitungsleserin"'."""
-    word = trace.word_at(step) if trace.in_words else None
-    if word is None:
-        return ""
-    text, finished = word
-    return f", word \"{text}\"" if finished else f", building \"{text}…\""
+    """The step in a figure title, lines short enough for a phone: 'step 3 of 9: "hund" → "läuft" (p = 0.91)'. In
+    words, the rows' word as its row is named, 'word 2 of 5: "die" → "zeitungsles…"' (… until its last piece), then
+    the piece the step writes (`piece_line`): two lines at every step, so stepping keeps the title's height."""
+    if trace.in_words:
+        word = trace.written_word(step)
+        return [f"word {word.index + 1} of {word.count}: \"{label(word.before, WORD_CHARS)}\" → "
+                f"\"{label(word.text, WORD_CHARS)}{'' if word.finished else '…'}\"", piece_line(trace, step)]
+    return [f"step {step + 1} of {trace.steps}: \"{trace.decoder_tokens[step]}\" → \"{trace.target_tokens[step]}\" "
+            f"(p = {trace.probabilities[step]:.2f})"]
 
 
 def step_description(trace: TraceArrays, step: int) -> str:
-    """The step in words: what the decoder read and chose, the prefix so far (in the view's units) and the top
-    candidates, each quoted (a candidate may be a comma)."""
+    """The step in words: what the decoder read and chose (in words, the word being written, then the piece the step
+    chose), the prefix so far (in the view's units) and the top candidates, each quoted (a candidate may be a
+    comma)."""
     written = trace.target_tokens[:step]
+    lines = [step_title(trace, step)]
     if trace.in_words:
         written = [str(word) for word in trace.words(written, word_spans(written, trace.scheme))]
+        lines.append(piece_line(trace, step, chooses=True))
     candidates = ", ".join(f'"{t}" {p:.2f}' for t, p in zip(trace.top_tokens[step], trace.top_probabilities[step]))
-    return f"{step_title(trace, step)}\nprefix so far: {' '.join(written) or '(empty)'}\ncandidates: {candidates}"
+    return "\n".join([*lines, f"prefix so far: {' '.join(written) or '(empty)'}", f"candidates: {candidates}"])
 
 
 def query_rows(trace: TraceArrays, kind: str) -> int:
@@ -362,7 +386,12 @@ def translation_frames(trace: TraceArrays) -> dict:
     candidates = [bar_step(trace.top_tokens[t], trace.top_probabilities[t], candidates_title(trace, t),
                            chosen_rank(trace, t)) for t in steps]
     return {"steps": trace.steps, "candidates": candidates_figure(trace, 0).to_json({"bars": candidates}),
-            "probabilities": probability_frames(trace), "description": [step_description(trace, t) for t in steps]}
+            "probabilities": probability_frames(trace), "description": step_descriptions(trace)}
+
+
+def step_descriptions(trace: TraceArrays) -> list[str]:
+    """Every step's line (`step_description`), in the trace's units."""
+    return [step_description(trace, t) for t in range(trace.steps)]
 
 
 def probability_frames(trace: TraceArrays) -> str:
