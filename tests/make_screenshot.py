@@ -119,9 +119,8 @@ def gradients(page, out: Path) -> None:
 
 
 def neuron(page, out: Path) -> None:
-    """The neuron view beside the heatmap: the cell of step 4's heaviest key clicked, on the head the page opens on."""
-    page.evaluate("() => document.querySelector('#attention').scrollIntoView({block: 'center'})")
-    page.wait_for_timeout(300)
+    """The neuron view beside the heatmap: the cell of step 4's heaviest key clicked (brought into view by
+    `heatmap_cell`), on the head the page opens on."""
     column = page.evaluate("""() => {
         const row = document.querySelector('#attention .js-plotly-plot').data[0].z[3];
         return row.indexOf(Math.max(...row));

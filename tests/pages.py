@@ -42,11 +42,14 @@ CELL = """async ([row, column]) => {
     plot.append(marker);
     const origin = marker.getBoundingClientRect(), [x, y] = at();
     Object.assign(marker.style, { left: `${x - origin.left}px`, top: `${y - origin.top}px` });
-    marker.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
+    marker.scrollIntoView({ block: 'center', inline: 'nearest', behavior: 'instant' });
     marker.remove();
     await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve)));
     const [left, top] = at(), under = document.elementFromPoint(left, top);
-    return { point: [left, top], screen: [window.innerWidth, window.innerHeight], inPlot: !!under && plot.contains(under) };
+    const named = (element) => `${element.tagName} in #${element.closest('[id]')?.id}`;
+    const rows = plot.data[0].z;
+    return { point: [left, top], screen: [window.innerWidth, window.innerHeight], shown: [rows.length, rows[0].length],
+             under: under && !plot.contains(under) ? named(under) : null };
 }"""
 
 
@@ -54,7 +57,8 @@ def heatmap_cell(page, row: int, column: int) -> tuple[float, float]:
     """The attention heatmap's cell at `row`, `column` (0-based) scrolled into view, and the screen's point (x, y) of
     it for a mouse click: on the screen, and on the heatmap (nothing drawn over it)."""
     cell = page.evaluate(CELL, [row, column])
-    (x, y), (width, height) = cell["point"], cell["screen"]
+    (x, y), (width, height), (rows, columns) = cell["point"], cell["screen"], cell["shown"]
+    assert 0 <= row < rows and 0 <= column < columns, f"cell {row},{column} is not in a heatmap of {rows}x{columns}"
     assert 0 <= x < width and 0 <= y < height, f"cell {row},{column} at {x:.0f},{y:.0f}, off a {width}x{height} screen"
-    assert cell["inPlot"], f"cell {row},{column} at {x:.0f},{y:.0f} is under something else than the heatmap"
+    assert cell["under"] is None, f"cell {row},{column} at {x:.0f},{y:.0f} is under {cell['under']}, not the heatmap"
     return x, y
