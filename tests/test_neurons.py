@@ -2,6 +2,7 @@
 products, scores and weights, for every kind of attention of the Transformer, the GRU models (dot, split and
 learned attention) and a converted T5; and the figure that shows them (viz/neurons.py)."""
 
+import html
 import json
 
 import numpy as np
@@ -149,11 +150,30 @@ def test_the_figure_sorts_the_dimensions_by_the_keys_share_and_names_a_masked_ke
     assert products["z"] == [[0.25, -0.5], [-0.5, -0.25], [0.0, -1.5]]
     assert scores["x"] == pytest.approx([-0.25, -0.75, -1.5])
     assert weights["x"] == [0.3, 0.2, 0.5] and weights["marker"]["color"][2] == "#d62728"
-    # Row 0 sees key 1 alone: the others are masked, and the dimensions follow the heaviest key seen.
+    # Row 0 sees key 1 alone: the keys it cannot see (words not yet written) are not listed, the title says how many
+    # there are, and the dimensions follow the heaviest key seen.
     masked = neuron_figure(head, 0, 2, ["a", "b"], ["x", "y", "z"], "cross.1.1")
-    assert masked.data[3]["x"][0] == pytest.approx(1.5) and np.isnan(masked.data[3]["x"][1:]).all()
-    assert masked.data[1]["y"] == ["1: x", "2: y (masked)", "3: z (masked)"]
+    assert [trace["y"] for trace in masked.data[1:]] == [["1: x"]] * 4
+    assert masked.layout["yaxis2"]["categoryarray"] == ["1: x"]
+    assert masked.data[3]["x"] == pytest.approx([1.5]) and masked.data[4]["x"] == [1.0]  # 0.5·(1·1 + 2·1)
+    assert masked.data[1]["z"] == [[1.0, 1.0]] and masked.data[2]["z"] == [[1.0, 0.5]]
+    assert masked.data[4]["text"] == ["1.00"] and masked.data[4]["marker"]["color"] == ["#d62728"]
+    assert "2 keys masked" in masked.layout["title"]["text"] and "masked" not in figure.layout["title"]["text"]
+    assert masked.layout["shapes"][0]["y0"] == -0.5  # the key outlined is the first listed
     assert masked.data[0]["x"] == ["d2", "d1"]  # key 1's shares: 0.5·(1, 2) → d2 first
+
+
+def test_every_title_line_fits_a_phone_with_the_longest_labels_and_a_position_bias():
+    """A phone shows ~48 characters of a 13 px title's line (tests/test_browser_neuron.py checks it is not cut)."""
+    head = Head()
+    head.bias = np.zeros((2, 3))
+    head.allowed = np.tril(np.ones((2, 3), dtype=bool))
+    long = "w" * 40
+    figure = neuron_figure(head, 0, 1, [f"{long} → {long}"] * 2, [long] * 3,
+                           "decoder.12.16 (decoder self-attention)")
+    lines = html.unescape(figure.layout["title"]["text"]).split("<br>")
+    assert len(lines) == 4 and "(2 keys masked)" in lines[1] and "position bias" in lines[2]
+    assert max(len(line) for line in lines) <= 48, lines
 
 
 def test_a_wide_head_shows_its_largest_shares_and_sums_the_rest():
@@ -176,6 +196,15 @@ def test_a_stepped_figure_holds_every_rows_frame():
     assert len(meta["frames"]) == len(meta["titles"]) == 2 and meta["fits"]
     assert "query: a" in meta["titles"][0] and "query: b" in meta["titles"][1]
     assert meta["frames"][1]["data"][4]["x"] == [0.3, 0.2, 0.5]
+    # Row 0 sees one key of the three: its frame lists that one, at the top of the room the three take, and the
+    # panels' names stay where they are.
+    first, last = meta["frames"]
+    assert first["data"][4]["y"] == ["1: x"] and last["data"][4]["y"] == ["1: x", "2: y", "3: z"]
+    assert first["axes"]["yaxis2"]["categoryarray"] == ["1: x"]
+    top = last["axes"]["yaxis2"]["domain"][1]
+    assert first["axes"]["yaxis2"]["domain"][1] == top and last["axes"]["yaxis2"]["domain"][0] == 0
+    rows = first["axes"]["yaxis2"]["domain"]
+    assert (rows[1] - rows[0]) == pytest.approx(top / 3)  # one key's row of three
     still = json.loads(neuron_frames(head, 1, 2, ["a", "b"], ["x", "y", "z"], "encoder.1.1", stepped=False))
     assert still["layout"]["meta"] == {"fits": True}  # a source token's row: it does not step
 

@@ -9,7 +9,7 @@ import pytest
 from attention_inspector.model.keys import CROSS, DECODER, ENCODER, MEAN, WEIGHTS
 from attention_inspector.model.text.words import WORDS
 from attention_inspector.ui import listeners
-from attention_inspector.ui.neurons import CLOSE, IN_PIECES, ONE_HEAD, open_neuron
+from attention_inspector.ui.neurons import CAUSAL, CLOSE, IN_PIECES, ONE_HEAD, open_neuron
 
 MODEL = "toy-en-de"
 TEXT = "A red dog runs in the park with a man."
@@ -33,12 +33,15 @@ def test_a_cell_of_one_head_opens_its_rows_vectors_and_moves_the_step(events, se
     session = events.translate(TEXT)["session"]
     out = clicked(events, session, "2,1", (CROSS, 1, 2, WEIGHTS, 5, False, "pieces"))
     assert out["step"] == 3 and out["status"].startswith("Why cross.2.3 weighs its keys so")
+    assert out["neuron"]["step"] == 3  # the page draws the panel there before its slider has moved (ui/static/core.js)
     trace = out["session"].trace
     assert neuron_weights(out["neuron"], 2) == pytest.approx(trace.cross[1, 2, 2], abs=1e-5)
     assert "W_Q" in out["neuron"]["note"]
     # Another head with the panel open: the view follows it, its vectors computed for that head.
     moved = events.view(out["session"], DECODER, 0, 1, WEIGHTS, 4, False)
-    assert neuron_weights(moved["neuron"], 3) == pytest.approx(trace.decoder[0, 1, 3], abs=1e-5)
+    # Step 4's row sees its 4 first keys, no later one: the panel lists those, and its note says why.
+    assert neuron_weights(moved["neuron"], 3) == pytest.approx(trace.decoder[0, 1, 3, :4], abs=1e-5)
+    assert moved["neuron"]["note"].endswith(CAUSAL) and CAUSAL not in out["neuron"]["note"]
     # The mean of the heads has no vectors: the panel closes, and a click says why.
     mean = events.view(moved["session"], CROSS, 0, MEAN, WEIGHTS, 4, False)
     assert mean["neuron"] is None
@@ -51,6 +54,7 @@ def test_an_encoder_cell_shows_the_source_token_clicked(events):
     session = events.translate(TEXT)["session"]
     out = clicked(events, session, "3,0", (ENCODER, 0, 0, WEIGHTS, 2, False, "pieces"))
     assert out["session"].neuron.query == 3 and "step" not in out  # the step stays where it was
+    assert "step" not in out["neuron"]  # a source token's row: the panel does not step
     trace = out["session"].trace
     assert neuron_weights(out["neuron"], 0) == pytest.approx(trace.encoder[0, 0, 3], abs=1e-5)
 

@@ -23,6 +23,7 @@ CLOSE = "close"  # the panel's Close button sends this in place of a cell
 ONE_HEAD = ("Choose one head in the Head menu (and the weights in Show), then click a cell: the neuron view shows the "
             "query and key vectors of a single head.")
 IN_PIECES = " The vectors belong to the model's pieces: the panel shows pieces, whatever the units."
+CAUSAL = " A step sees only the tokens read up to it: the later keys, not yet written, are masked and not listed."
 
 
 def single_head(session: Session) -> bool:
@@ -104,7 +105,8 @@ def neuron_identity(session: Session | None) -> tuple | None:
 
 
 def neuron_part(session: Session) -> dict | None:
-    """The core view's neuron part: the figure (its JSON) and what q and k are; None closes the panel."""
+    """The core view's neuron part: the figure (its JSON), what q and k are and, where its rows are steps, the step it
+    shows (a click moves the page there: ui/static/core.js draws it there at once); None closes the panel."""
     head = shown_head(session)
     vectors = None if head is None else (session.current.neurons or {}).get(head)
     if vectors is None:
@@ -113,7 +115,9 @@ def neuron_part(session: Session) -> dict | None:
     query = min(session.neuron.query, vectors.rows - 1)
     query_labels = trace.source_tokens if kind == ENCODER else step_labels(trace.decoder_tokens, trace.target_tokens)
     key_labels = trace.decoder_tokens if kind == DECODER else trace.source_tokens
-    heading = f"{head_name(*head)} ({KIND_LABELS[kind].lower()}): why it weighs its keys so"
+    heading = f"{head_name(*head)} ({KIND_LABELS[kind].lower()})"
     figure = neuron_frames(vectors, query, session.neuron.key, query_labels, key_labels, heading,
                            stepped=kind != ENCODER)
-    return {"figure": figure, "note": vectors.note + (IN_PIECES if trace.in_words else "")}
+    note = vectors.note + (CAUSAL if kind == DECODER else "") + (IN_PIECES if trace.in_words else "")
+    part = {"figure": figure, "note": note}
+    return part if kind == ENCODER else {**part, "step": session.view.step}

@@ -4,7 +4,8 @@ For the row's query: the query vector q, each key's vector k_j, their elementwis
 (each row sums to the score's q·k term), each key's score (with a position bias as a term of its own) and the weights.
 The dimensions are sorted by their share of one key's score (the key clicked, else the heaviest), largest first, and
 the first few are outlined; a head wider than `MAX_DIMENSIONS` shows the dimensions of largest share and sums the
-others in one column. A masked key (a later step in decoder self-attention) is named so, with no score.
+others in one column. Only the keys the query sees are listed (a later step in decoder self-attention is masked: a
+word not yet written); the title says how many are masked.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ ROW_PX, STRIP_PX, GAP_PX, BOTTOM_PX = 16, 22, 26, 44  # a key's row, q's strip, 
 # The panels' shares of the width: the keys (q above them), the products, the scores, the weights.
 COLUMNS = {"keys": (0.0, 0.38), "products": (0.42, 0.78), "scores": (0.81, 0.89), "weights": (0.92, 1.0)}
 MASKED = "masked"
-MAX_LABEL = 16  # characters of a token in the title
+WEIGHT_FONT = 10  # px, of the weights' labels
+# The labels' room beyond the weights' panel, whose bars reach its right edge at weight 1: "1.00" is 2.5 em wide in a
+# font of digits 0.65 em wide, and Plotly leaves 3 px between a bar and its label.
+WEIGHT_LABEL_PX = 30
+MAX_LABEL = 16  # characters of a key's token in the title
+MAX_QUERY = 24  # of the query's (a step reads "token → token")
 DIGITS = 4  # of the vectors' and products' values (their hover shows 4)
 
 
@@ -49,37 +55,44 @@ def shown_dimensions(products: np.ndarray, key: int) -> np.ndarray:
 
 
 def neuron_figure(rows: Head, query: int, key: int | None, query_labels: list[str], key_labels: list[str],
-                  heading: str) -> PlainFigure:
+                  heading: str, room: int | None = None) -> PlainFigure:
     """Row `query` of a head's weights as the vectors behind it; `key`: the key whose score sorts the dimensions
-    (None, or a masked one: the heaviest key); `heading`: the title's first line (the head)."""
+    (None, or a masked one: the heaviest key); `heading`: the title's first line (the head); `room`: the keys' rows
+    the figure has room for, at least the ones the query sees (default: those), theirs listed from the top."""
     allowed = rows.allowed[query]
     if key is None or not 0 <= key < len(allowed) or not allowed[key]:
         key = int(np.nanargmax(np.where(allowed, rows.weights[query], np.nan)))
-    products = rows.products(query)
-    dimensions = shown_dimensions(products, key)
+    seen = np.flatnonzero(allowed)  # the keys listed: a key the query cannot see is a word not yet written
+    clicked = int(np.searchsorted(seen, key))  # the key that sorts the dimensions, among those listed
+    products = rows.products(query)[seen]
+    dimensions = shown_dimensions(products, clicked)
     rest = np.setdiff1d(np.arange(products.shape[1]), dimensions)
     names = [f"d{d + 1}" for d in dimensions] + ([f"+{len(rest)}"] if len(rest) else [])
     shown = products[:, dimensions]
     if len(rest):  # the other dimensions, summed: the row still sums to the score's q·k term
         shown = np.concatenate([shown, products[:, rest].sum(1, keepdims=True)], axis=1)
-    keys = np.where(allowed[:, None], rows.keys[:, dimensions], np.nan)
-    term = np.where(allowed, np.nansum(products, 1), np.nan)  # each key's scale·q·k
-    bias = None if rows.bias is None else np.where(allowed, rows.bias[query], np.nan)
-    key_axis = [name + (f" ({MASKED})" if not allowed[j] else "") for j, name in enumerate(positions(key_labels))]
-    count = len(key_labels)
-    vector_range = float(np.nanmax(np.abs(np.concatenate([rows.queries[query, dimensions], keys.ravel()])))) or 1.0
-    product_range = float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0
+    term = products.sum(1)  # each key's scale·q·k
+    bias = None if rows.bias is None else rows.bias[query][seen]
+    weights = rows.weights[query][seen]
+    key_axis = [positions(key_labels)[j] for j in seen]
+    count, room = len(seen), max(room or 0, len(seen))
+    query_vector, keys = rows.queries[query, dimensions], rows.keys[seen][:, dimensions]
+    vector_range = float(np.max(np.abs(np.concatenate([query_vector, keys.ravel()])))) or 1.0
+    product_range = float(np.max(np.abs(shown))) or 1.0
     scale = f"{rows.scale:.4g}"
     formula = f"score = {scale}·q·k" + (" + b (position bias, orange)" if bias is not None else "")
-    lines = [heading, f"query: {label(query_labels[query], 2 * MAX_LABEL)}",
-             f"{formula}; dims by their share of “{label(key_labels[key], MAX_LABEL)}”"]
+    masked = f" ({len(allowed) - count} keys {MASKED})" if count < len(allowed) else ""
+    # Lines of at most ~48 characters: a phone's width at 13 px.
+    lines = [heading, f"query: {label(query_labels[query], MAX_QUERY)}{masked}", formula,
+             f"dims by their share of “{label(key_labels[key], MAX_LABEL)}”"]
     top = title_room(lines)
-    plot = STRIP_PX + GAP_PX + ROW_PX * count  # the plot area: q's strip, a gap, a row per key
-    keys_top = (ROW_PX * count) / plot  # where the keys' panels end, as a share of the plot area
+    plot = STRIP_PX + GAP_PX + ROW_PX * room  # the plot area: q's strip, a gap, a row per key it has room for
+    keys_top = (ROW_PX * room) / plot  # where the keys' panels end, as a share of the plot area
+    keys_domain = [keys_top * (1 - count / room), keys_top]  # the keys listed, from the top
     vector = dict(type="heatmap", colorscale=DIVERGING, zmid=0, zmin=-vector_range, zmax=vector_range,
                   showscale=False)
     dims = names[:len(dimensions)]
-    query_vector, keys, shown = (np.round(values, DIGITS) for values in (rows.queries[query, dimensions], keys, shown))
+    query_vector, keys, shown = (np.round(values, DIGITS) for values in (query_vector, keys, shown))
     data = [
         dict(vector, z=[query_vector.tolist()], x=dims, y=["q"], xaxis="x", yaxis="y",
              hovertemplate="q, %{x}: %{z:.4f}<extra></extra>"),
@@ -90,10 +103,10 @@ def neuron_figure(rows: Head, query: int, key: int | None, query_labels: list[st
              hovertemplate="%{y}, %{x}: scale·q·k %{z:.4f}<extra></extra>"),
         dict(type="bar", orientation="h", x=term.tolist(), y=key_axis, xaxis="x3", yaxis="y2",
              marker=dict(color="#6b7280"), hovertemplate="%{y}: scale·q·k %{x:.4f}<extra></extra>"),
-        dict(type="bar", orientation="h", x=rows.weights[query].tolist(), y=key_axis, xaxis="x4", yaxis="y2",
-             marker=dict(color=[HIGHLIGHT if j == key else "#2563eb" for j in range(count)]),
-             text=[f"{w:.2f}" if allowed[j] else "" for j, w in enumerate(rows.weights[query])],
-             textposition="outside", cliponaxis=False, hovertemplate="%{y}: weight %{x:.4f}<extra></extra>"),
+        dict(type="bar", orientation="h", x=weights.tolist(), y=key_axis, xaxis="x4", yaxis="y2",
+             marker=dict(color=[HIGHLIGHT if j == clicked else "#2563eb" for j in range(count)]),
+             text=[f"{w:.2f}" for w in weights], textposition="outside", textfont=dict(size=WEIGHT_FONT),
+             cliponaxis=False, hovertemplate="%{y}: weight %{x:.4f}<extra></extra>"),
     ]
     if bias is not None:  # a term of its own, stacked on the q·k term
         data.append(dict(type="bar", orientation="h", x=bias.tolist(), y=key_axis, xaxis="x3", yaxis="y2",
@@ -107,19 +120,19 @@ def neuron_figure(rows: Head, query: int, key: int | None, query_labels: list[st
     outline = min(OUTLINED, len(dimensions))
     layout = dict(
         title=title_layout(lines), height=top + plot + BOTTOM_PX, showlegend=False, barmode="relative", bargap=0.25,
-        margin=dict(l=8, r=8, t=top, b=BOTTOM_PX),
+        margin=dict(l=8, r=8 + WEIGHT_LABEL_PX, t=top, b=BOTTOM_PX),
         xaxis=dict(dimension_axis, domain=COLUMNS["keys"]),
         xaxis2=dict(dimension_axis, domain=COLUMNS["products"]),
         xaxis3=dict(domain=COLUMNS["scores"], anchor="y2", tickfont=dict(size=8), nticks=3, fixedrange=True),
-        xaxis4=dict(domain=COLUMNS["weights"], anchor="y2", range=[0, 1.3], showticklabels=False, fixedrange=True),
+        xaxis4=dict(domain=COLUMNS["weights"], anchor="y2", range=[0, 1], showticklabels=False, fixedrange=True),
         yaxis=dict(domain=[1 - STRIP_PX / plot, 1], anchor="x", tickfont=TICK_FONT, fixedrange=True),
         yaxis2=dict(type="category", categoryorder="array", categoryarray=key_axis, autorange="reversed",
-                    domain=[0, keys_top], anchor="x", tickfont=TICK_FONT, automargin=True, fixedrange=True),
+                    domain=keys_domain, anchor="x", tickfont=TICK_FONT, automargin=True, fixedrange=True),
         annotations=[dict(text=text, x=x, xanchor=anchor, y=keys_top, xref="paper", yref="paper", yanchor="bottom",
                           showarrow=False, font=dict(size=10)) for text, x, anchor in named],
         # The key that sorts the dimensions, and the dimensions of its largest shares.
-        shapes=[dict(type="rect", xref="x2", yref="y2", x0=-0.5, x1=outline - 0.5, y0=key - 0.5, y1=key + 0.5,
-                     line=dict(color=HIGHLIGHT, width=2))],
+        shapes=[dict(type="rect", xref="x2", yref="y2", x0=-0.5, x1=outline - 0.5, y0=clicked - 0.5,
+                     y1=clicked + 0.5, line=dict(color=HIGHLIGHT, width=2))],
         meta={"fits": True},  # drawn in its box's width, whatever it is (ui/static/figures.js)
     )
     return plain_figure(data, layout)
@@ -129,14 +142,14 @@ def neuron_frames(rows: Head, query: int, key: int | None, query_labels: list[st
                   heading: str, stepped: bool) -> str:
     """`neuron_figure` as a plot's JSON; `stepped` (decoder and cross-attention, whose rows are steps): every row's
     figure, so that the browser shows the row of the page's step (ui/static/figures.js), `key` sorting each row
-    where that row sees it."""
+    where that row sees it. Every row has room for the most keys a row sees: the panel keeps its size as it steps."""
     if not stepped:
         return neuron_figure(rows, query, key, query_labels, key_labels, heading).to_json()
-    each = [neuron_figure(rows, t, key, query_labels, key_labels, heading) for t in range(rows.queries.shape[0])]
+    room = int(rows.allowed.sum(1).max())
+    each = [neuron_figure(rows, t, key, query_labels, key_labels, heading, room) for t in range(rows.queries.shape[0])]
     figure = each[query]  # drawn as it is until the page's step picks its frame
     frames = [{"data": [{name: trace[name] for name in ("z", "x", "y", "text", "marker") if name in trace}
                         for trace in shown.data],
-               "axes": {name: {"categoryarray": axis["categoryarray"]} for name, axis in shown.layout.items()
-                        if name.startswith("yaxis") and "categoryarray" in axis},
+               "axes": {"yaxis2": {name: shown.layout["yaxis2"][name] for name in ("categoryarray", "domain")}},
                "shapes": shown.layout["shapes"]} for shown in each]
     return figure.to_json({"titles": [shown.layout["title"]["text"] for shown in each], "frames": frames})

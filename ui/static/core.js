@@ -43,18 +43,32 @@ function drawDetachment(part) {
 }
 
 // The neuron view (ui/neurons.py `neuron_part`): its figure, drawn at the page's step like the heatmap, and what q and
-// k are, as text; null closes it.
+// k are, as text; null closes it. A tap on a heatmap's cell (ui/static/page.js) hides the figure until the tap's
+// answer (the status line says one) is drawn, at the step the answer moves the page to (the slider moves it a task
+// later: ui/static/step.js): the row shown before is not the row tapped.
+let tapped = false;
+inspector.neuronTapped = () => {
+  tapped = true;
+  neuronHidden(true);
+};
+
+function neuronHidden(hidden) {
+  const box = element.querySelector("#neuron");
+  box.toggleAttribute("aria-busy", hidden);
+  box.querySelector(".plot").style.visibility = hidden ? "hidden" : "";
+}
+
 function drawNeuron(part) {
   const box = element.querySelector("#neuron");
   box.querySelector(".neuron-note").textContent = part?.note || "";
   shown.neuron = part?.figure || null;
-  drawFigure("neuron");
+  drawFigure("neuron", tapped && part?.step ? part.step - 1 : null);
 }
 
-function drawFigure(name) {
+function drawFigure(name, at = null) {
   const box = element.querySelector(`#${name}`);
   box.classList.toggle("empty", !shown[name]);
-  drawn[name] = figures.draw(box.querySelector(".plot"), shown[name]);
+  drawn[name] = figures.draw(box.querySelector(".plot"), shown[name], at);
 }
 
 function update() {
@@ -79,6 +93,10 @@ function update() {
   if ("status" in value) inspector.said?.(shown.status);
   if ("detachment" in value) drawDetachment(value.detachment);
   if ("neuron" in value) drawNeuron(value.neuron);
+  if (tapped && ("neuron" in value || "status" in value)) { // the tap's answer (a refusal says only a status)
+    tapped = false;
+    neuronHidden(false);
+  }
   if ("steps" in value) {
     shown.steps = value.steps || [];
     inspector.steps = shown.steps.length;

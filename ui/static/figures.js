@@ -80,8 +80,10 @@
   const COLORBAR_ABOVE = 44; // a colour bar laid across, with its title above it
   const ROW_LABEL_SIDE = 110; // a heatmap's row labels and its axis title, without the colour bar beside them
 
-  // Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file). One config
-  // for the page's life: Plotly.react redraws from scratch whenever it is handed a different config.
+  // Every plot's toolbar downloads PNG and SVG, named after the view and the step (layout.meta.file); it has no
+  // box and lasso selection, which nothing on the page uses (a bar chart's toolbar was two rows high in a tablet's
+  // column then, over its title). One config for the page's life: Plotly.react redraws from scratch whenever it is
+  // handed a different config.
   let plotConfig = null;
 
   function config() {
@@ -93,7 +95,7 @@
     };
     const button = (format, icon) => ({ name: `download-${format}`, title: `Download as ${format.toUpperCase()}`,
       icon, click: (gd) => Plotly.downloadImage(gd, { format, filename: name(gd), scale: format === "png" ? 2 : 1 }) });
-    plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["toImage"],
+    plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["toImage", "select2d", "lasso2d"],
                    modeBarButtonsToAdd: [button("png", Plotly.Icons.camera), button("svg", Plotly.Icons.disk)] };
     return plotConfig;
   }
@@ -122,7 +124,9 @@
     const grid = first?.type === "heatmap" && !narrow && !!figure.layout.xaxis2;
     const fitted = grid && inspector.gridsFit;
     // On a phone a heatmap of one map has its colour bar above it, under its title: the width beside its keys is its
-    // row labels' alone, and a sentence of up to ~18 keys fits the screen's width (a longer one still scrolls).
+    // row labels' alone, and a sentence of up to ~18 keys fits the screen's width (a longer one still scrolls). Its
+    // bottom is a hair under the plot's top: at the top or above, Plotly lifts the figure's title by half the bar's
+    // height, into the mode bar.
     const single = first?.type === "heatmap" && !grid && !narrow;
     const above = single && PHONE.matches && first.colorbar;
     if (above) {
@@ -130,7 +134,7 @@
         if (!trace.colorbar) continue;
         const title = trace.colorbar.title || {};
         trace.colorbar = { ...trace.colorbar, orientation: "h", x: 0, xanchor: "left", xref: "container",
-                           y: 1, yanchor: "bottom", yref: "paper", ypad: 2, len: 1, thickness: 10,
+                           y: 0.999, yanchor: "bottom", yref: "paper", ypad: 2, len: 1, thickness: 10,
                            title: { ...title, side: "top" } };
       }
       figure.layout.margin = { ...figure.layout.margin, t: (figure.layout.margin?.t ?? 0) + COLORBAR_ABOVE };
@@ -165,6 +169,7 @@
   // value into a hidden plot once the browser is idle; the heatmap is then redrawn with them, in the next idle time.
   const AUTOMARGIN_PAD = 12;
   const drawnValues = new WeakMap(); // target -> the JSON drawn into it
+  const drawnAt = new WeakMap(); // target -> the step index it was drawn at, where not the page's step (`draw`)
   const lastMargins = new WeakMap(); // target -> { json, margin } (margin null: being measured)
 
   function measureMargins(target, json) {
@@ -187,7 +192,7 @@
       if (lastMargins.get(target)?.json !== json) return; // another value came meanwhile
       const { l, r, t, b } = measuring._fullLayout._size; // Plotly's margins after its automargin
       lastMargins.set(target, { json, margin: { l, r, t, b } });
-      whenIdle(() => { if (drawnValues.get(target) === json) draw(target, json); });
+      whenIdle(() => { if (drawnValues.get(target) === json) draw(target, json, drawnAt.get(target) ?? null); });
     }).catch(() => lastMargins.delete(target)).finally(() => { // unmeasured, it is drawn as Plotly fits it
       window.Plotly.purge(measuring);
       measuring.remove();
@@ -195,15 +200,18 @@
   }
 
   // A figure drawn into `target` (a `.plot` div) from its JSON (null: none), at the page's step where it is built
-  // for stepping; returns whether it steps (a heatmap "heatmap", a bar chart "bars", or null).
-  function draw(target, json) {
+  // for stepping (or at step index `at`: the step an answer moves the page to, before the page has moved there);
+  // returns whether it steps (a heatmap "heatmap", a bar chart "bars", or null).
+  function draw(target, json, at = null) {
     if (!target || !window.Plotly) return null;
     if (!json) {
       window.Plotly.purge(target);
       drawnValues.delete(target);
       return null;
     }
-    const { shown, least, stepped, grows } = prepared(target, json);
+    if (at === null) drawnAt.delete(target);
+    else drawnAt.set(target, at);
+    const { shown, least, stepped, grows } = prepared(target, json, at);
     target.style.minWidth = least ? `${least}px` : "";
     const known = lastMargins.get(target);
     const margin = grows && known?.json === json ? known.margin : null;

@@ -29,10 +29,11 @@
   });
   // A click on a cell of the heatmap opens the neuron view of its row (ui/neurons.py: of a single head; the status
   // line says so otherwise), and the panel's Close closes it: the cell goes to a hidden field and its button is
-  // pressed, as for the charts above.
+  // pressed, as for the charts above. The panel shows nothing until the cell's row is drawn (ui/static/core.js).
   const openNeuron = (cell) => {
     const input = document.querySelector("#neuron-cell textarea, #neuron-cell input");
     if (!input) return;
+    if (cell !== "close") inspector.neuronTapped?.();
     input.value = cell;
     input.dispatchEvent(new Event("input", {bubbles: true}));
     setTimeout(() => document.querySelector("#neuron-open")?.click()); // once Gradio has taken the value in
@@ -45,6 +46,23 @@
   document.addEventListener("attention-inspector-decoding", () => {
     requestAnimationFrame(() => setTimeout(() => document.querySelector("#omissions-queued")?.click()));
   });
+  // The click moves the step to the row clicked, and a heatmap that grows with the steps then has fewer rows, each
+  // taller: another row comes under the pointer. Until the user does something else (moves the pointer, presses a
+  // key or a button), the hover of a heatmap of one map names the cell clicked where it now is (the row the neuron
+  // view shows), through every redraw and every report of the pointer where it rests (the browser's, after a scroll).
+  let pinned = null; // { cell: [row, column], x, y: the pointer's place }
+  const pin = (plot) => {
+    const z = plot.data?.length === 1 ? plot.data[0].z : null;
+    if (!pinned || !z) return;
+    const [row, column] = pinned.cell;
+    // The cell by its index on each axis (numbers, or categories in words): Plotly 4.1 draws no label for a point
+    // named by its pointNumber.
+    if (row < z.length && column < z[row].length) window.Plotly.Fx.hover(plot, { xval: column, yval: row });
+  };
+  document.addEventListener("mousemove", (event) => {
+    if (pinned && (event.clientX !== pinned.x || event.clientY !== pinned.y)) pinned = null;
+  }, true);
+  for (const name of ["keydown", "pointerdown"]) document.addEventListener(name, () => { pinned = null; }, true);
   const bindHeatmap = () => {
     const plot = document.querySelector("#attention .js-plotly-plot");
     if (!plot || !plot.on || plot.dataset.clicks) return;
@@ -52,7 +70,14 @@
     plot.on("plotly_click", (event) => {
       const point = event.points && event.points[0];
       const cell = point && point.data.type === "heatmap" ? point.pointNumber : null;
-      if (Array.isArray(cell)) openNeuron(`${cell[0]},${cell[1]}`);
+      if (!Array.isArray(cell)) return;
+      pinned = { cell, x: event.event?.clientX, y: event.event?.clientY };
+      openNeuron(`${cell[0]},${cell[1]}`);
+    });
+    plot.on("plotly_afterplot", () => pin(plot));
+    plot.on("plotly_hover", (event) => {
+      const hovered = event.points?.[0]?.pointNumber;
+      if (pinned && String(hovered) !== String(pinned.cell)) pin(plot);
     });
   };
   const bind = () => {
