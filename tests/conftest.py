@@ -41,6 +41,60 @@ def pytest_collection_modifyitems(items):
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 
+# Tolerances for two computations of one float32 value that add their sums in other orders (a batch blocked
+# otherwise than one row, another CPU's kernels, another process's share): derived from the arithmetic, never read
+# off one machine's run (docs/testing.md, "Tolerances").
+UNIT_ROUNDOFF = 2.0 ** -24  # float32's unit round-off u
+
+
+def reordered(terms: int, sums: int = 1, scale: float = 1.0) -> float:
+    """How far apart two float32 results may be when each of `sums` sums in sequence (a model's matrix products along
+    the way to the result) adds its `terms` terms in another order: a sum of n terms is within (n − 1)·u·Σ|terms|
+    of the exact one whatever the order (Higham, Accuracy and Stability of Numerical Algorithms, §4.2), so two orders
+    are within 2·n·u of each other; the sums' errors add up, to first order. `scale` is Σ|terms| of a sum relative to
+    the result compared (1: no cancellation)."""
+    return 2 * terms * sums * UNIT_ROUNDOFF * scale
+
+
+def roundings(config, length: int | None = None) -> int:
+    """N: the float32 terms added in sequence on the way from a model's embeddings to one output probability (every
+    sum's terms, each sum's result feeding the next), for sequences of up to `length` tokens (its max_len). A
+    Transformer's encoder layer adds d (a projection) + d_head (a score) + length (the weighted values) + d (the
+    output projection) + 2d (the norm's mean and variance) + d + d_ff (the feed-forward) + 2d; a decoder layer two
+    such attention blocks and the feed-forward; then the memory's keys (d), the output layer (d) and the softmax's
+    normaliser (the vocabulary). A GRU model adds a step's input and state (embedding + hidden) at every source and
+    target step, and at each target step its attention (hidden + length) and output (2 hidden)."""
+    if getattr(config, "architecture", "transformer") == "rnn":
+        length = length or config.max_len
+        e, h = config.embedding_dim, config.hidden_size
+        return length * (e + h) + length * (e + h + h + length + 2 * h) + config.tgt_vocab_size
+    length = length or config.max_len
+    d, head, ff = config.d_model, config.d_head or config.d_model // config.n_heads, config.d_ff
+    attention = d + head + length + d + 2 * d
+    return (config.n_encoder_layers * (attention + d + ff + 2 * d)
+            + config.n_decoder_layers * (2 * attention + d + ff + 2 * d) + 3 * d + config.tgt_vocab_size)
+
+
+def model_rounding(config, scale: float = 1.0, length: int | None = None, spread: float = 6.0) -> float:
+    """How far apart two float32 computations of one of a model's outputs may be when their sums are added in other
+    orders, for values of size `scale` (1: the softmax's probabilities and weights, the normed stream). The worst
+    case, 2·N·u for N = `roundings` terms in sequence, is never reached: rounding errors are independent and as
+    often up as down, and Higham & Mary's probabilistic bound (A New Approach to Probabilistic Rounding Error
+    Analysis, SIAM J. Sci. Comput. 41(5), 2019) puts each computation within λ·√N·u with probability at least
+    1 − 2N·exp(−λ²/2): λ = `spread` = 6 gives 1 − 1e-3 for N = 30,000 (the largest model tested here), and far
+    more in practice (their bound is itself pessimistic)."""
+    return 2 * spread * roundings(config, length) ** 0.5 * UNIT_ROUNDOFF * scale
+
+
+def log_probability_rounding(translator, text: str) -> float:
+    """`model_rounding` for a log-probability of `translator`'s translation of `text`: log p = z − log Σ exp z moves
+    by at most twice the largest error of its logits z, each within the rounding of values of their size (the
+    largest |z| of the translation's teacher-forced pass)."""
+    traced = translator.trace(text).trace
+    with torch.no_grad():
+        logits, _ = translator.model(torch.tensor([traced.src_ids]), torch.tensor([traced.decoder_input_ids]))
+    return 2 * model_rounding(translator.model.config, scale=float(logits.abs().max()))
+
 
 def decoded_log_probabilities(logits: torch.Tensor) -> torch.Tensor:
     """Log-probabilities over the last dimension of `logits`, <pad> and <sos> ruled out as decoding rules them out."""
