@@ -44,11 +44,14 @@ HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"
 HOVER_NAMED = "%{meta}<br>" + HOVER  # in a grid of heads, the hover also names the head
 # Pixel sizes of a figure's parts. Plotly draws its mode bar (toolbar) over the top right corner; on a phone the
 # title runs under it, so every title starts below it.
-MODEBAR_ROOM = 30
+MODEBAR_ROOM = 30  # the mode bar: 2 px from the top, 26 px high
 TITLE_LINE = 17  # one line of a 13 px title
 TITLE_GAP = 8  # between the title and what follows it
 NAME_ROOM = 16  # one line of a grid panel's name (10 px)
-TITLE_LIFT = 12  # plotly.js draws a title of several lines this much higher than one of one line
+# plotly.js draws a title's letters up to TITLE_ASCENT above where it is placed (yanchor "top"), and a title of several
+# lines TITLE_LIFT higher: each is placed that much lower, so that its letters start MODEBAR_ROOM from the top.
+TITLE_ASCENT = 4
+TITLE_LIFT = 12
 TICK_FONT = dict(size=10)
 TICK_SPACING = 13  # the least distance between two shown tick labels of TICK_FONT
 # A heatmap of one map, a bar chart and two models compared name every key: the page draws them at least KEY_PX a
@@ -226,8 +229,8 @@ def title_text(lines: list[str]) -> str:
 def title_layout(lines: list[str]) -> dict:
     """A title of one or more lines at the top left, below the mode bar; its figure's top margin is `title_room`."""
     return dict(text=title_text(lines), yref="container", y=1, yanchor="top",
-                pad=dict(t=MODEBAR_ROOM + TITLE_LIFT * (len(lines) > 1)), x=0.01, xanchor="left", xref="container",
-                font=dict(size=13))
+                pad=dict(t=MODEBAR_ROOM + (TITLE_LIFT if len(lines) > 1 else TITLE_ASCENT)), x=0.01, xanchor="left",
+                xref="container", font=dict(size=13))
 
 
 def title_room(lines: list[str]) -> int:
