@@ -86,14 +86,19 @@ def model_rounding(config, scale: float = 1.0, length: int | None = None, spread
     return 2 * spread * roundings(config, length) ** 0.5 * UNIT_ROUNDOFF * scale
 
 
+def largest_logit(translator, text: str) -> float:
+    """The largest |logit| of the teacher-forced pass over `translator`'s translation of `text`."""
+    traced = translator.trace(text).trace
+    with torch.no_grad():
+        logits, _ = translator.model(torch.tensor([traced.src_ids]), torch.tensor([traced.decoder_input_ids]))
+    return float(logits.abs().max())
+
+
 def log_probability_rounding(translator, text: str) -> float:
     """`model_rounding` for a log-probability of `translator`'s translation of `text`: log p = z − log Σ exp z moves
     by at most twice the largest error of its logits z, each within the rounding of values of their size (the
     largest |z| of the translation's teacher-forced pass)."""
-    traced = translator.trace(text).trace
-    with torch.no_grad():
-        logits, _ = translator.model(torch.tensor([traced.src_ids]), torch.tensor([traced.decoder_input_ids]))
-    return 2 * model_rounding(translator.model.config, scale=float(logits.abs().max()))
+    return 2 * model_rounding(translator.model.config, scale=largest_logit(translator, text))
 
 
 def decoded_log_probabilities(logits: torch.Tensor) -> torch.Tensor:
