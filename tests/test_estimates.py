@@ -237,30 +237,54 @@ def test_the_heads_heatmap_says_what_each_estimate_is_worth():
 
 
 @pytest.mark.parametrize("name", ["en-fr-rnn-multihead", "en-de"])
-def test_the_patching_estimate_is_the_derivative_of_patching_along_the_line_to_the_counterfactual(name):
+def test_the_patching_estimate_is_the_derivative_of_patching_along_the_line_to_the_counterfactual(name, monkeypatch):
     """Patching a head with a + ε(a′ − a) moves the score by ε times the estimate, to first order: on a GRU model
-    (whose heads' outputs are read once per step) and a Transformer alike."""
+    (whose heads' outputs are read once per step) and a Transformer alike. In float64 throughout (the scores'
+    log-softmax too, which the app runs in float32), so that a difference quotient's error is its truncation, which
+    the test measures: in float32 the scores' rounding over ε took a third to a half of the 1e-3 once allowed."""
     from pathlib import Path
 
+    import attention_inspector.model.explain.patching as patching
     from attention_inspector.model.explain.patching import patched_scores, recorded_runs
+    from attention_inspector.model.nets.decoding import NEVER_EMITTED
     from attention_inspector.model.serving.checkpoint import load_checkpoint
     from attention_inspector.model.text.vocab import SOS_ID
 
     translator = load_checkpoint(Path(__file__).resolve().parent.parent / "checkpoints" / name)
     text, counterfactual = "A man is riding a bicycle down the street.", "A woman is riding a bicycle down the street."
-    src, other, tgt = translator.patching_ids(text, counterfactual, translator.trace(text).target_tokens, 1, None,
-                                              None)
+    tokens = translator.trace(text).target_tokens  # decoded in float32, as the app decodes
+    translator.model.double()
+    monkeypatch.setattr(patching, "next_token_logits", lambda logits: logits[:, -1].index_fill(
+        1, torch.tensor(NEVER_EMITTED), float("-inf")))  # the scores (and the estimate's) in float64 too
+    src, other, tgt = translator.patching_ids(text, counterfactual, tokens, 1, None, None)
     prefix = torch.tensor([[SOS_ID] + tgt[:1]])
     with torch.no_grad():
         original, theirs = recorded_runs(translator.model, [src, other], prefix, tgt[1], None)
-    step = 1e-3
-    nudged = {kind: [a + step * (b - a) for a, b in zip(original.outputs[kind], theirs.outputs[kind])]
-              for kind in original.outputs}
     heads = [("cross", layer, head) for layer, head in np.ndindex(translator.model.heads()["cross"])]
-    with torch.no_grad():
-        scores = patched_scores(translator.model, src, prefix, tgt[1], None, nudged, [[h] for h in heads],
-                                original=original)
+
+    def central(step: float) -> np.ndarray:
+        """(f(ε) − f(−ε)) / 2ε for each head, f(ε) its score patched with a + ε(a′ − a)."""
+        scores = []
+        for sign in (1, -1):
+            nudged = {kind: [a + sign * step * (b - a) for a, b in zip(original.outputs[kind], theirs.outputs[kind])]
+                      for kind in original.outputs}
+            with torch.no_grad():
+                scores.append(np.array(patched_scores(translator.model, src, prefix, tgt[1], None, nudged,
+                                                      [[h] for h in heads], original=original)))
+        return (scores[0] - scores[1]) / (2 * step)
+
     estimate = patching_estimate(translator.model, src, other, tgt, 1)
-    slopes = [(score - original.score) / step for score in scores]
-    np.testing.assert_allclose(slopes, [estimate.effects[k][layer, head] for k, layer, head in heads], atol=1e-3)
+    expected = np.array([estimate.effects[k][layer, head] for k, layer, head in heads])
+    step = 1e-3
+    slopes, coarser = central(step), central(2 * step)
+    # Taylor: a central difference C(ε) is f′ + ε²/6·f‴ + O(ε⁴), so C(2ε) − C(ε) = ε²/2·f‴ to that order and the
+    # truncation at ε is a third of it (all of it allowed); float64's rounding of the scores (tests/conftest.py,
+    # 2^29 times float32's: under 1e-11 here) over 2ε adds under 1e-8.
+    allowed = np.abs(coarser - slopes) + 1e-8
+    if name == "en-fr-rnn-multihead":
+        # Not so for the GRU: its estimate misses the derivative by up to 5e-4 of it (2.2e-6 of 4.4e-3 for heads 2 to
+        # 4, the same in float64 at any ε; head 1 to 1e-9), a difference of the method's, not of rounding: held to
+        # that, as the first order this test was written for.
+        allowed = allowed + 1e-3 * np.abs(expected)
+    assert np.all(np.abs(slopes - expected) <= allowed), (slopes - expected, allowed)
     assert max(map(abs, slopes)) > 5e-3  # the heads do move the score
