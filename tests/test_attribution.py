@@ -13,7 +13,7 @@ from attention_inspector.model.nets.seq2seq import head_gates
 from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
 from attention_inspector.model.nets.transformer import Transformer
 from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID
-from tests.conftest import T5_LIKE, decoded_log_probabilities, reordered, tiny_config
+from tests.conftest import T5_LIKE, decoded_log_probabilities, model_rounding, reordered, tiny_config
 
 pytest.importorskip("captum")
 SRC = [5, 6, 7, 8, 9, EOS_ID]
@@ -85,6 +85,23 @@ def test_saliency_and_input_x_gradient_are_the_gradients_by_hand(name):
     np.testing.assert_allclose(both[INPUT_X_GRADIENT], product.source, atol=1e-7)
 
 
+LOGITS = 10  # |logits| of `models()` stay under this (checked below): the scale of a score's rounding
+
+
+def test_the_models_logits_stay_under_the_scale_their_scores_tolerances_assume():
+    for model in models().values():
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([SRC]), torch.tensor([[SOS_ID] + TGT]))
+        assert float(logits.abs().max()) < LOGITS
+
+
+def gradient_rounding(model, *values: np.ndarray) -> float:
+    """How far two float32 computations of gradients of the size of `values` may differ with their sums in other
+    orders (a batch of steps, a step alone): the model's rounding (tests/conftest.py) twice over, forward and back."""
+    return 2 * model_rounding(model.config, scale=max(float(np.abs(v).max()) for v in values),
+                              length=len(SRC) + len(TGT))
+
+
 @pytest.mark.parametrize("name", list(models()))
 @pytest.mark.parametrize("contrast, off", [(None, False), (14, False), (None, True)])
 def test_every_step_in_one_batch_equals_each_step_alone(name, contrast, off):
@@ -99,15 +116,18 @@ def test_every_step_in_one_batch_equals_each_step_alone(name, contrast, off):
                                  progress=lambda *done: told.append(done))
         assert told[-1] == (len(TGT), len(TGT)) and len(told) == min(PASSES, len(TGT))
         for ours, theirs in zip(passes, every, strict=True):
-            np.testing.assert_allclose(ours.source, theirs.source, atol=1e-5)
-            np.testing.assert_allclose(ours.target, theirs.target, atol=1e-5)
+            rounding = gradient_rounding(model, theirs.source, theirs.target)
+            np.testing.assert_allclose(ours.source, theirs.source, rtol=0, atol=rounding)
+            np.testing.assert_allclose(ours.target, theirs.target, rtol=0, atol=rounding)
         for step, result in enumerate(every):
             alone = attribute(model, SRC, TGT, step, method, contrast=contrast, gates=gates)
             assert (result.method, result.step, result.token, result.contrast) == (method, step, TGT[step], contrast) \
                 == (alone.method, alone.step, alone.token, alone.contrast)
-            assert result.score == pytest.approx(alone.score, abs=1e-5)
-            np.testing.assert_allclose(result.source, alone.source, atol=1e-5)
-            np.testing.assert_allclose(result.target, alone.target, atol=1e-5)  # (step + 1,): none after it
+            # A score: a log-probability (or two), each within twice its logits' rounding.
+            assert result.score == pytest.approx(alone.score, abs=2 * 2 * model_rounding(model.config, scale=LOGITS))
+            rounding = gradient_rounding(model, alone.source, alone.target)
+            np.testing.assert_allclose(result.source, alone.source, rtol=0, atol=rounding)
+            np.testing.assert_allclose(result.target, alone.target, rtol=0, atol=rounding)  # (step + 1,): none after
 
 
 def test_step_shares_keep_each_sign_and_sum_to_one_in_absolute_value():
