@@ -213,6 +213,7 @@ def test_a_link_that_opens_a_large_model_slowly_can_be_stopped_before_its_first_
     """A link's sentence shows in the box at once; when the page's first answer takes over a second (a large
     model's steps), Stop shows under the view, and pressing it stops the translation: the page says what to do, with
     the sentence left in the box, and nothing is drawn after."""
+    import threading
     import time
     from urllib.parse import urlencode
 
@@ -220,13 +221,17 @@ def test_a_link_that_opens_a_large_model_slowly_can_be_stopped_before_its_first_
 
     monkeypatch.setattr(operations, "LARGE_MODEL", 1)  # the toy model counts as large
     translator = services.translators[MODEL]
-    trace = translator.trace
+    trace, ended = translator.trace, threading.Event()
 
     def slowly(*args, told=None, **options):  # a step of a large model takes a while
         def step(done, total):
             time.sleep(0.3)
             told(done, total)
-        return trace(*args, told=None if told is None else step, **options)
+        try:
+            return trace(*args, told=None if told is None else step, **options)
+        finally:
+            if told is not None:
+                ended.set()
     monkeypatch.setattr(translator, "trace", slowly)
     page.goto(f"{server}?{urlencode({'model': MODEL, 'text': SENTENCE})}")
     page.wait_for_function("(text) => document.querySelector('#source textarea')?.value === text", arg=SENTENCE,
@@ -234,7 +239,10 @@ def test_a_link_that_opens_a_large_model_slowly_can_be_stopped_before_its_first_
     page.wait_for_selector("#stop-measure", state="visible", timeout=15000)
     page.click("#stop-measure")
     assert status_starts(page, "Stopped") == operations.STOPPED_OPENING
-    page.wait_for_timeout(1000)  # the load's next step has come and gone
+    # The load's translation has stopped (waited for, however slow the machine), and anything it sent has had time to
+    # be drawn if it were going to be.
+    assert ended.wait(60), "the load's translation did not stop within 60 s"
+    page.wait_for_timeout(1000)
     assert page.input_value("#translation textarea") == "" and page.input_value("#source textarea") == SENTENCE
     assert page.input_value("#status textarea") == operations.STOPPED_OPENING
     assert not page.locator("#stop-measure").is_visible()

@@ -32,9 +32,9 @@ def steps_in(page_title: str) -> int:
     return int(re.search(r"step \d+ of (\d+):", page_title).group(1))
 
 
-def slow_attributions(services, monkeypatch):
+def slow_attributions(services, monkeypatch, ended=None):
     """The test model's attributions made slow, 0.3 s a step (as a large model's integrated gradients are); returns
-    its translator."""
+    its translator. `ended` (a threading.Event) is set once a call has returned or stopped."""
     translator = services.translators[MODEL]
     computed = translator.attributions
 
@@ -43,7 +43,11 @@ def slow_attributions(services, monkeypatch):
             time.sleep(0.3)
             if progress is not None:
                 progress(done, total)
-        return computed(*args, progress=told, **options)
+        try:
+            return computed(*args, progress=told, **options)
+        finally:
+            if ended is not None:
+                ended.set()
     monkeypatch.setattr(translator, "attributions", slow)
     return translator
 
@@ -52,7 +56,10 @@ def test_a_slow_measure_never_draws_the_last_model_over_the_next(page, services,
     """Show integrated gradients (made slow here: 0.3 s a step), switch the model at once: the page shows the new
     model only, whole, and stays so once the measure would have finished; back to the first model and its weights,
     everything is the first model's."""
-    translator = slow_attributions(services, monkeypatch)
+    import threading
+
+    ended = threading.Event()
+    translator = slow_attributions(services, monkeypatch, ended)
     translate(page, services, LONG)
     choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
     page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Computing')",
@@ -60,7 +67,10 @@ def test_a_slow_measure_never_draws_the_last_model_over_the_next(page, services,
     choose(page, "model", label_of(services, OTHER))
     other = services.translators[OTHER].trace(LONG)
     translation_is(page, other.text)
-    page.wait_for_timeout(len(other.target_tokens) * 300 + 1500)  # the measure would have finished by now
+    # The measure's computation has ended (stopped or done: waited for, however slow the machine), and its answer,
+    # sent as it ended, has had time to reach the page and be drawn if it were going to be.
+    assert ended.wait(60), "the measure's computation did not end within 60 s"
+    page.wait_for_timeout(1500)
     assert page.locator("#translation textarea").input_value() == other.text
     assert steps_in(title(page)) == len(other.target_tokens) and "integrated" not in title(page)
     choose(page, "model", label_of(services, MODEL))
@@ -151,6 +161,9 @@ def test_a_view_chosen_while_a_slow_measure_computes_is_the_one_it_is_drawn_in(p
     choose(page, "kind", KIND_LABELS[DECODER])
     page.wait_for_function("() => document.querySelector('#status textarea')?.value.endsWith('computed.')",
                            timeout=60000)
+    # Drawn after the status (a frame or more later on a busy machine): waited for, then left a moment to snap back.
+    page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
+                           ".startsWith(\"Attribution of each step's prediction to the target prefix\")", timeout=15000)
     page.wait_for_timeout(500)
     assert page.input_value("#kind input") == KIND_LABELS[DECODER]
     assert title(page).startswith("Attribution of each step's prediction to the target prefix")
@@ -160,30 +173,53 @@ def test_a_beam_search_run_while_a_slow_measure_computes_is_answered_and_says_th
                                                                                                    monkeypatch):
     """Issue 57's walk: Run beam search while integrated gradients at every step computed waited for them (its new
     state computed them again, the measure's own event stopped out of sight), and Stop computing then dropped the
-    beam search without a word."""
-    slow_attributions(services, monkeypatch)
-    translate(page, services, LONG)
-    choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
-    page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Computing')",
-                           timeout=15000)
-    open_tab(page, "Beam search")
-    page.click("#beam")
-    page.wait_for_function("() => document.querySelector('#status textarea').value.includes('at every step stopped')",
-                           timeout=5000)  # at once, not after the measure's steps
-    assert page.locator("#n-best tbody tr").count() > 0
-    assert page.input_value("#measure input") == MEASURE_LABELS[WEIGHTS]
+    beam search without a word. The measure is held at its second step until the beam search has answered: an
+    answer that waited for the measure's steps never comes (no time limit that a slower machine could outrun)."""
+    import threading
+
+    translator = services.translators[MODEL]
+    computed, held = translator.attributions, threading.Event()
+
+    def slow(*args, progress=None, **options):
+        def told(done, total):
+            if done >= 2:
+                held.wait(60)  # until the beam search's answer is on the page
+            if progress is not None:
+                progress(done, total)
+        return computed(*args, progress=told, **options)
+    monkeypatch.setattr(translator, "attributions", slow)
+    try:
+        translate(page, services, LONG)
+        choose(page, "measure", MEASURE_LABELS[INTEGRATED_GRADIENTS])
+        page.wait_for_function("() => document.querySelector('#status textarea')?.value.startsWith('Computing')",
+                               timeout=15000)
+        open_tab(page, "Beam search")
+        page.click("#beam")
+        page.wait_for_function("() => document.querySelector('#status textarea').value"
+                               ".includes('at every step stopped')", timeout=30000)  # the measure still held
+        assert not held.is_set()
+        assert page.locator("#n-best tbody tr").count() > 0
+        assert page.input_value("#measure input") == MEASURE_LABELS[WEIGHTS]
+    finally:
+        held.set()
     page.locator("#stop-measure").wait_for(state="hidden")
 
 
 def test_of_quick_translations_the_last_one_stays(page, services, monkeypatch):
     """Four sentences translated in quick succession, the first made slow (its answer comes last): the box and the
     translation are the fourth's."""
+    import threading
+
     sentences = ["A man plays.", "A red ball.", "A woman runs in the park.", "A child plays with a dog."]
-    traced = services.trace
+    traced, answered = services.trace, threading.Event()
 
     def trace(model, text, *args, **options):
         if text == sentences[0]:
             time.sleep(2)
+            try:
+                return traced(model, text, *args, **options)
+            finally:
+                answered.set()
         return traced(model, text, *args, **options)
     monkeypatch.setattr(services, "trace", trace)
     translate(page, services, LONG)
@@ -193,7 +229,10 @@ def test_of_quick_translations_the_last_one_stays(page, services, monkeypatch):
         page.wait_for_timeout(150)
     last = services.translators[MODEL].trace(sentences[-1]).text
     translation_is(page, last)
-    page.wait_for_timeout(2500)  # the first answer has come by now
+    # The first sentence's trace has returned (waited for, however slow the machine), and its answer has had time to
+    # reach the page and be drawn if it were going to be.
+    assert answered.wait(60), "the first sentence's trace did not return within 60 s"
+    page.wait_for_timeout(1500)
     assert page.locator("#translation textarea").input_value() == last
     assert page.locator("#source textarea").input_value() == sentences[-1]
 
