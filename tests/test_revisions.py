@@ -11,7 +11,7 @@ from attention_inspector.model.keys import CROSS, INTEGRATED_GRADIENTS, MEAN, WE
 from attention_inspector.model.nets.cores import parts
 from attention_inspector.ui import listeners, operations
 from attention_inspector.ui.session import Revisions, Session
-from tests.conftest import VIEW
+from tests.conftest import VIEW, model_rounding
 
 GRADIENT_VIEW = (CROSS, 1, MEAN, INTEGRATED_GRADIENTS, 2, False, "pieces")
 DROPPED = {"session": gr.skip()}
@@ -136,8 +136,11 @@ def test_on_a_large_model_saliency_comes_later_in_a_few_passes_with_progress(eve
     steps = session.trace.steps
     assert 1 < len(told) <= PASSES and told[-1] == (steps, steps) and sorted(told) == told
     later = drawn["session"].current.measure_maps[SALIENCY]
+    # Shares (at most 1) of gradients computed in other batches: within the model's rounding (tests/conftest.py)
+    # twice over, forward and back.
+    rounding = 2 * model_rounding(services.translators[session.model].model.config)
     for kind in (CROSS, "decoder"):
-        assert abs(later[kind] - at_once.current.measure_maps[SALIENCY][kind]).max() < 1e-5
+        assert abs(later[kind] - at_once.current.measure_maps[SALIENCY][kind]).max() < rounding
 
 
 def test_a_large_models_translation_comes_step_by_step_with_progress_and_stops_when_asked(events, monkeypatch):
