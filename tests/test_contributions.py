@@ -248,6 +248,8 @@ def test_the_app_tables_every_heads_statistics(events, services):
     assert trace.decoder_tokens == ["<sos>", "ein", "hund", "läuft", "."]
     expected = [-(weights * np.log(np.clip(weights, 1e-12, None))).sum(-1).mean(), weights.max(-1).mean(), 0,
                 weights[:, -1].mean(), (weights.argmax(-1) - np.arange(len(weights))).mean()]
+    # The table shows 3 decimals (5e-4 of rounding); the rest of 1e-3 is far above float32's rounding of these means
+    # of a few weights, recomputed here from the same maps.
     assert row["decoder.2.3"] == pytest.approx(expected, abs=1e-3)
     assert row["cross.1.2"][2] == pytest.approx(trace.maps(CROSS)[0, 1, :, -1].mean(), abs=1e-3)  # the source's <eos>
 
@@ -275,7 +277,8 @@ def test_every_view_can_show_a_measure_instead_of_the_weights(events, services):
             rows = expected if kind == ENCODER else expected[:last + 1]
             np.testing.assert_allclose(figure["data"][0]["z"], rows, atol=1e-6)
             assert line.split(" (")[0] in figure["layout"]["title"]["text"]
-            # The hover shows the attention weight behind each cell: the head's, or the heads' mean.
+            # The hover shows the attention weight behind each cell: the head's, or the heads' mean, to 4 decimals (5e-5
+            # of rounding, and as much again for the mean of the heads taken in another order).
             raw = trace.maps(kind)[1, 0] if key == VALUE_NORM else trace.maps(kind)[1].mean(0)
             np.testing.assert_allclose(figure["data"][0]["customdata"], raw if kind == ENCODER else raw[:last + 1],
                                        atol=1e-4)
