@@ -206,6 +206,25 @@ def test_every_step_of_a_view_has_its_size_labels_and_scale(value_norms):
                 attention_figure(trace, kind, 0, head, trace.steps - 1))
 
 
+def test_a_grids_rows_keep_their_height_at_every_step():
+    """Issue 79: the model view at step 1 of a 41-step sentence drew its one row over the whole panel, ~560 px tall.
+    A grid's panels (the model view, all heads) keep room for every row of the view (and, in decoder self-attention,
+    every key): a row is a panel's height over the view's rows at every step, 14 px here."""
+    long = sentence(30, 41)
+    for kind, figure in ((CROSS, overview_figure(long, CROSS, 0)), (DECODER, overview_figure(long, DECODER, 0)),
+                         (CROSS, attention_figure(long, CROSS, 0, ALL_HEADS, 0)),
+                         (DECODER, overview_figure(long, DECODER, 20))):
+        layout = layout_of(figure)
+        paper = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+        for name, axis in layout.items():
+            if name.startswith("yaxis"):
+                rows = abs(axis["range"][0] - axis["range"][1])
+                assert axis["range"][0] > axis["range"][1] and rows == 41  # reversed: the first step on top
+                assert (axis["domain"][1] - axis["domain"][0]) * paper / rows == pytest.approx(14, abs=0.01)
+            elif name.startswith("xaxis") and kind == DECODER:
+                assert axis["range"] == [-0.5, 40.5]
+
+
 def test_all_heads_label_the_keys_and_name_each_head_below_the_title():
     eight = sentence(17, 9, heads=8)
     figure = layout_of(attention_figure(eight, CROSS, 1, ALL_HEADS, 4))

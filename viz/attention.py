@@ -298,6 +298,9 @@ def _note(text: str, x: float, y: float) -> dict:
                 font=dict(size=13, color="#777"))
 
 
+GRIDLESS = dict(showgrid=False, zeroline=False)
+
+
 def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str | list[str],
               row_labels: list[str], col_labels: list[str], highlight_row: int | None = None,
               panel_height: int | None = None, off: np.ndarray | None = None, value_label: str = "weight",
@@ -338,12 +341,16 @@ def head_grid(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str
                                  yaxis=f"y{suffix}"))
             x0, y1 = c * (width + gap_x), 1 - r * (panel + gap_px) / paper
             # Upright: a level label wider than its key would run into the next panel's first ("<eos>people").
+            # Each panel has room for every row (and key) of the view, at every step: a row keeps its height as
+            # the rows come with the steps (one row stretched over the whole panel at the first step). No grid
+            # lines: hidden under the cells, they were most of the model view's drawing (a line per key and row).
             layout[f"xaxis{suffix}"] = token_axis(key_tokens, key_every, domain=[x0, x0 + width], anchor=f"y{suffix}",
                                                    showticklabels=r == rows - 1, tickfont=TICK_FONT,
+                                                   range=[-0.5, keys - 0.5], **GRIDLESS,
                                                    **({"tickangle": 90} if cols > 1 else {}))
             layout[f"yaxis{suffix}"] = token_axis(query_tokens, query_every, domain=[max(0.0, y1 - panel / paper), y1],
-                                                   anchor=f"x{suffix}", autorange="reversed", showticklabels=c == 0,
-                                                   tickfont=TICK_FONT,
+                                                   anchor=f"x{suffix}", range=[queries - 0.5, -0.5],  # reversed
+                                                   showticklabels=c == 0, tickfont=TICK_FONT, **GRIDLESS,
                                                    title=dict(text=escape_text(row_labels[r]) if c == 0 else ""))
             # Short names (a phone gives a panel of 8 ~20 px): the row's label is beside it, "off" across it.
             annotations.append(dict(text=escape_text(col_labels[c]), x=x0 + width / 2, y=y1, xref="paper",

@@ -102,7 +102,8 @@
 
   // The figure of `json` as drawn into `target`: in the layout narrow boxes get (a phone), at step index `at` (null:
   // the page's step; past the last, the last) where it is built for stepping. `stepped`: "heatmap", "bars" or null;
-  // `grows`: whether its rows or keys come with the steps; `least`: the width it needs (px, 0: none).
+  // `grows`: whether its rows or keys come with the steps, its margins fitted to their labels (measured at its last
+  // step: `measureMargins`); `least`: the width it needs (px, 0: none).
   function prepared(target, json, at = null) {
     const figure = JSON.parse(json); // a step works on a copy: the JSON as sent stays whole for the next step
     const meta = figure.layout.meta || {};
@@ -158,8 +159,11 @@
       const keyText = meta.keyLabels.map((label, i) => (i % every === 0 ? label : ""));
       for (const [name, axis] of Object.entries(shown.layout)) if (name.startsWith("xaxis")) axis.ticktext = keyText;
     }
+    // Only a figure whose margins Plotly fits to its labels (automargin) has its last step's margins measured: a grid
+    // of maps has margins of its own at every step (measuring the model view drew it twice more, ~1 s each).
+    const automargin = Object.entries(shown.layout).some(([name, axis]) => /^[xy]axis/.test(name) && axis.automargin);
     return { shown, least, stepped: meta.titles ? "heatmap" : meta.bars ? "bars" : null,
-             grows: !!(meta.titles && (meta.grows || meta.frames)) };
+             grows: !!(meta.titles && (meta.grows || meta.frames)) && automargin };
   }
 
   // A heatmap that grows as it steps (rows, keys, words) is drawn at every step with the margins of its last step,
