@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,17 @@ def pytest_configure(config):
                  "ignore:Recommended:UserWarning:transformers",  # Marian's tokenizer asks for sacremoses
                  r"error:::(attention_inspector|app|benchmarks|tests)(\.|$)"):
         config.addinivalue_line("filterwarnings", line)
+    # The browser tests measure drawn text (labels inside a figure, a title on a phone's width): in the font Plotly's
+    # default "Open Sans", verdana, arial resolves to, set here rather than left to whatever the machine has (DejaVu
+    # Sans, where Arial is not aliased, is 14% wider): neither of the first two, and Arial's metrics.
+    if shutil.which(CHROMIUM) and shutil.which("fc-match"):
+        font = subprocess.run(["fc-match", "Arial"], capture_output=True, text=True).stdout
+        earlier = [name for name in ("Open Sans", "Verdana")
+                   if subprocess.run(["fc-list", name], capture_output=True, text=True).stdout.strip()]
+        if "Liberation Sans" not in font or earlier:
+            raise pytest.UsageError(f"the browser tests measure text in Liberation Sans (Arial's metrics), and Arial "
+                                    f"is {font.strip()!r} here{' with ' + ', '.join(earlier) if earlier else ''}: "
+                                    "install fonts-liberation (.ci/run does)")
 
 
 def pytest_collection_modifyitems(items):

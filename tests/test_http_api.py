@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from gradio_client import Client
 
+from tests.conftest import model_rounding
+
 MODEL = "toy-en-de"
 SURROGATE = '"a dog \\ud800 runs"'  # JSON text of a string holding a lone UTF-16 surrogate
 
@@ -105,11 +107,13 @@ def test_trace_gives_each_words_source_contribution_and_the_maps_on_request(serv
     measured = translator.contributions("A dog runs.", traced.target_tokens)
     event, answer = call(server, "trace", f'{{"data": {full(MODEL, "A dog runs.")}}}')
     assert event == "complete" and "contributions" not in answer[0]
-    np.testing.assert_allclose(answer[0]["source_contribution"], measured.source_contribution, atol=1e-4)
+    # The API rounds to 4 decimals; the server's pass adds its sums in an order of its own.
+    shown = 5e-5 + model_rounding(translator.model.config)
+    np.testing.assert_allclose(answer[0]["source_contribution"], measured.source_contribution, atol=shown)
     event, answer = call(server, "trace", json.dumps({"data": [MODEL, "A dog runs.", None, None, True, None, None,
                                                                None]}))
     maps = answer[0]["contributions"]
-    np.testing.assert_allclose(maps["decoder"], measured.decoder, atol=1e-4)
+    np.testing.assert_allclose(maps["decoder"], measured.decoder, atol=shown)
     assert np.array(maps["encoder"]).shape == (len(traced.source_tokens),) * 2
     event, answer = call(server, "trace", json.dumps({"data": ["toy-rnn", "A dog runs.", None, None, True, None,
                                                                None, None]}))
@@ -156,7 +160,9 @@ def test_attribute_explains_a_translation_given_to_it(server, services):
         assert event == "complete", answer
         assert answer[0]["explained"] == "target" and answer[0]["target_tokens"] == [*given, "<eos>"]
         assert [step["token"] for step in answer[0]["steps"]] == [*given, "<eos>"]
-        np.testing.assert_allclose(answer[0]["steps"][1]["source"], expected[1].source, atol=1e-4)
+        # 4 decimals, and a gradient of values of its size added up in another order on the server's thread
+        shown = 5e-5 + model_rounding(translator.model.config, scale=np.abs(expected[1].source).max())
+        np.testing.assert_allclose(answer[0]["steps"][1]["source"], expected[1].source, atol=shown)
     event, answer = call(server, "v2/attribute", json.dumps({"model": MODEL, "text": "A dog runs.", "target": 7}))
     assert event == "error" and "target must be a translation" in answer
 
@@ -378,7 +384,8 @@ def test_neuron_answers_the_vectors_behind_a_row_over_raw_http_as_the_python_api
     result = answer[0]
     assert result == Model(services.translators[MODEL], MODEL).neuron(text, "decoder", 2, 3, 1)
     traced = services.translators[MODEL].trace(text)
-    assert result["weights"] == pytest.approx(traced.trace.decoder_attention[1, 2, 1], abs=1e-6)
+    shown = 5e-7 + model_rounding(services.translators[MODEL].model.config)  # 6 decimals, another pass
+    assert result["weights"] == pytest.approx(traced.trace.decoder_attention[1, 2, 1], abs=shown)
     assert result["key_tokens"] == traced.decoder_input_tokens
     assert result["query_token"] == traced.decoder_input_tokens[1] and (result["layer"], result["head"]) == (2, 3)
     assert result["masked"] == [False, False] + [True] * (len(traced.target_tokens) - 2)

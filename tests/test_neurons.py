@@ -13,7 +13,8 @@ from attention_inspector.model.explain.neurons import RECURRENT, head_vectors
 from attention_inspector.model.nets.rnn import RNNConfig, RNNSeq2Seq
 from attention_inspector.model.serving.translator import InputError
 from attention_inspector.model.text.vocab import SOS_ID
-from attention_inspector.viz.neurons import MAX_DIMENSIONS, neuron_figure, neuron_frames, shown_dimensions
+from attention_inspector.viz.neurons import DIGITS, MAX_DIMENSIONS, neuron_figure, neuron_frames, shown_dimensions
+from tests.conftest import model_rounding
 
 TEXT = "A man and a woman run in the park."
 
@@ -45,8 +46,10 @@ def test_the_softmax_of_the_scores_is_the_weights_and_the_weights_are_the_decodi
             allowed = vectors.allowed[query]
             scores = vectors.scores(query)
             assert np.isnan(scores[~allowed]).all() and (vectors.weights[query][~allowed] == 0).all()
-            assert softmax_of(scores, allowed) == pytest.approx(vectors.weights[query], abs=1e-6)
-            assert vectors.weights[query] == pytest.approx(maps[name][layer - 1, head - 1, query], abs=1e-5)
+            # the model's float32 pass against numpy's float64 softmax of its scores, and against the decoding's
+            rounding = model_rounding(translator.model.config)
+            assert softmax_of(scores, allowed) == pytest.approx(vectors.weights[query], abs=rounding)
+            assert vectors.weights[query] == pytest.approx(maps[name][layer - 1, head - 1, query], abs=rounding)
             products = vectors.products(query)[allowed]
             bias = 0 if vectors.bias is None else vectors.bias[query][allowed]
             assert products.sum(-1) + bias == pytest.approx(scores[allowed], abs=1e-9)  # each row sums to its term
@@ -183,7 +186,9 @@ def test_a_wide_head_shows_its_largest_shares_and_sums_the_rest():
     figure = neuron_figure(head, 1, 0, ["a", "b"], ["x", "y", "z"], "decoder.1.1")
     products = figure.data[2]
     assert len(products["x"]) == MAX_DIMENSIONS + 1 and products["x"][-1] == f"+{64 - MAX_DIMENSIONS}"
-    assert np.sum(products["z"], axis=1) == pytest.approx(figure.data[3]["x"], abs=1e-3)  # rows still sum to the term
+    # rows still sum to the term: the row's MAX_DIMENSIONS + 1 values and the term each shown to DIGITS decimals
+    shown = (MAX_DIMENSIONS + 2) * 0.5 * 10 ** -DIGITS
+    assert np.sum(products["z"], axis=1) == pytest.approx(figure.data[3]["x"], abs=shown)
     shares = head.products(1)[0]
     assert products["z"][0][:MAX_DIMENSIONS] == sorted(products["z"][0][:MAX_DIMENSIONS], reverse=True)
     assert min(abs(v) for v in products["z"][0][:MAX_DIMENSIONS]) >= np.sort(np.abs(shares))[-MAX_DIMENSIONS] - 1e-4
