@@ -4,6 +4,7 @@ Stepping happens in the browser (ui/static/figures.js); these tests check that w
 exactly the figure viz/views.py builds for that step, and that every way of stepping lands where it should.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -985,31 +986,67 @@ def test_on_a_tablet_a_laptop_and_a_phone_the_heatmap_fits_and_no_toolbar_or_arr
     assert all(shown[width]["fine"] for width in shown), shown
 
 
-def test_in_words_the_title_and_this_step_count_words(page, shipped):
+# Each trace's cells, categories and labels of a plot on the page (`#id`), as drawn.
+DRAWN = """(id) => {
+    const plot = document.querySelector(`#${id} .js-plotly-plot`);
+    const axes = Object.keys(plot.layout).filter((name) => /^[xy]axis/.test(name)).sort();
+    return {data: plot.data.map((trace) => [trace.z, trace.x, trace.y]), title: plot.layout.title.text,
+            labels: axes.map((name) => [name, plot.layout[name].ticktext]),
+            shapes: (plot.layout.shapes || []).map((s) => [s.x0, s.x1, s.y0, s.y1])};
+}"""
+
+
+def built(figure) -> dict:
+    """What `DRAWN` reads, of a figure viz/ builds, as the browser receives it."""
+    figure = json.loads(figure.to_json())
+    axes = sorted(name for name in figure["layout"] if name.startswith(("xaxis", "yaxis")))
+    return {"data": [[trace["z"], trace["x"], trace["y"]] for trace in figure["data"]],
+            "title": figure["layout"]["title"]["text"],
+            "labels": [[name, figure["layout"][name]["ticktext"]] for name in axes],
+            "shapes": [[s["x0"], s["x1"], s["y0"], s["y1"]] for s in figure["layout"].get("shapes", [])]}
+
+
+def test_in_words_the_title_and_this_step_count_words_and_each_step_is_the_figure_python_builds(page, shipped):
     """Issue 79: in words, the title and *This step* said "step 3 of 9" and quoted pieces beside word rows. On the
     page, stepped by its step box, they count the translation's words, the word being written until its last
-    piece."""
+    piece. Each step drawn, of one head and of the model view, in cross- and decoder self-attention, is the figure
+    viz/views.py builds for it (a step sends what differs from the last step's figure)."""
     from attention_inspector.model.text.words import BPE, word_spans
+    from attention_inspector.viz.views import overview_figure
 
     url, services = shipped
+    text = "The nurse is talking to a patient."
+    trace = dataclasses.replace(to_arrays(services.translators["en-de"].trace(text)), units="words")
     wide = page.context.browser.new_page(viewport={"width": 1400, "height": 900})
     try:
         wide.goto(url)
-        tokens = shipped_translate(wide, services, "The nurse is talking to a patient.")
+        tokens = shipped_translate(wide, services, text)
         words = len(word_spans(tokens, BPE))  # die | krankenschwe@@ ster | spricht | mit | einem | patienten | . | <eos>
         assert tokens[1:3] == ["krankenschwe@@", "ster"] and words == len(tokens) - 1
+        choose(wide, "layer", "Layer 2")
+        choose(wide, "head", "Head 3")
         wide.locator("#units").scroll_into_view_if_needed()
         wide.locator("#units label", has_text="Words").click()
-        for step, said in ((2, f'word 2 of {words}: "die" → "krankenschwe…"'),
-                           (3, f'word 2 of {words}: "die" → "krankenschwester"'),
-                           (len(tokens), f'word {words} of {words}: "." → "&lt;eos&gt;"')):
-            wide.fill("#step input[type=number]", str(step))
-            wide.press("#step input[type=number]", "Enter")
-            wide.wait_for_function("""([said, step]) => {
-                const title = document.querySelector('#attention .js-plotly-plot')?.layout?.title.text || '';
-                return title.includes(said) && title.includes(`step ${step} of`); }""", arg=[said, step],
-                                   timeout=15000)
-            line = wide.locator("#step-text .step-text").inner_text()
-            assert line.startswith(said.split(":")[0] + ": reads "), line
+        wide.get_by_text("Model view: every layer").click()
+        wide.locator("#model-view input").scroll_into_view_if_needed()
+        wide.locator("#model-view input").check()
+        for kind in (CROSS, DECODER):
+            if kind == DECODER:
+                wide.locator("#kind").scroll_into_view_if_needed()
+                choose(wide, "kind", KIND_LABELS[DECODER])
+            for step, said in ((2, f'word 2 of {words}: "die" → "krankenschwe…"'),
+                               (3, f'word 2 of {words}: "die" → "krankenschwester"'),
+                               (len(tokens), f'word {words} of {words}: "." → "&lt;eos&gt;"')):
+                wide.locator("#step input[type=number]").scroll_into_view_if_needed()
+                wide.fill("#step input[type=number]", str(step))
+                wide.press("#step input[type=number]", "Enter")
+                wide.wait_for_function("""([said, step, kind]) => ['attention', 'overview'].every((id) => {
+                    const title = document.querySelector(`#${id} .js-plotly-plot`)?.layout?.title.text || '';
+                    return title.includes(said) && title.includes(`step ${step} of`) && title.includes(kind); })""",
+                                       arg=[said, step, KIND_LABELS[kind]], timeout=15000)
+                line = wide.locator("#step-text .step-text").inner_text()
+                assert line.startswith(said.split(":")[0] + ": reads "), line
+                assert wide.evaluate(DRAWN, "attention") == built(attention_figure(trace, kind, 1, 2, step - 1))
+                assert wide.evaluate(DRAWN, "overview") == built(overview_figure(trace, kind, step - 1))
     finally:
         wide.close()

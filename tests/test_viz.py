@@ -11,7 +11,7 @@ import pytest
 from attention_inspector.viz.attention import attention_heatmap, escape, label, plain_figure, probability_bars
 from attention_inspector.viz.views import (ALL_HEADS, CROSS, DECODER, ENCODER, MEAN, TraceArrays, attention_figure,
                                            candidates_figure, model_comparison_figure, overview_figure,
-                                           translation_figure)
+                                           translation_figure, view_frames)
 from attention_inspector.viz.whatif import (IMPORTANCE_MEASURES, comparison_figure, importance_figure,
                                             log_prob_change_figure)
 
@@ -201,7 +201,7 @@ def test_in_words_the_title_and_the_steps_line_count_words_and_name_the_piece_th
     """Issue 79: in words, the heatmap's title and *This step* said "step 3 of 7" and quoted pieces beside two word
     rows. They count words ("word 2 of 5", the word being written as the row is named), then say which piece of it
     the step (of the slider's steps) writes, with its probability."""
-    from attention_inspector.viz.views import step_description, step_heading, view_frames
+    from attention_inspector.viz.views import step_description, step_heading
 
     trace = word_trace()
     p = [f"{value:.2f}" for value in trace.probabilities]
@@ -229,3 +229,42 @@ def test_in_words_the_title_and_the_steps_line_count_words_and_name_the_piece_th
     assert step_heading(word_trace("pieces"), 2) == [f'step 3 of 7: "zeitungs@@" → "les@@" (p = {p[2]})']
     assert step_description(word_trace("pieces"), 2).splitlines()[0] == (
         f'step 3 of 7: reads "zeitungs@@", predicts "les@@" (p = {p[2]})')
+
+
+def rebuilt(last, sent):
+    """A stepped figure's field at a step from what its frame sends (as ui/static/figures.js `fromLast` does): as it
+    is, or the last step's first `n` entries (each cut to `width`), with the entries that differ put in."""
+    if not (isinstance(sent, dict) and "fromLast" in sent):
+        return sent
+    changes = sent["fromLast"]
+    shown = [entry[:changes["width"]] if "width" in changes else entry for entry in last[:changes["n"]]]
+    for i, entry in changes["changed"]:
+        shown[i] = entry
+    return shown
+
+
+def test_stepping_a_view_in_words_sends_what_each_step_changes_not_every_cell():
+    """Issue 79: stepping in words sent every step's every cell, labels and all: the model view of a 70-word sentence
+    was 44.8 MB. A step's frame sends what differs from the last step's figure: the row of the word being written
+    (a finished word's row is the last step's, in decoder self-attention its keys too) and its labels. Rebuilt, each
+    step is the figure built for that step."""
+    trace = word_trace()
+    for kind in (CROSS, DECODER):
+        for sent, built in ((json.loads(view_frames(trace, kind, 1, 2, True)["overview"]),
+                             lambda t: overview_figure(trace, kind, t)),
+                            (json.loads(view_frames(trace, kind, 1, ALL_HEADS, False)["attention"]),
+                             lambda t: attention_figure(trace, kind, 1, ALL_HEADS, t)),
+                            (json.loads(view_frames(trace, kind, 1, 2, False)["attention"]),
+                             lambda t: attention_figure(trace, kind, 1, 2, t))):
+            frames = sent["layout"]["meta"]["frames"]
+            assert len(frames) == trace.steps
+            for t, frame in enumerate(frames):
+                alone = json.loads(built(t).to_json())
+                for i, fields in enumerate(frame["data"]):
+                    for key, value in fields.items():
+                        assert rebuilt(sent["data"][i][key], value) == alone["data"][i][key], (kind, t, i, key)
+                    assert len(fields["z"]["fromLast"]["changed"]) <= 1  # the word being written's row, if any
+                for name, fields in frame["axes"].items():
+                    for key, value in fields.items():
+                        assert rebuilt(sent["layout"][name][key], value) == alone["layout"][name][key]
+                assert frame["shapes"] == alone["layout"].get("shapes", [])

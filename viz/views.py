@@ -439,28 +439,49 @@ def _steppable(figure: PlainFigure, trace: TraceArrays, kind: str, file: str = "
     """`figure` (built at the last step) as JSON, with how it grows per step, every step's title and the stem of
     the file names its downloads get.
 
-    In pieces, step t's figure is the last step's cut to its first t + 1 rows (and keys). In words it is not (the
-    word being written is the mean of its pieces so far), so every step's cells, labels and outline are sent
-    (`figure_at`, "frames")."""
+    In pieces, step t's figure is the last step's cut to its first t + 1 rows (and keys). In words it is not quite
+    (the word being written is the mean of its pieces so far), so each step's cells, labels and outline are sent
+    (`figure_at`, "frames"), each as what differs from the last step's (`_frame`)."""
     step_lines = len(step_heading(trace, 0))  # the same at every step
     heading = "<br>".join(figure.layout["title"]["text"].split("<br>")[:-step_lines])  # all but the step's lines
     meta = {"grows": {ENCODER: None, DECODER: "square", CROSS: "rows"}[kind],
             "titles": [f"{heading}<br>{title_text(step_heading(trace, t))}" for t in range(trace.steps)],
             "file": file}
     if trace.in_words and kind != ENCODER and figure_at is not None:
-        meta.update(grows=None, frames=[_frame(figure_at(t)) for t in range(trace.steps)])
+        meta.update(grows=None, frames=[_frame(figure_at(t), figure) for t in range(trace.steps)])
     return figure.to_json(meta)
 
 
-def _frame(figure: PlainFigure) -> dict:
+FRAME_AXIS_FIELDS = ("categoryarray", "tickvals", "ticktext")
+
+
+def _frame(figure: PlainFigure, last: PlainFigure) -> dict:
     """What a stepped figure shows at one step besides its title: each trace's cells and categories, each axis's
-    categories and labels, the outlines."""
-    axes = ("categoryarray", "tickvals", "ticktext")
-    return {"data": [{key: trace[key] for key in ("z", "x", "y", "customdata") if key in trace}
-                     for trace in figure.data],
-            "axes": {name: {key: axis[key] for key in axes if key in axis} for name, axis in figure.layout.items()
-                     if name.startswith(("xaxis", "yaxis"))},
+    categories and labels, the outlines; each list as what differs from `last`, the figure at the last step
+    (`_changes`). A word's row, once the word is written, is the last step's at every step after (its pieces' mean,
+    and in decoder self-attention its keys' sums, a key read later adding a weight of 0): a step sends the row of
+    the word being written and its labels, not every cell (the model view of a 70-word sentence was 44.8 MB)."""
+    return {"data": [{key: _changes(trace[key], drawn[key], two_d=key in ("z", "customdata"))
+                      for key in ("z", "x", "y", "customdata") if key in trace}
+                     for trace, drawn in zip(figure.data, last.data)],
+            "axes": {name: {key: _changes(axis[key], last.layout[name][key]) for key in FRAME_AXIS_FIELDS
+                            if key in axis}
+                     for name, axis in figure.layout.items() if name.startswith(("xaxis", "yaxis"))},
             "shapes": figure.layout.get("shapes", [])}
+
+
+def _changes(value: list, last: list, two_d: bool = False) -> list | dict:
+    """`value` as what differs from `last`: {"fromLast": {"n": its length, "width": each row's (`two_d`), "changed":
+    [[i, entry], ...]}}, where `last`'s first n entries (each cut to the width) are `value` but for those; a list of
+    labels most of which differ (thinned anew) as it is (ui/static/figures.js puts either in place)."""
+    width = len(value[0]) if two_d and value else None
+    base = [row[:width] for row in last[:len(value)]] if two_d else last[:len(value)]
+    if len(base) < len(value):
+        return value
+    changed = [[i, entry] for i, (entry, before) in enumerate(zip(value, base)) if entry != before]
+    if not two_d and 2 * len(changed) > len(value):
+        return value
+    return {"fromLast": {"n": len(value), **({"width": width} if two_d else {}), "changed": changed}}
 
 
 def _layer_map(trace: TraceArrays, kind: str, layer: int, head: int | str, step: int

@@ -8,16 +8,33 @@
 // key columns) or null (encoder self-attention: only the title changes), and "titles" holds every step's title.
 // Showing step t keeps the first t + 1 rows (and columns), moves the step's outline to row t and shows step t's
 // title: exactly the figure viz/views.py builds for step t (a browser test compares the two). A view in words has
-// "frames" instead: every step's cells, categories, axis labels and outlines, put in place as they are. A bar
-// chart's "bars" (viz/views.py `translation_frames`) hold what differs at every step.
+// "frames" instead: every step's cells, categories, axis labels and outlines, each list as it is or as what differs
+// from the last step's (viz/views.py `_frame`: the row of the word being written), put in place. A bar chart's
+// "bars" (viz/views.py `translation_frames`) hold what differs at every step.
 (() => {
   const inspector = (window.attentionInspector = window.attentionInspector || { step: 1 });
+
+  // A frame's field as it is, or a list as what differs from the last step's (viz/views.py `_changes`): {fromLast:
+  // {n, width, changed}}, the last step's first n entries (each cut to width), those that differ put in.
+  function fromLast(last, sent) {
+    const changes = sent?.fromLast;
+    if (!changes) return sent;
+    const { n, width, changed } = changes;
+    const shown = last.slice(0, n).map((entry) => (width === undefined ? entry : entry.slice(0, width)));
+    for (const [i, entry] of changed) shown[i] = entry;
+    return shown;
+  }
 
   function figureAtStep(figure, t) {
     const frame = figure.layout.meta.frames && figure.layout.meta.frames[t];
     if (frame) {
-      frame.data.forEach((fields, i) => Object.assign(figure.data[i], fields));
-      for (const [name, fields] of Object.entries(frame.axes)) Object.assign(figure.layout[name], fields);
+      frame.data.forEach((fields, i) => {
+        for (const [key, sent] of Object.entries(fields)) figure.data[i][key] = fromLast(figure.data[i][key], sent);
+      });
+      for (const [name, fields] of Object.entries(frame.axes)) {
+        const axis = figure.layout[name];
+        for (const [key, sent] of Object.entries(fields)) axis[key] = fromLast(axis[key], sent);
+      }
       figure.layout.shapes = frame.shapes;
     }
     const grows = figure.layout.meta.grows;
