@@ -111,10 +111,10 @@ def gradients(page, out: Path) -> None:
                            ".startsWith('Attribution of each step')", timeout=60000)
     page.click("#units input[value=words]")
     page.click("#last")
-    page.wait_for_function("() => / of (\\d+):/.exec(document.querySelector('#attention .js-plotly-plot')?.layout"
-                           ".title.text || '')?.[1] === document.querySelector('#step input[type=number]').value"
-                           " && document.querySelector('#attention .js-plotly-plot').layout.title.text"
-                           ".includes('the word')", timeout=60000)
+    page.wait_for_function("""() => {  // in words, at the last step: its word, then the step's piece
+        const title = document.querySelector('#attention .js-plotly-plot')?.layout.title.text || '';
+        const step = document.querySelector('#step input[type=number]').value;
+        return title.includes('<br>word ') && title.includes(`<br>step ${step} of ${step}:`); }""", timeout=60000)
     save(page, out, "gradients.png", "#step-bar")
 
 
