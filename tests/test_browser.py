@@ -948,10 +948,12 @@ def laid_out(page) -> dict:
     """`LAYOUT` once the page has fitted its plots to the screen (they are redrawn on a resize, when the browser
     is idle), or as it is after 15 s."""
     fine = lambda shown: not shown["scrolls"] and not shown["covered"] and shown["menu"][0] <= shown["menu"][1]
+    from playwright.sync_api import TimeoutError as Unsettled
+
     try:
         page.wait_for_function(f"() => {{ const shown = ({LAYOUT})(); return !shown.scrolls && !shown.covered.length"
                                " && shown.menu[0] <= shown.menu[1]; }", timeout=15000)
-    except Exception:  # noqa: BLE001 (what it shows then is asserted below)
+    except Unsettled:  # what it shows then is asserted by the test
         pass
     shown = page.evaluate(LAYOUT)
     shown["fine"] = fine(shown)
