@@ -25,6 +25,17 @@ def step_button_lines(page) -> list[float]:
         return inner / line; })""")
 
 
+def candidate_bar(page, index: int, above: float = 0.0) -> tuple[float, float]:
+    """The screen's point (x, y) `above` px over the middle of the candidates' bar `index` (0: the best), the bar
+    scrolled into view first and the point checked to be on the screen, for a mouse press a person could make."""
+    bar = page.locator("#candidates .js-plotly-plot .bars .point path").nth(index)
+    bar.scroll_into_view_if_needed()
+    box, screen = bar.bounding_box(), page.viewport_size
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2 - above
+    assert 0 <= x < screen["width"] and 0 <= y < screen["height"], (x, y, screen)
+    return x, y
+
+
 # A cell of the attention heatmap brought into view, and where it then is on the screen: Plotly's axes' offsets in the
 # plot and their pixel of a category's index. A marker put at the cell is scrolled into view as any element is (the
 # window and every box that scrolls around it), then removed; the point is read again a frame later, with what the

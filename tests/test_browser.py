@@ -17,7 +17,7 @@ from attention_inspector.ui.demo import TABS
 from attention_inspector.ui.operations import FIRST_STEP
 from attention_inspector.ui.session import to_arrays
 from attention_inspector.viz.views import attention_figure, candidates_figure, translation_figure
-from tests.pages import open_tab, step_button_lines
+from tests.pages import candidate_bar, open_tab, step_button_lines
 
 pytestmark = pytest.mark.slow  # drives a real browser
 SCREENSHOT = Path(os.environ.get("SCREENSHOT", Path(__file__).parent / "artifacts" / "app.png"))
@@ -413,8 +413,7 @@ def test_click_a_candidate_to_branch_and_switch_a_head_off(page, services):
     wait_for_step(page, 3)
     bars_shown(page, "candidates", 3)
     word = translator.trace(text).top_tokens[2][1]
-    bar = page.locator("#candidates .js-plotly-plot .bars .point path").nth(1).bounding_box()
-    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2 - 20)  # above a short bar counts too
+    page.mouse.move(*candidate_bar(page, 1, above=20))  # above a short bar counts too
     page.mouse.down()
     page.mouse.up()
     assert f'step 3 chooses "{word}"' in status_starts(page, "Branch")
@@ -447,8 +446,7 @@ def test_with_the_sources_tab_open_a_candidate_click_asks_why_not_that_one(page,
     traced = translator.trace(text)
     other = traced.top_tokens[1][1]
     open_tab(page, "Where each word came from")
-    bar = page.locator("#candidates .js-plotly-plot .bars .point path").nth(1).bounding_box()
-    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2 - 20)
+    page.mouse.move(*candidate_bar(page, 1, above=20))
     page.mouse.down()
     page.mouse.up()
     status = status_starts(page, "integrated gradients")
