@@ -17,6 +17,7 @@ from typing import NamedTuple
 import pytest
 
 from attention_inspector import cli
+from attention_inspector.model.extras import STUDIES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +55,6 @@ def test_serve_says_where_it_looked_when_there_are_no_checkpoints(tmp_path, monk
 
 
 PACKAGED = ("attention_inspector", "model", "viz", "ui", "checkpoints")  # what the wheel is built from
-EXTRAS = ("datasets", "pyarrow", "sacrebleu")  # the `studies` extra's packages, absent from a base install
 # The commands whose --help says they need the `studies` extra (all of it, or with some of their options).
 STUDIES_COMMANDS = {"train", "evaluate", "heads", "align", "faithfulness", "patching", "detachment"}
 
@@ -125,13 +125,17 @@ class Installed(NamedTuple):
     away: Path
     base: Path  # PYTHONPATH for a base install: the `studies` extra's packages missing
 
+    def environment(self, **changes) -> dict[str, str]:
+        """This process's environment without the checkout's PYTHONPATH and CHECKPOINTS, given `changes`."""
+        kept = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "CHECKPOINTS")}
+        return {**kept, **changes}
+
     def run(self, *arguments, program: Path | None = None, cwd: Path | None = None,
             **changes) -> subprocess.CompletedProcess:
         """`attention-inspector ARGUMENTS` (or `program`) in the user's folder (or `cwd`), the environment given
         `changes`."""
-        environment = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "CHECKPOINTS")}
         return subprocess.run([str(program or self.command), *arguments], cwd=cwd or self.away, capture_output=True,
-                               text=True, timeout=600, env={**environment, **changes})
+                              text=True, timeout=600, env=self.environment(**changes))
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +155,7 @@ def installed(tmp_path_factory) -> Installed:
     (away / "model.py").write_text("raise RuntimeError('the user model.py was imported')\n", encoding="utf-8")
     (away / "viz.py").write_text("raise RuntimeError('the user viz.py was imported')\n", encoding="utf-8")
     (away / "ui" / "__init__.py").write_text("raise RuntimeError('the user ui/ was imported')\n", encoding="utf-8")
-    return Installed(python, site, python.parent / "attention-inspector", away, missing(tmp_path / "base", EXTRAS))
+    return Installed(python, site, python.parent / "attention-inspector", away, missing(tmp_path / "base", STUDIES))
 
 
 @pytest.mark.slow
@@ -179,7 +183,8 @@ def test_a_wheel_installed_in_a_fresh_venv_works_from_a_folder_of_the_users_own_
     assert named.returncode == 0 and named.stdout.strip() == "backwards", named.stderr
     listed = run("--help")
     assert listed.returncode == 0 and "detachment" in listed.stdout and "serve" in listed.stdout
-    helped = run("-c", EVERY_HELP, program=python)  # one process: each command's imports once (3 s a process)
+    every_help = json.dumps({name: [name, "--help"] for name in cli.COMMANDS})
+    helped = run("-c", COMMANDS, every_help, program=python)  # one process: each command's imports once (3 s each)
     assert helped.returncode == 0, helped.stderr
     for name, (status, out, err) in json.loads(helped.stdout.splitlines()[-1]).items():
         assert status in (None, 0) and "usage:" in out and not err, (name, status, err)
@@ -193,9 +198,7 @@ def test_a_wheel_installed_in_a_fresh_venv_works_from_a_folder_of_the_users_own_
                  "--out", "ranked.csv")
     assert ranked.returncode == 0, ranked.stderr
     assert "2 pairs scored" in ranked.stdout and (away / "ranked.csv").read_text().count("\n") == 3
-    environment = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "CHECKPOINTS")}
-    environment["PYTHONPATH"] = str(installed.base)
-    serving = served(command, away, environment)
+    serving = served(command, away, installed.environment(PYTHONPATH=str(installed.base)))
     assert "<html" in serving.lower(), serving[-2000:]
     needs = run("evaluate", "--checkpoint", "en-de", "--split", "val", "--data", str(toy_data))
     assert needs.returncode != 0 and needs.stderr.strip().splitlines() == [
@@ -284,24 +287,6 @@ for name, arguments in json.loads(sys.argv[1]).items():
         except SystemExit as exit:
             status = exit.code
     said[name] = [status, out.getvalue(), err.getvalue()[-2000:]]
-print(json.dumps(said))
-"""
-
-
-# Every command's --help, as `attention-inspector NAME --help` gives it, in one process: {name: [exit status, what it
-# printed, what it printed on stderr]}.
-EVERY_HELP = """
-import contextlib, io, json
-from attention_inspector import cli
-said = {}
-for name in cli.COMMANDS:
-    out, err, status = io.StringIO(), io.StringIO(), None
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            cli.main([name, "--help"])
-        except SystemExit as exit:
-            status = exit.code
-    said[name] = [status, out.getvalue(), err.getvalue()]
 print(json.dumps(said))
 """
 

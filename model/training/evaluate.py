@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -125,8 +124,7 @@ def main(argv: list[str] | None = None) -> None:
                              "shipped decoding, else under e.g. test_beam1")
     add_device_argument(parser)
     args = parser.parse_args(argv)
-    if args.save_metrics:
-        own_folder(args.checkpoint, "--save-metrics")
+    recorded_in = own_folder(args.checkpoint, "--save-metrics") if args.save_metrics else None  # before any work
     require(*DATA, *BLEU)  # the `studies` extra, asked before any work
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -151,12 +149,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.writelines(t + "\n" for t in translations)
-    if args.save_metrics:
+    if recorded_in is not None:
         shipped = (beam, length_penalty) == (decoding.get("beam_size", 5), decoding.get("length_penalty", 1.0))
         key = args.split if shipped else f"{args.split}_beam{beam}" + (
             f"_lp{length_penalty:g}" if length_penalty != 1.0 else "")
         translator.metrics.setdefault("scores", {})[key] = metrics
-        write_json(own_folder(args.checkpoint, "--save-metrics") / METRICS, translator.metrics)
+        write_json(recorded_in / METRICS, translator.metrics)
 
 
 if __name__ == "__main__":
