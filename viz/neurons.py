@@ -74,7 +74,7 @@ def neuron_figure(rows: Head, query: int, key: int | None, query_labels: list[st
     term = products.sum(1)  # each key's scale·q·k
     bias = None if rows.bias is None else rows.bias[query][seen]
     weights = rows.weights[query][seen]
-    key_axis = [positions(key_labels)[j] for j in seen]
+    key_axis = np.array(positions(key_labels), dtype=object)[seen].tolist()
     count, room = len(seen), max(room or 0, len(seen))
     query_vector, keys = rows.queries[query, dimensions], rows.keys[seen][:, dimensions]
     vector_range = float(np.max(np.abs(np.concatenate([query_vector, keys.ravel()])))) or 1.0
