@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from attention_inspector.model.nets.transformer import Transformer
 from attention_inspector.model.training import distributed
 from attention_inspector.model.training.train import step_loss
-from tests.conftest import log_probability_rounding, model_rounding, reordered, tiny_config
+from tests.conftest import UNIT_ROUNDOFF, log_probability_rounding, model_rounding, reordered, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 # A batch of seven sentence pairs of the tiny vocabularies, of mixed lengths (ids only: no <eos>, no <sos>).
@@ -88,7 +88,6 @@ def torchrun(*args: str, module: str = "model.training.train", processes: int = 
 # ordered. --max-tokens 300 makes 9 steps an epoch.
 SMALL = ["--d-model", "32", "--heads", "4", "--encoder-layers", "1", "--decoder-layers", "1", "--d-ff", "64",
          "--max-tokens", "300", "--threads", "1"]
-UNIT_ROUNDOFF = 2.0 ** -24  # float32's
 
 
 def reordered_sums_allowance(loss: float, steps: int, terms: int = 300) -> float:
