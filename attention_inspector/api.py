@@ -16,13 +16,14 @@ imports no Gradio. A bad argument raises `AnswerError` (a ValueError) with the e
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from attention_inspector.model.api import answers
 from attention_inspector.model.api.services import Services
 from attention_inspector.model.nets.devices import chosen_device
-from attention_inspector.model.serving.checkpoint import (CONFIG, WEIGHTS, checkpoint_folder, load_checkpoint,
-                                                          named_checkpoints)
+from attention_inspector.model.serving.checkpoint import (CONFIG, WEIGHTS, checkpoint_folder, judge_folder,
+                                                          load_checkpoint, named_checkpoints)
 from attention_inspector.model.serving.translator import Translator
 
 
@@ -31,8 +32,8 @@ class Model(answers.Answers):
     `patch` and `neuron` are the methods of model/api/answers.py `Answers` that the HTTP API's endpoints call, with
     the endpoint's parameters after the model's name; `show` draws it in a notebook."""
 
-    def __init__(self, translator: Translator, name: str):
-        super().__init__(Services({name: translator}), name)
+    def __init__(self, translator: Translator, name: str, judge: Path | None = None, device: str | None = None):
+        super().__init__(Services(WithJudge({name: translator}, judge, device)), name)
 
     def __repr__(self) -> str:
         return f"<attention_inspector.Model {self.name!r}: {self.translator.parameters / 1e6:.1f}M parameters>"
@@ -55,7 +56,31 @@ def load(name_or_folder: str | Path, device: str | None = None) -> Model:
         there = ", ".join(names(named)) or "none"
         raise answers.AnswerError(f"No checkpoint {str(name_or_folder)!r}: give a checkpoint folder, or the name of "
                                   f"one in {named or 'CHECKPOINTS=DIR'}; there are: {there}")
-    return Model(load_checkpoint(folder, chosen_device(device)), folder.name)
+    translator = load_checkpoint(folder, chosen_device(device))
+    return Model(translator, folder.name, judge_folder(folder, translator), device)
+
+
+class WithJudge(Mapping):
+    """A checkpoint by its name, and the checkpoint that judges its translations (`judge`, a folder; None: none)
+    by the folder's name, loaded the first time a verdict asks for it."""
+
+    def __init__(self, loaded: dict[str, Translator], judge: Path | None, device: str | None):
+        self._loaded, self._judge, self._device = dict(loaded), judge, device
+
+    def __getitem__(self, name: str) -> Translator:
+        if name not in self._loaded and self._judge is not None and name == self._judge.name:
+            self._loaded[name] = load_checkpoint(self._judge, chosen_device(self._device))
+        return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._loaded or self._judge is not None and name == self._judge.name
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._loaded, *([self._judge.name] if self._judge and self._judge.name not in self._loaded
+                                      else [])])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
 
 
 def names(folder: Path | None) -> list[str]:

@@ -116,7 +116,7 @@ def test_the_command_ranks_pairs_by_their_worst_omission_and_evaluates_by_constr
                   "--out", str(out)])
     rows = json.loads(out.read_text(encoding="utf-8"))
     assert sorted(row["line"] for row in rows) == [1, 2] and rows[0]["worst"] >= rows[1]["worst"]
-    assert {"worst_word", "omitted", "flagged_words"} <= set(rows[0])
+    assert {"worst_word", "left_out", "mistranslated", "made_up", "verdict", "judged_by"} <= set(rows[0])
     metrics_before = (checkpoint / "metrics.json").read_text(encoding="utf-8")
     report_path = tmp_path / "evaluation.json"
     try:
@@ -150,31 +150,22 @@ def test_the_page_looks_for_words_left_out_once_a_decoding_is_drawn_and_marks_th
     out = events.run(find_omissions, session, view=view, outputs=outputs, writes=False)
     found = out["session"].current.omissions
     assert [word for word, _, _ in out["detachment"]["source"]] == found.words and "translation" not in out
-    assert [flag for _, flag, _ in out["detachment"]["source"]] == found.flagged.tolist()
-    assert "Δ log p" in out["detachment"]["source"][0][2]
-    # Every word flagged (a threshold under every score): all named, marked below, and marked as keys.
+    # No model here translates de into en: the toy's own contrastive conditioning alone, content words only.
+    content = [word not in ("a", "in", ".") for word in found.words]
+    assert [flag for _, flag, _ in out["detachment"]["source"]] == (found.flagged & content).tolist()
+    assert "log p without it" in out["detachment"]["source"][1][2]
+    assert "not judged" in out["detachment"]["source"][0][2]  # "a", a stop word
+    # Every word flagged (a threshold under every score): the content words named, marked below and as keys.
     monkeypatch.setitem(translator.metrics, "omissions", {"threshold": -1e9, "split": "a test"})
     flagged = events.run(find_omissions, session, view=view, outputs=outputs, writes=False)
     part = flagged["detachment"]
-    assert part["plain"].startswith("May have left out: a red dog…")
-    assert [mark for _, mark in flagged["source_tokens"]] == [LEFT_OUT_MARK] * 7 + [None] * 2  # not "." nor <eos>
+    assert part["plain"].startswith("May have left out: “red dog runs”, “park”")
+    assert [mark for _, mark in flagged["source_tokens"]] == \
+        [None, LEFT_OUT_MARK, LEFT_OUT_MARK, LEFT_OUT_MARK, None, None, LEFT_OUT_MARK, None, None]
     keys = json.loads(flagged["attention"])["layout"]["xaxis"]["ticktext"]
-    assert keys[0].endswith(LEFT_OUT.strip()) and not keys[-1].endswith(LEFT_OUT.strip())
+    assert keys[1].endswith(LEFT_OUT.strip()) and not keys[0].endswith(LEFT_OUT.strip())
     again = events.run(find_omissions, flagged["session"], view=view, outputs=outputs, writes=False)
     assert "detachment" not in again  # looked for once per decoding
-
-
-def test_the_plain_line_names_the_runs_left_out_briefly():
-    from attention_inspector.model.explain.omissions import Omissions
-    from attention_inspector.ui.omissions import left_out_phrases
-    from attention_inspector.ui.render import briefly
-
-    words = ["in", "the", "old", "market", "people", "wait", "for", "the", "bus", "."]
-    scores = np.array([-1, -1, 2, 2, -1, -1, -1, 0.5, 1.5, np.nan])
-    found = Omissions(words, [range(i, i + 1) for i in range(10)], scores, None, 1.0, "a test")
-    assert left_out_phrases(found) == ["old market", "bus"] and found.omitted == ["old", "market", "bus"]
-    assert briefly(["old market", "a group of people waiting", "bus", "bread"]) == \
-        "old market, a group of…, bus and 1 more"
 
 
 def test_detach_over_http_looks_for_omissions_in_the_trace_workers(server, services):
@@ -197,5 +188,7 @@ def test_a_gru_looks_for_words_left_out_by_contrastive_conditioning_alone_and_sa
                      outputs=[*listeners.view_outputs(events.page, writes=False, words=False),
                               events.page.source_tokens], writes=False)
     assert out["session"].current.omissions.contributions is None
-    assert "A GRU has no residual stream for ALTI+" in out["detachment"]["verdict"]
+    said = out["detachment"]["verdict"]
+    assert "this model is a GRU: it has no residual stream for ALTI+" in said
+    assert "by the translating model alone: no model here translates de into en" in said
     assert "ALTI+" not in out["detachment"]["source"][1][2]  # a word's hover: its contrastive score alone

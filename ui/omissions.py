@@ -1,7 +1,8 @@
-"""What the translation on screen left out, on the page: looked for once the translation is drawn (a pass per span of
-the source takes longer than the translation: model/explain/omissions.py), then marked on the source words under
-the translation, on the source tokens below and on the source axis of the heatmap (`Decoding.left_out`), and named
-in the verdict line (`left_out_phrases`).
+"""What the translation on screen left out, mistranslated or made up, on the page: looked for once the translation
+is drawn (a pass per span of the source and of the translation takes longer than the translation:
+model/explain/omissions.py, model/explain/verdict.py), then marked on the source words under the translation, on
+the source tokens below and on the source axis of the heatmap (`Decoding.left_out`), and named in the verdict line,
+each word's evidence on its hover (`source_said`, `translation_said`, `phrase_said`).
 
 `find_omissions` is the page's own event after each new decoding (ui/static/page.js presses its hidden button once
 the core view has drawn the decoding).
@@ -9,10 +10,8 @@ the core view has drawn the decoding).
 
 from __future__ import annotations
 
-import numpy as np
-
 from attention_inspector.model.api.services import Services
-from attention_inspector.model.explain.omissions import Omissions
+from attention_inspector.model.explain.verdict import MADE_UP, Verdict
 from attention_inspector.ui.operations import LARGE_MODEL, operation
 from attention_inspector.ui.session import Session
 
@@ -23,42 +22,53 @@ TOO_LARGE = ("not looked for on the page with a model of {parameters:,.0f}M para
 
 @operation
 def find_omissions(services: Services, session: Session) -> tuple[Session, None]:
-    """The session with the source words its decoding on screen left out looked for, once (the status line keeps
-    what it says)."""
+    """The session with the source words its decoding on screen left out looked for and the verdict on it
+    (model/explain/verdict.py), once (the status line keeps what it says)."""
     decoding = session.current
     if decoding.omissions is not None or not decoding.trace.target_tokens:
         return session, None
     translator = services.translators[session.model]
     if translator.parameters >= LARGE_MODEL:
-        return session.with_current(omissions=TOO_LARGE.format(parameters=translator.parameters / 1e6)), None
+        too_large = TOO_LARGE.format(parameters=translator.parameters / 1e6)
+        return session.with_current(omissions=too_large, verdict=too_large), None
     scored = decoding.detachment
     found = translator.omissions(session.trace.source_tokens[:-1], session.trace.target_tokens,
                                  translator.gates(list(decoding.mask)),
                                  getattr(scored, "contributions", None))
-    return session.with_current(omissions=found), None
+    verdict = services.judge(session.model, session.source, session.trace.target_tokens, found)
+    return session.with_current(omissions=found, verdict=verdict), None
 
 
-def left_out_phrases(found: Omissions) -> list[str]:
-    """The flagged words, runs of neighbours joined into one phrase ("old market", "bus")."""
-    phrases, run = [], []
-    for word, flag in zip(found.words, found.flagged):
-        if flag:
-            run.append(word)
-        elif run:
-            phrases.append(" ".join(run))
-            run = []
-    if run:
-        phrases.append(" ".join(run))
-    return phrases
+def source_said(verdict: Verdict, index: int) -> str:
+    """What a source word's hover says: what it may be, and each signal against the threshold it is judged by."""
+    said, calibration = verdict.source_evidence[index], verdict.calibration
+    contrastive = said["contrastive"]
+    if not said["judged"] or contrastive is None:
+        return "a stop word or punctuation: not judged"
+    own = f"the translation is {contrastive:+.2f} log p without it (contrastive conditioning, the translating model)"
+    if "surprisal" not in said:
+        return f"{'left out? ' * said['flagged by its own threshold']}{own}; flagged from its own threshold"
+    if said["unknown"]:
+        return f"not judged: {verdict.evaluator} cannot write this word back, so it cannot say"
+    kind = verdict.source_kinds[index]
+    return (f"{kind + '? ' if kind else ''}{verdict.evaluator} writes it back from the translation at a surprisal of "
+            f"{said['surprisal']:.2f} nats (its least probable piece; an error from {calibration.surprisal:.2f}); "
+            f"{own}: left out from {calibration.contrastive:+.2f}, else mistranslated ({calibration.meaning})")
 
 
-def reason(found: Omissions, index: int) -> str:
-    """What a source word's hover says: its contrastive score against the threshold, and its ALTI+ total."""
-    score = found.contrastive[index]
-    if np.isnan(score):
-        return "punctuation: not scored"
-    said = (f"left out? the translation is {'more' if score > 0 else 'less'} probable without it "
-            f"(Δ log p {score:+.2f}; flagged from {found.threshold:+.2f})")
-    if found.contributions is not None:
-        said += f"; it gave the translation {found.contributions[index]:.2f} (ALTI+, summed over its tokens)"
-    return said
+def translation_said(verdict: Verdict, index: int) -> str:
+    """What a translation word's hover adds where the evaluator judged it: how much it needs the word."""
+    said, calibration = verdict.translation_evidence[index], verdict.calibration
+    if said.get("needed") is None:
+        return ""
+    threshold = calibration.repeated if said["repeats"] else calibration.needed
+    return (f"{'made up? ' * (verdict.translation_kinds[index] == MADE_UP)}{verdict.evaluator} writes the source "
+            f"{said['needed']:+.2f} log p more probable without it (made up from {threshold:+.2f}"
+            f"{', a repeated word' if said['repeats'] else ''})")
+
+
+def phrase_said(verdict: Verdict, kind: str, run: list[int]) -> str:
+    """A named phrase's hover: each of its words' evidence."""
+    words, said = ((verdict.translation_words, translation_said) if kind == MADE_UP
+                   else (verdict.source_words, source_said))
+    return "\n".join(f"{words[i]}: {said(verdict, i)}" for i in run)

@@ -18,11 +18,12 @@ import numpy as np
 
 from attention_inspector.model.api.services import Services
 from attention_inspector.model.explain.detachment import COMBINED, LOG_PROBABILITY, SOURCE_SHARE, ScoredDetachment
-from attention_inspector.model.explain.omissions import Omissions
+from attention_inspector.model.explain.verdict import (LEFT_OUT, MADE_UP, MISTRANSLATED, SAID,
+                                                       Verdict)
 from attention_inspector.model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
 from attention_inspector.model.text.words import WHOLE, summed, words
 from attention_inspector.ui.neurons import neuron_identity, neuron_part
-from attention_inspector.ui.omissions import LEFT_OUT_MARK, left_out_phrases, reason
+from attention_inspector.ui.omissions import LEFT_OUT_MARK, phrase_said, source_said, translation_said
 from attention_inspector.ui.operations import WHOLE_MODEL, capitalized, drawn, head_menu, no_comparison, plural
 from attention_inspector.ui.plots import figure_json
 from attention_inspector.ui.session import Session
@@ -206,16 +207,18 @@ def detachment_part(session: Session) -> dict | None:
     if isinstance(scored, str):
         return {"plain": f"Not scored: {scored}", "verdict": "", "detached": False, "words": [], "source": []}
     trace = replace(session.trace, units=session.view.units)
-    return scored_part(scored, trace.scheme, trace.in_words, omissions=session.current.omissions)
+    return scored_part(scored, trace.scheme, trace.in_words, verdict=session.current.verdict)
 
 
 def scored_part(scored: ScoredDetachment, scheme: str, in_words: bool, unit: str | None = None,
-                omissions: Omissions | str | None = None) -> dict:
+                verdict: Verdict | str | None = None) -> dict:
     """A scored detachment as the core view shows it: one plain line first ("Looks faithful", "May have made up
-    words (underlined)", "May have left out: old market, bus"), the numbers and the method behind it (`verdict`,
-    under "why?"), the translation's tokens (or words, `in_words`, by `scheme`), each [text, marked, what it scored]
-    marked where it falls under the token threshold, and the source's words, each [text, left out, why], where
-    `omissions` were looked for. `unit` names what it scores where its tokens are already words."""
+    words (underlined)", "May have left out: “bread”"), also as [text, hover] parts (`plain_parts`: each named
+    phrase's hover its evidence), the numbers and the method behind it (`verdict`, under "why?"), the translation's
+    tokens (or words, `in_words`, by `scheme`), each [text, marked, what it scored] marked where it falls under the
+    token threshold or may be made up, and the source's words, each [text, left out or mistranslated, why], where
+    the `verdict` (model/explain/verdict.py) was made. `unit` names what it scores where its tokens are already
+    words."""
     labels, signals, marked = scored.in_units(scheme, in_words)
     detached, _ = scored.flags
     measured, thresholds, meaning = scored.measured, scored.thresholds, scored.threshold_meaning
@@ -236,33 +239,72 @@ def scored_part(scored: ScoredDetachment, scheme: str, in_words: bool, unit: str
             f"underlined ({meaning}).")
     if scored.unknown:
         why += f" Read as <unk>: {', '.join(map(visible, scored.unknown))}."
-    phrases, source = [], []
-    if isinstance(omissions, Omissions):
-        phrases = left_out_phrases(omissions)
-        source = [[visible(word), bool(flag), reason(omissions, i)]
-                  for i, (word, flag) in enumerate(zip(omissions.words, omissions.flagged))]
-        why += (f" Words left out: a source word is marked where the translation is about as probable without it "
-                f"(contrastive conditioning, Vamvas & Sennrich, 2022: Δ log p from {omissions.threshold:.2f}, "
-                f"{omissions.threshold_meaning}).")
-        if omissions.contributions is None:
-            why += " A GRU has no residual stream for ALTI+: contrastive conditioning alone looks for them."
-    elif isinstance(omissions, str):
-        why += f" Words left out: {omissions}."
-    found = (["May have made up words (underlined)"] * bool(detached)
-             + [f"May have left out: {briefly(phrases)}"] * bool(phrases))
-    plain = "; ".join(found) or "Looks faithful"
-    if found and scored.domain:
-        plain += f". This model knows {scored.domain} only: likely why."
-    return {"plain": visible(plain), "verdict": visible(why), "detached": bool(found),
+    parts, source, marked = [["May have made up words (underlined)", ""]] * bool(detached), [], list(marked)
+    if isinstance(verdict, Verdict):
+        found = verdict_parts(verdict)
+        parts += [["; ", ""]] * bool(parts and found) + found
+        source = [[visible(word), kind in (LEFT_OUT, MISTRANSLATED), source_said(verdict, i)]
+                  for i, (word, kind) in enumerate(zip(verdict.source_words, verdict.source_kinds))]
+        marked, said = made_up_marks(verdict, scored.target_tokens, scheme, in_words, marked, said)
+        why += " " + verdict_method(verdict)
+    elif isinstance(verdict, str):
+        why += f" Words left out: {verdict}."
+    if parts:
+        parts[0][0] = parts[0][0][:1].upper() + parts[0][0][1:]
+    if parts and scored.domain:
+        parts.append([f". This model knows {scored.domain} only: likely why.", ""])
+    plain = "".join(text for text, _ in parts) or "Looks faithful"
+    return {"plain": visible(plain), "plain_parts": [[visible(text), visible(hover)] for text, hover in parts],
+            "verdict": visible(why), "detached": bool(parts),
             "words": [[visible(label), bool(flag), what] for label, flag, what in zip(labels, marked, said)],
             "source": source}
 
 
-def briefly(phrases: list[str], most: int = 3, length: int = 3) -> str:
-    """The phrases left out as the plain line names them, short enough for a phone's three lines: the first `most`,
-    each cut to its first `length` words, and how many more (the source line below marks every one)."""
-    shown = [" ".join(phrase.split()[:length]) + "…" * (len(phrase.split()) > length) for phrase in phrases[:most]]
-    return ", ".join(shown) + (f" and {len(phrases) - most} more" if len(phrases) > most else "")
+def verdict_parts(verdict: Verdict) -> list[list[str]]:
+    """The verdict's plain line as [text, hover] parts: each named phrase hovering its words' evidence."""
+    parts = []
+    for kind, runs, more in verdict.named():
+        words = verdict.translation_words if kind == MADE_UP else verdict.source_words
+        parts.append([f"{SAID[kind]}: ", ""])
+        for n, run in enumerate(runs):
+            parts += [[", ", ""]] * bool(n) + [["“" + " ".join(words[i] for i in run) + "”",
+                                                 phrase_said(verdict, kind, run)]]
+        parts += [[" and " * bool(runs) + f"{more} more", ""]] * bool(more)
+        parts.append(["; ", ""])
+    if verdict.unjudged:
+        parts.append([f"not judged ({verdict.evaluator} does not know them): " + ", ".join(verdict.unjudged), ""])
+    else:
+        parts = parts[:-1]
+    return parts
+
+
+def made_up_marks(verdict: Verdict, target_tokens: list[str], scheme: str, in_words: bool, marked: list[bool],
+                  said: list[str]) -> tuple[list[bool], list[str]]:
+    """The translation's units (tokens, or words) marked where they may be made up too, each hover with the
+    evaluator's evidence: a word's every piece, in tokens."""
+    pieces = [i for i, token in enumerate(target_tokens) if token != "<eos>" and i < len(marked)]
+    _, spans = words([target_tokens[i] for i in pieces], scheme)
+    marked, said = list(marked), list(said)
+    for index, span in enumerate(spans[:len(verdict.translation_words)]):
+        extra = translation_said(verdict, index)
+        for unit in ([index] if in_words else [pieces[i] for i in span]):
+            if unit < len(marked) and extra:
+                marked[unit] = marked[unit] or verdict.translation_kinds[index] == MADE_UP
+                said[unit] = f"{said[unit]}; {extra}"
+    return marked, said
+
+
+def verdict_method(verdict: Verdict) -> str:
+    """How the verdict was reached, for "why?"."""
+    if verdict.evaluator is None:
+        return ("Words left out: a source word is marked where the translation is about as probable without it "
+                "(contrastive conditioning, Vamvas & Sennrich, 2022), by the translating model alone: "
+                + "; ".join(verdict.lacking) + ".")
+    return (f"Words left out, mistranslated or made up are judged by {verdict.evaluator}, which reads the translation "
+            "and writes the source back: a content word it finds too surprising is not carried by the translation "
+            "(left out where the translating model's own translation is about as probable without it, else "
+            "mistranslated), and a word it does not need to write the source is made up (Vamvas & Sennrich, 2022; "
+            f"{verdict.calibration.meaning})." + "".join(f" {lack}." for lack in verdict.lacking))
 
 
 def digits_apart(value: float, threshold: float, least: int = 2, most: int = 6) -> int:

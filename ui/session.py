@@ -18,6 +18,7 @@ import numpy as np
 
 from attention_inspector.model.explain.detachment import ScoredDetachment
 from attention_inspector.model.explain.omissions import Omissions
+from attention_inspector.model.explain.verdict import Verdict
 from attention_inspector.model.keys import (ALL_HEADS, CROSS, ENCODER, GRADIENTS, MEAN, MEASURES, RESIDUAL_MEASURES,
                                             WEIGHTS)
 from attention_inspector.model.serving.traced import TracedTranslation
@@ -125,6 +126,9 @@ class Decoding:
     # The source words it left out (model/explain/omissions.py), looked for once it is drawn (ui/omissions.py), or
     # why they were not.
     omissions: Omissions | str | None = field(default=None, repr=False, compare=False)
+    # The verdict on it (model/explain/verdict.py): what it left out, mistranslated or made up, judged by another
+    # model from the omissions above; or why it was not judged.
+    verdict: Verdict | str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, name: str, traced: TracedTranslation, force: tuple[str, ...] = (), mask: tuple[str, ...] = (),
@@ -135,10 +139,10 @@ class Decoding:
 
     @property
     def left_out(self) -> frozenset[int]:
-        """The source tokens (their indices) of the words it left out, where they were looked for."""
-        if not isinstance(self.omissions, Omissions):
+        """The source tokens (their indices) of the words it left out or mistranslated, where they were looked for."""
+        if not isinstance(self.omissions, Omissions) or not isinstance(self.verdict, Verdict):
             return frozenset()
-        return frozenset(i for span, flag in zip(self.omissions.spans, self.omissions.flagged) if flag for i in span)
+        return frozenset(i for word in self.verdict.left_out for i in self.omissions.spans[word])
 
     @property
     def called(self) -> str:

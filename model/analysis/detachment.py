@@ -50,11 +50,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from attention_inspector.model.api.services import Services
 from attention_inspector.model.explain.detachment import (CALIBRATED_SHARE, COMBINED, DETECTOR_LABELS, DETECTORS,
                                                           Detachment, ranked, thresholds_of)
 from attention_inspector.model.extras import BLEU, DATA, require
 from attention_inspector.model.nets.devices import add_device_argument, chosen_device, refuse_missing_device
-from attention_inspector.model.serving.checkpoint import METRICS, load_checkpoint, own_folder, read_json, write_json
+from attention_inspector.model.serving.checkpoint import (CONFIG, METRICS, judge_folder, load_checkpoint, own_folder,
+                                                          read_json, write_json)
 from attention_inspector.model.serving.translator import InputError, Translator
 from attention_inspector.model.training.data import load_pairs
 from attention_inspector.model.training.evaluate import DEFAULT_DATA
@@ -208,7 +210,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calibrate", action="store_true",
                         help="with --evaluate: write the page's thresholds into the checkpoint's metrics.json")
     parser.add_argument("--omissions", action="store_true",
-                        help="the source words left out (contrastive conditioning) instead of detachment")
+                        help="the source words left out, mistranslated or made up (model/explain/verdict.py) "
+                             "instead of detachment")
+    parser.add_argument("--evaluator", help="with --omissions: the checkpoint that judges the translations (default: "
+                                            "the one beside --checkpoint for the other direction)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     add_device_argument(parser)
     args = parser.parse_args(argv)
@@ -301,17 +306,35 @@ def omissions_command(args, argv: list[str] | None, translator: Translator, text
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         return
-    rows = omissions.ranking(translator, texts, tokens or own_translations(translator, texts, direction), direction)
+    services = judging(args, translator)
+    rows = omissions.ranking(services, MODEL, texts, tokens or own_translations(translator, texts, direction),
+                             direction)
     if args.out:
-        write_rows(rows, Path(args.out), ["rank", "line", "source", "translation", "worst", "worst_word", "omitted",
-                                          "flagged_words", "error"])
-    flagged = sum(row.get("flagged_words", 0) > 0 for row in rows)
-    print(f"{len(rows)} pairs scored in {time.perf_counter() - began:.1f} s; {flagged} with a word left out"
-          + (f"; ranked in {args.out}" if args.out else ""))
+        write_rows(rows, Path(args.out), ["rank", "line", "source", "translation", "left_out", "mistranslated",
+                                          "made_up", "verdict", "judged_by", "worst", "worst_word", "error"])
+    flagged = sum(bool(row.get("left_out")) for row in rows)
+    print(f"{len(rows)} pairs judged in {time.perf_counter() - began:.1f} s by "
+          f"{services.evaluator_of(MODEL)[0] or 'the model alone (no model of the other direction)'}; {flagged} "
+          "with a phrase left out" + (f"; ranked in {args.out}" if args.out else ""))
     for row in rows[:5]:
         if "error" not in row:
-            print(f"  line {row['line']}: left out {row['omitted'] or '-'!r} (worst {row['worst']:.2f})  "
-                  f"{row['source']!r} -> {row['translation']!r}")
+            print(f"  line {row['line']}: {row['verdict'] or 'Looks faithful'}  {row['source']!r} -> "
+                  f"{row['translation']!r}")
+
+
+MODEL = "checkpoint"  # the name the judged checkpoint goes by among `judging`'s models
+
+
+def judging(args, translator: Translator) -> Services:
+    """The checkpoint (as `MODEL`) and the model that judges its translations (model/explain/verdict.py): the
+    folder --evaluator names, else the one beside it (`judge_folder`), where there is one."""
+    evaluator = Path(args.evaluator) if args.evaluator else judge_folder(Path(args.checkpoint), translator)
+    if evaluator is None:
+        return Services({MODEL: translator})
+    if not (evaluator / CONFIG).is_file():
+        sys.exit(f"--evaluator {args.evaluator}: no checkpoint there")
+    translator.metrics.setdefault("verdict", {})["evaluator"] = evaluator.name
+    return Services({MODEL: translator, evaluator.name: load_checkpoint(evaluator, chosen_device(args.device))})
 
 
 if __name__ == "__main__":

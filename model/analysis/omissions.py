@@ -26,6 +26,8 @@ import numpy as np
 from tqdm import tqdm
 
 from attention_inspector.model.explain.detachment import ranked
+from attention_inspector.model.api.services import Services
+from attention_inspector.model.explain.verdict import LEFT_OUT, MADE_UP, MISTRANSLATED
 from attention_inspector.model.explain.omissions import (CALIBRATED_SHARE, CONTRASTIVE, CONTRIBUTION, Omissions,
                                                          source_words, worded)
 from attention_inspector.model.serving.translator import InputError, Translator
@@ -153,18 +155,26 @@ def print_evaluation(report: dict) -> None:
     print(f"contrastive threshold from all {report['scored']} sentences: {report['threshold']}")
 
 
-def ranking(translator: Translator, texts: list[str], translations: list[list[str]], direction: dict) -> list[dict]:
-    """Every pair with its worst omission (the highest contrastive score of a word) and the words flagged, worst
-    first (pairs that cannot be scored last, with the reason)."""
+def ranking(services: Services, model: str, texts: list[str], translations: list[list[str]],
+            direction: dict) -> list[dict]:
+    """Every pair with the verdict on it (model/explain/verdict.py: `model`'s own contrastive conditioning judged by
+    its evaluator among `services`' models): its phrases left out, mistranslated and made up, each as it stands in
+    the source or translation, its plain line, and its worst word by contrastive conditioning; pairs with a phrase
+    left out first, then by that worst score (pairs that cannot be scored last, with the reason)."""
+    translator = services.translators[model]
     rows = []
     for line, (text, tokens) in enumerate(tqdm(list(zip(texts, translations)), desc="omissions", unit="pair",
                                                file=sys.stderr), start=1):
         row = {"line": line, "source": text, "translation": translator.to_text([t for t in tokens if t != "<eos>"])}
         result = found(translator, text, tokens, direction)
-        if isinstance(result, str):
-            rows.append(row | {"error": result})
+        verdict = services.judge(model, text, tokens, result)
+        if isinstance(verdict, str):
+            rows.append(row | {"error": verdict})
             continue
         worst = int(np.nanargmax(result.contrastive))
         rows.append(row | {"worst": round(float(result.contrastive[worst]), 6), "worst_word": result.words[worst],
-                           "omitted": " ".join(result.omitted), "flagged_words": len(result.omitted)})
-    return sorted(rows, key=lambda row: ("error" in row, -row.get("worst", 0.0)))
+                           "left_out": "; ".join(verdict.phrases(LEFT_OUT)),
+                           "mistranslated": "; ".join(verdict.phrases(MISTRANSLATED)),
+                           "made_up": "; ".join(verdict.phrases(MADE_UP)), "verdict": verdict.plain(),
+                           "judged_by": verdict.evaluator or "; ".join(verdict.lacking)})
+    return sorted(rows, key=lambda row: ("error" in row, not row.get("left_out"), -row.get("worst", 0.0)))

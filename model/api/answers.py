@@ -17,6 +17,7 @@ from attention_inspector.model.api.services import Services
 from attention_inspector.model.explain.attribution import INTEGRATED_GRADIENTS
 from attention_inspector.model.explain.detachment import COMBINED, ScoredDetachment
 from attention_inspector.model.explain.omissions import Omissions
+from attention_inspector.model.explain.verdict import LEFT_OUT, MADE_UP, MISTRANSLATED, Verdict
 from attention_inspector.model.explain.patching import parting
 from attention_inspector.model.serving.translator import InputError, Translator
 from attention_inspector.model.text.words import scheme as word_scheme
@@ -92,6 +93,31 @@ def omissions_json(found: Omissions | str) -> dict:
                        "flagged": bool(flag)}
                       for i, (word, span, score, flag) in enumerate(zip(found.words, found.spans, found.contrastive,
                                                                          found.flagged))]}
+
+
+def verdict_json(verdict: Verdict | str) -> dict:
+    """The verdict on a translation, for the API (`/detach`; model/explain/verdict.py): the plain line, the model
+    that judged (null: the translating model alone, `lacking` says which checks that leaves out), the thresholds and
+    what they mean, the phrases of each kind as they stand, the words not judged, and per source and translation
+    word what it may be (null: nothing found) with its evidence; or why there is none (`unavailable`)."""
+    if isinstance(verdict, str):
+        return {"unavailable": verdict}
+    calibration = verdict.calibration
+
+    def rounded(said: dict) -> dict:
+        return {key: round(value, 6) if isinstance(value, float) else value for key, value in said.items()}
+
+    return {"unavailable": None, "plain": verdict.plain() or "Looks faithful", "evaluator": verdict.evaluator,
+            "lacking": verdict.lacking,
+            "thresholds": {key: getattr(calibration, key) for key in ("surprisal", "contrastive", "needed",
+                                                                      "repeated")},
+            "threshold_meaning": calibration.meaning,
+            "phrases": {kind: verdict.phrases(kind) for kind in (LEFT_OUT, MISTRANSLATED, MADE_UP)},
+            "unjudged": verdict.unjudged,
+            "source": [{"word": word, "kind": kind, **rounded(said)} for word, kind, said in
+                       zip(verdict.source_words, verdict.source_kinds, verdict.source_evidence)],
+            "translation": [{"word": word, "kind": kind, **rounded(said)} for word, kind, said in
+                            zip(verdict.translation_words, verdict.translation_kinds, verdict.translation_evidence)]}
 
 
 class Answers:
@@ -179,8 +205,9 @@ class Answers:
         whether its combination is under the token threshold. Words the model cannot spell are scored as <unk> and
         listed in `unknown`. `omissions`: the source words the translation left out, by contrastive conditioning
         (Vamvas & Sennrich, 2022; model/explain/omissions.py): per source word its score, its total ALTI+
-        contribution and whether it is flagged, and the flagged ones in `omitted`. Heads of `mask` switched off and
-        languages as in `/trace`."""
+        contribution and whether it is flagged, and the flagged ones in `omitted`. `verdict`: what the translation
+        left out, mistranslated or made up, judged by the model of the other direction (`verdict_json`). Heads of
+        `mask` switched off and languages as in `/trace`."""
         if units not in (None, *UNITS):
             raise AnswerError(f"units must be one of {', '.join(UNITS)}, not {shown(units)}")
         if not (isinstance(translation, str) and translation.strip() or isinstance(translation, list) and translation):
@@ -193,9 +220,10 @@ class Answers:
             scored = self.services.detachment(self.name, text, tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise AnswerError(str(error)) from None
+        verdict = self.services.judge(self.name, text, scored.target_tokens, scored.omissions)
         return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
                 **detachment_json(scored, word_scheme(translator.tgt_tokenizer), units),
-                "omissions": omissions_json(scored.omissions)}
+                "omissions": omissions_json(scored.omissions), "verdict": verdict_json(verdict)}
 
     def score(self, text: str, target_tokens: list[str], mask: list[str] | None = None,
               src_lang: str | None = None, tgt_lang: str | None = None) -> dict:

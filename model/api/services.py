@@ -14,6 +14,8 @@ from pathlib import Path
 
 from attention_inspector.model.explain.detachment import ScoredDetachment, training_domain
 from attention_inspector.model.explain.head_stats import best_aligning_head
+from attention_inspector.model.explain.omissions import Omissions
+from attention_inspector.model.explain.verdict import Calibration, Verdict, judged, stop_words
 from attention_inspector.model.hub.convert_hf import convert
 from attention_inspector.model.hub.hub_checks import ConversionError, checked_hub_id
 from attention_inspector.model.nets.cores import available_cores
@@ -23,6 +25,8 @@ from attention_inspector.model.serving.traced import TracedTranslation
 from attention_inspector.model.serving.translator import InputError, Translator
 from attention_inspector.model.serving.workers import TracePool, can_fork
 from attention_inspector.model.text.vocab import CHARS
+from attention_inspector.model.text.words import scheme as word_scheme
+from attention_inspector.model.text.words import words
 
 TOP_K = 5  # candidates kept per step
 
@@ -102,6 +106,45 @@ class Services:
         if self.pool is not None:
             return self.pool.detachment(model, text, **options)
         return self.translators[model].detachment(text, **options)
+
+    def evaluator_of(self, model: str) -> tuple[str | None, str | None]:
+        """The checkpoint that judges `model`'s translations (model/explain/verdict.py): the one its metrics.json
+        names under "verdict" (a converted Marian's `--reverse`), else one named for the other direction
+        ("de-en" for "en-de"); or None and which checks that leaves out, and why."""
+        translator = self.translators[model]
+        named = translator.metrics.get("verdict", {}).get("evaluator")
+        source, target = translator.src_tokenizer.lang, translator.tgt_tokenizer.lang
+        for name in ([named] if named else []) + [f"{target}-{source}"]:
+            if name in self.translators and name != model:
+                return name, None
+        return None, (f"no model here translates {target} into {source} to judge this translation, so words "
+                      "mistranslated or made up are not looked for, and words left out are found by the "
+                      "translating model's own contrastive conditioning alone"
+                      + (f" ({named}, named as its judge, is not loaded)" if named else ""))
+
+    def judge(self, model: str, source: str, target_tokens: list[str], omissions: Omissions | str) -> Verdict | str:
+        """The verdict on the translation `target_tokens` (as the model wrote them) of `source` by `model`, whose own
+        contrastive conditioning found `omissions` (or why it could not): judged by its evaluator (`evaluator_of`),
+        in a worker process when there are workers. The translation is judged in words, its <eos> and language code
+        left out."""
+        if isinstance(omissions, str):
+            return omissions
+        translator = self.translators[model]
+        written = [token for token in target_tokens
+                   if token != "<eos>" and not (translator.languages and translator.languages.is_code(token))]
+        stops = [stop_words(tokenizer.lang) for tokenizer in (translator.src_tokenizer, translator.tgt_tokenizer)]
+        evaluator, lacking = self.evaluator_of(model)
+        reconstruction = None
+        if evaluator is not None:
+            options = dict(source=source, name=evaluator)
+            try:
+                reconstruction = (self.pool._run(evaluator, "reconstruction", translator.to_text(written), options)
+                                  if self.pool is not None else
+                                  self.translators[evaluator].reconstruction(translator.to_text(written), **options))
+            except InputError as error:
+                lacking = f"{evaluator} cannot judge this translation: {error}"
+        return judged(omissions, reconstruction, Calibration.of(translator.metrics), stops[0],
+                      words(written, word_scheme(translator.tgt_tokenizer))[0], stops[1], [lacking] if lacking else [])
 
     def load_from_hub(self, hub_id: object, progress: Callable[[str], None] = lambda _: None) -> str:
         """A Hub model converted into this server's checkpoint folder and added to the models (loaded on first use):

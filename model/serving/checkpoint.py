@@ -377,3 +377,13 @@ def load_all(root: str | Path) -> tuple[dict[str, Translator], dict[str, str]]:
         except CheckpointError as error:
             failed[folder.name] = str(error)
     return loaded, failed
+
+
+def judge_folder(folder: Path, translator) -> Path | None:
+    """The checkpoint beside `folder` that judges its translator's translations (model/explain/verdict.py): the one
+    its metrics.json names under "verdict", else one named for the other direction ("de-en" beside "en-de"); None
+    where there is neither."""
+    named = translator.metrics.get("verdict", {}).get("evaluator")
+    other = f"{translator.tgt_tokenizer.lang}-{translator.src_tokenizer.lang}"
+    return next((folder.parent / name for name in [named, other]
+                 if name and name != folder.name and (folder.parent / name / CONFIG).is_file()), None)

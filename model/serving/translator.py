@@ -20,7 +20,8 @@ from attention_inspector.model.explain.detachment import (NO_SOURCE_SHARE, Detac
                                                           attention_peaks, thresholds_of, training_domain)
 from attention_inspector.model.explain.estimates import patching_estimate, staged_patching
 from attention_inspector.model.explain.neurons import HeadVectors, checked_head, head_vectors
-from attention_inspector.model.explain.omissions import Omissions, omissions
+from attention_inspector.model.explain.omissions import Omissions, omissions, source_words
+from attention_inspector.model.explain.verdict import Reconstruction
 from attention_inspector.model.explain.patching import Patching, patch_heads
 from attention_inspector.model.nets.decoding import (beam_search, beam_trace, chosen_log_probs, greedy_decode,
                                                      output_limit, teacher_forced, teacher_forced_log_probs)
@@ -32,7 +33,7 @@ from attention_inspector.model.text.batching import pad, token_batches
 from attention_inspector.model.text.hub_tokenizer import Languages
 from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 from attention_inspector.model.serving.traced import TracedBeam, TracedScore, TracedTranslation
-from attention_inspector.model.text.words import spelled
+from attention_inspector.model.text.words import spelled, words
 from attention_inspector.model.text.words import scheme as word_scheme
 
 MAX_INPUT_CHARS = 2000
@@ -319,6 +320,28 @@ class Translator:
                              None if contributions is None else contributions.decoder)
         except ValueError as error:
             return str(error)
+
+    def reconstruction(self, translation: str, source: str, name: str) -> Reconstruction:
+        """This model, as the evaluator named `name` of a translation into its source language, reading the
+        `translation` and writing the `source` back (model/explain/verdict.py): each source word's worst piece's
+        surprisal, teacher-forced, the words it cannot write, and per translation word the change in the source's
+        log-probability when the word is deleted (contrastive conditioning, a pass per span)."""
+        tokens = self.source_tokens(translation)
+        pieces = self.in_pieces(self.tgt_tokenizer(checked_text(source)))
+        if not pieces:
+            raise InputError("The source is empty: there is nothing to write back.")
+        written = [piece if piece in self.tgt_vocab else "<unk>" for piece in pieces] + ["<eos>"]
+        tgt_ids = self.target_ids(written, self.model.config.max_len - 1, "Source token")
+        log_probabilities = teacher_forced_log_probs(self.model, self.encode_source(tokens), tgt_ids)
+        labels, spans = words(written[:-1], word_scheme(self.tgt_tokenizer))
+        surprisal = np.array([-log_probabilities[list(span)].min() for span in spans])
+        unknown = np.array([any(written[i] == "<unk>" for i in span) for span in spans], dtype=bool)
+        needed = self.omissions(tokens, written)
+        if isinstance(needed, str):  # a translation of one word: nothing to delete from it
+            translation_words = source_words(tokens + ["<eos>"], word_scheme(self.src_tokenizer), 0)[0]
+            return Reconstruction(name, labels, surprisal, unknown, translation_words,
+                                  np.full(len(translation_words), np.nan))
+        return Reconstruction(name, labels, surprisal, unknown, needed.words, needed.contrastive)
 
     def prefix_length(self, tokens: list[str]) -> int:
         """How many of the source `tokens` are a prefix the model reads before the text: a language code, or T5's

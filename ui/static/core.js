@@ -18,9 +18,9 @@ function stepLine() {
   element.querySelector("#step-text .step-text").textContent = shown.steps.length ? shown.steps[t] : "";
 }
 
-// The verdict: one plain line, the numbers behind it under "why?" (a click opens and closes them), the translation's
-// words (those that may be made up underlined) and the source's words (those that may be left out marked), each
-// word's hover saying what it scored.
+// The verdict: one plain line (each phrase it names hovering its evidence), the numbers behind it under "why?" (a
+// click opens and closes them), the translation's words (those that may be made up underlined) and the source's
+// words (those that may be left out or mistranslated marked), each word's hover saying what it scored.
 function drawWords(line, words, className) {
   line.replaceChildren();
   for (const [text, marked, said] of words || []) {
@@ -36,7 +36,14 @@ function drawDetachment(part) {
   const box = element.querySelector("#detachment");
   drawWords(box.querySelector(".detachment-words"), part?.words, "detached");
   drawWords(box.querySelector(".detachment-source"), part?.source, "left-out");
-  box.querySelector(".detachment-plain").textContent = part?.plain || "";
+  const plain = box.querySelector(".detachment-plain");
+  plain.replaceChildren();
+  for (const [text, said] of part?.plain_parts?.length ? part.plain_parts : [[part?.plain || "", ""]]) {
+    const piece = document.createElement("span"); // a named phrase's hover: its words' evidence
+    piece.textContent = text;
+    if (said) piece.title = said;
+    plain.append(piece);
+  }
   box.querySelector(".detachment-verdict").textContent = part?.verdict || "";
   box.classList.toggle("flagged", !!part?.detached);
   box.classList.toggle("empty", !part?.plain);
