@@ -46,6 +46,7 @@ with warnings.catch_warnings():
     from attention_inspector.ui.operations import drawn, head_menu, set_mask, translate
     from attention_inspector.ui.plots import CORE_TEMPLATE, PLOTLY_JS, STATIC
     from attention_inspector.ui.neurons import neuron_part, with_neuron
+    from attention_inspector.ui.omissions import find_omissions
     from attention_inspector.ui.render import detachment_part, file_stem, scored_part
     from attention_inspector.ui.session import Neuron, Session, View
 
@@ -180,6 +181,7 @@ def _session(model, text: str, kind: str, layer: int | None, head: int | str | N
         session, said = set_mask(services, session, list(mask))
         if not session.current.mask:
             raise ValueError(said)
+    session, _ = find_omissions(services, session)  # the verdict, as the page asks for it once a decoding is drawn
     return session.with_view(_chosen(session.trace, session.view, kind, layer, head, step, units)), said
 
 

@@ -1,6 +1,7 @@
 """What a user feels, in a real browser: page load, translate and step latency of the app on the shipped checkpoint.
 
     python benchmarks/browser_latency.py [--model en-de] [--steps 20] [--tokens 20] [--sentences 5] [--neuron-only]
+    python benchmarks/browser_latency.py --tokens 30 --verdict-only
 
 First, the floor: a minimal Gradio page whose button redraws one `gr.Plot` (a 20x21 heatmap) from the server,
 click -> redrawn, p50/p95 over 20 clicks; a translation is then also given as a multiple of that round trip.
@@ -8,7 +9,8 @@ click -> redrawn, p50/p95 over 20 clicks; a translation is then also given as a 
 Starts `python app.py` on a free loopback port and drives Debian's Chromium (headless, through Playwright) at
 1400x900. Prints the CPU, then: page load -> the first heatmap drawn; the neuron view against a view change (a cell
 clicked -> its row's vectors drawn, against another head chosen -> its heatmap drawn: `neuron_latencies`;
-`--neuron-only` stops there); translate (click) -> the new heatmap
+`--neuron-only` stops there; `--verdict-only`: translate -> heatmap and then -> the verdict under it drawn,
+`verdict_latencies`, and stops); translate (click) -> the new heatmap
 drawn, over `--sentences` sentences (by the page's clock three times each); a shared link (a new tab opening
 `?model=..&text=..&step=3&kind=decoder&layer=2&head=2`) -> that view drawn, over the same ones; Next (click) -> the
 heatmap redrawn at the next step, p50/p95 over `--steps` steps of three sentences in the single-head and
@@ -296,6 +298,23 @@ def neuron_latencies(page, translator, sentences: list[str], cells: int = 4) -> 
     return changes, neurons
 
 
+JUDGED = f"""(arg) => ({TRANSLATED})(arg)
+    && document.querySelectorAll('#detachment .detachment-source span').length > 0"""
+
+
+def verdict_latencies(page, translator, sentences: list[str], rounds: int = 2) -> tuple[list[float], list[float]]:
+    """Per sentence, `rounds` times, by the page's clock from the Translate click: the translation drawn, and the
+    verdict after it (model/explain/verdict.py: the source line under the translation filled, which the page asks
+    for once the translation is drawn). Returns (translations, verdicts after them) in ms."""
+    translations, verdicts = [], []
+    for text in sentences * rounds:
+        page.fill("#source textarea", text)
+        expected = list(expected_view(translator, text))
+        translations.append(timed(page, lambda: page.click("#translate"), TRANSLATED, expected))
+        verdicts.append(waited(page, JUDGED, expected) - translations[-1])
+    return translations, verdicts
+
+
 def what_if(page, translator, sentences: list[str]) -> None:
     """Per sentence: translate, branch at the step on screen, one cross-attention head off, the beam view, head
     statistics, alignments, where each word came from, a measure; prints each one's p50 and p95 and their ratios to
@@ -393,6 +412,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=5, help="sentences to translate and ask what-if about "
                         "(ratios between actions move by ~0.15 from run to run with 5)")
     parser.add_argument("--neuron-only", action="store_true", help="only the neuron view against a view change")
+    parser.add_argument("--verdict-only", action="store_true",
+                        help="only the verdict against a translation (use with --tokens 30)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -420,6 +441,13 @@ def main() -> None:
             page.wait_for_function("() => document.querySelector('#attention .js-plotly-plot')?.layout?.title.text"
                                    ".includes('step ')", timeout=120000)
             print(f"page load -> first heatmap: {(time.perf_counter() - began) * 1000:.0f} ms")
+            if args.verdict_only:
+                translations, verdicts = verdict_latencies(page, translator, sentences)
+                print(f"translate -> heatmap: {percentiles(translations)}")
+                print(f"then -> the verdict drawn: {percentiles(verdicts)}; p50 "
+                      f"{statistics.median(verdicts) / statistics.median(translations):.2f}x, p95 "
+                      f"{p95(verdicts) / p95(translations):.2f}x a translation's")
+                return
             changes, neurons = neuron_latencies(page, translator, sentences[1:])
             print(f"view change (another head) -> heatmap: {percentiles(changes)}")
             print(f"cell clicked -> neuron view: {percentiles(neurons)}; p50 "

@@ -469,3 +469,19 @@ def test_the_neuron_views_vectors_are_what_transformers_q_and_k_projections_give
             scores = vectors.scores(query)
             seen = torch.tensor(scores).nan_to_num(nan=float("-inf")).softmax(-1)
             assert seen.numpy() == pytest.approx(weights[query].numpy(), abs=rounding)
+
+
+def test_a_converted_marian_names_its_reverse_model_which_judges_its_translations(hub, tmp_path):
+    """`--reverse` writes the judge's name into metrics.json; loaded beside it, it judges (model/explain/verdict.py).
+    (The tiny Marian stands in for both directions: what is checked is which model judges.)"""
+    import attention_inspector
+    from attention_inspector.model.hub.convert_hf import main
+
+    folder = hub["marian"][0]
+    assert main([str(folder), "--out", str(tmp_path / "opus-en-de"), "--reverse", "opus-de-en"]) == 0
+    assert json.loads((tmp_path / "opus-en-de" / "metrics.json").read_text())["verdict"] == {"evaluator": "opus-de-en"}
+    alone = attention_inspector.load(tmp_path / "opus-en-de").detach(TEXT, "ein Hund")["verdict"]
+    assert alone["evaluator"] is None and "is not loaded" in alone["lacking"][0]  # named, but not there yet
+    assert main([str(folder), "--out", str(tmp_path / "opus-de-en")]) == 0
+    judged = attention_inspector.load(tmp_path / "opus-en-de").detach(TEXT, "ein Hund")["verdict"]
+    assert judged["evaluator"] == "opus-de-en" and judged["lacking"] == []

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import attention_inspector
+from attention_inspector.model.api.answers import AnswerError
 from attention_inspector.model.api.services import Services
 from attention_inspector.model.explain.omissions import Omissions
 from attention_inspector.model.explain.verdict import (LEFT_OUT, MADE_UP, MISTRANSLATED, UNJUDGED, Calibration,
@@ -140,3 +141,84 @@ def test_calibration_picks_the_thresholds_that_clear_the_goals_widest():
                                                           "contrastive": np.arange(-5.0, 2.0, 1.0)},
                   OMISSION_GOALS, CALIBRATION)
     assert (chosen.surprisal, chosen.contrastive) == (8.0, 0.0)
+
+
+def test_a_translation_at_the_length_limit_given_back_as_text_is_judged():
+    """de-en's translation of letters at random runs to its length limit (127 pieces, no <eos>). As text, a
+    generated <unk> stays one token, and the word cut mid-way at the limit reads back whole: it is judged all the
+    same, its pieces past the limit said; a text far beyond anything the model writes gets the limit."""
+    model = attention_inspector.load("de-en")
+    translator = model.translator
+    limit = translator.model.config.max_len - 1
+    text = ("hjfgäfb vipccvy üeßb cüwßärvmä qiqzhögü sänsiopv wßzlcktd sukögh xid hlzfknäb zeö hbäsußßr vcadugt "
+            "sdmclädbt gfw")
+    traced = translator.trace(text)
+    assert len(traced.target_tokens) == limit and traced.target_tokens[-1] != "<eos>"
+    assert len(translator.tgt_tokenizer(traced.text)) > limit  # read back as the tokenizer splits it: too long
+    answer = model.detach(text, traced.text)
+    assert len(answer["target_tokens"]) == limit and answer["target_tokens"][-1] != "<eos>"
+    assert answer["verdict"]["unavailable"] is None and answer["verdict"]["evaluator"] == "en-de"
+    unknown = "rßp käzzkd dwpnbj xvüeß usmz cczcgxhb admrqj ßpzswv"  # a translation of <unk> after <unk>
+    shown = translator.trace(unknown)
+    assert "<unk>" in shown.text
+    pieces, cut = translator.translation_pieces(shown.text)
+    assert cut == 0 and pieces.count("<unk>") == shown.target_tokens.count("<unk>")
+    with pytest.raises(AnswerError, match=f"it takes at most {limit}"):
+        model.detach(text, " ".join(["dog"] * (limit + limit // 4 + 1)))
+
+
+def test_the_page_scores_only_the_words_the_evaluator_may_call_errors_and_shares_the_passes(en_de):
+    """The page's cheaper path (ui/omissions.py) gives the /detach verdict: the model's contrastive conditioning of
+    the candidate words alone equals theirs among every word's, and the evaluator's passes split in shares give the
+    whole's largest changes (another batching: within float32 rounding)."""
+    from attention_inspector.model.explain.omissions import source_words
+    from attention_inspector.model.explain.verdict import candidates, stop_words
+    from attention_inspector.model.text.words import scheme
+
+    services, translator = en_de.services, en_de.translator
+    traced = translator.trace(SOURCE)
+    evaluator = services.translators["de-en"]
+    whole = evaluator.reconstruction(traced.text, SOURCE, "de-en")
+    shares = [evaluator.reconstruction(traced.text, SOURCE, "de-en", needed=(k, 3)) for k in range(3)]
+    rounding = 2 * log_probability_rounding(evaluator, traced.text) * len(evaluator.tgt_tokenizer(SOURCE))
+    assert np.allclose(np.fmax.reduce([share.needed for share in shares]), whole.needed, atol=rounding,
+                       equal_nan=True)
+    words = source_words(traced.source_tokens, scheme(translator.src_tokenizer), 0)[0]
+    only = candidates(words, whole, Calibration.of(translator.metrics), stop_words("en"))
+    assert only == {words.index("bread")}  # the one word de-en cannot write back from this translation
+    every = translator.omissions(traced.source_tokens[:-1], traced.target_tokens)
+    some = translator.omissions(traced.source_tokens[:-1], traced.target_tokens, only=only)
+    assert np.isnan(some.contrastive[[i not in only for i in range(len(words))]]).all()
+    rounding = 2 * log_probability_rounding(translator, SOURCE) * len(traced.target_tokens)
+    assert np.allclose(some.contrastive[list(only)], every.contrastive[list(only)], atol=rounding)
+    full = services.judge("en-de", SOURCE, traced.target_tokens, every, (whole, ""))
+    page = services.judge("en-de", SOURCE, traced.target_tokens, some, (whole, ""))
+    assert page.source_kinds == full.source_kinds and page.translation_kinds == full.translation_kinds
+
+
+def test_the_page_judges_in_the_workers_as_detach_does(tmp_path):
+    """The app's own services (ui/omissions.py's event, the evaluator's passes shared by two forked workers) name
+    what /detach names, word by word."""
+    from pathlib import Path
+
+    from attention_inspector.api import Model
+    from attention_inspector.model.api.services import load_services
+    from attention_inspector.ui.omissions import find_omissions
+    from attention_inspector.ui.operations import translate
+
+    shipped = Path(__file__).resolve().parent.parent / "checkpoints"
+    for name in ("en-de", "de-en"):
+        (tmp_path / name).symlink_to(shipped / name)
+    services = load_services(tmp_path, workers=2)
+    try:
+        assert services.pool is not None and services.pool.workers == 2
+        session, _ = translate(services, None, "en-de", SOURCE)
+        session, _ = find_omissions(services, session)
+        verdict = session.current.verdict
+        assert verdict.evaluator == "de-en" and verdict.phrases(LEFT_OUT) == ["bread"]
+        answer = Model(services.translators["en-de"], "en-de", tmp_path / "de-en").detach(
+            SOURCE, session.current.trace.target_tokens)["verdict"]
+        assert [word["kind"] for word in answer["source"]] == verdict.source_kinds
+        assert [word["kind"] for word in answer["translation"]] == verdict.translation_kinds
+    finally:
+        services.close()

@@ -10,8 +10,12 @@ the core view has drawn the decoding).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from attention_inspector.model.api.services import Services
-from attention_inspector.model.explain.verdict import MADE_UP, Verdict
+from attention_inspector.model.explain.omissions import source_words
+from attention_inspector.model.explain.verdict import MADE_UP, Calibration, Verdict, candidates, stop_words
+from attention_inspector.model.text.words import scheme as word_scheme
 from attention_inspector.ui.operations import LARGE_MODEL, operation
 from attention_inspector.ui.session import Session
 
@@ -31,11 +35,18 @@ def find_omissions(services: Services, session: Session) -> tuple[Session, None]
     if translator.parameters >= LARGE_MODEL:
         too_large = TOO_LARGE.format(parameters=translator.parameters / 1e6)
         return session.with_current(omissions=too_large, verdict=too_large), None
-    scored = decoding.detachment
-    found = translator.omissions(session.trace.source_tokens[:-1], session.trace.target_tokens,
-                                 translator.gates(list(decoding.mask)),
-                                 getattr(scored, "contributions", None))
-    verdict = services.judge(session.model, session.source, session.trace.target_tokens, found)
+    tokens, target = session.trace.source_tokens, session.trace.target_tokens
+    with ThreadPoolExecutor(1) as background:  # the evaluator's passes in the workers, meanwhile the model's here
+        later = background.submit(services.reconstruct, session.model, session.source, target)
+        # The evaluator's surprisals first (one pass): only the words it may call errors need the model's pass per
+        # span, to tell left out from mistranslated; every word does where there is no evaluator.
+        quick, _ = services.reconstruct(session.model, session.source, target, needed=False)
+        only = None if quick is None else candidates(
+            source_words(tokens, word_scheme(translator.src_tokenizer), translator.prefix_length(tokens[:-1]))[0],
+            quick, Calibration.of(translator.metrics), stop_words(translator.src_tokenizer.lang))
+        found = translator.omissions(tokens[:-1], target, translator.gates(list(decoding.mask)),
+                                     getattr(decoding.detachment, "contributions", None), only)
+        verdict = services.judge(session.model, session.source, target, found, later.result())
     return session.with_current(omissions=found, verdict=verdict), None
 
 
@@ -43,17 +54,19 @@ def source_said(verdict: Verdict, index: int) -> str:
     """What a source word's hover says: what it may be, and each signal against the threshold it is judged by."""
     said, calibration = verdict.source_evidence[index], verdict.calibration
     contrastive = said["contrastive"]
-    if not said["judged"] or contrastive is None:
+    if not said["judged"]:
         return "a stop word or punctuation: not judged"
-    own = f"the translation is {contrastive:+.2f} log p without it (contrastive conditioning, the translating model)"
+    own = "" if contrastive is None else \
+        f"the translation is {contrastive:+.2f} log p without it (contrastive conditioning, the translating model)"
     if "surprisal" not in said:
         return f"{'left out? ' * said['flagged by its own threshold']}{own}; flagged from its own threshold"
     if said["unknown"]:
         return f"not judged: {verdict.evaluator} cannot write this word back, so it cannot say"
     kind = verdict.source_kinds[index]
     return (f"{kind + '? ' if kind else ''}{verdict.evaluator} writes it back from the translation at a surprisal of "
-            f"{said['surprisal']:.2f} nats (its least probable piece; an error from {calibration.surprisal:.2f}); "
-            f"{own}: left out from {calibration.contrastive:+.2f}, else mistranslated ({calibration.meaning})")
+            f"{said['surprisal']:.2f} nats (its least probable piece; an error from {calibration.surprisal:.2f})"
+            + (f"; {own}: left out from {calibration.contrastive:+.2f}, else mistranslated" if own else "")
+            + f" ({calibration.meaning})")
 
 
 def translation_said(verdict: Verdict, index: int) -> str:

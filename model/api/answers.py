@@ -214,14 +214,15 @@ class Answers:
             raise AnswerError(f"translation must be the text of a translation of `text`, or its tokens as /trace spells "
                            f"them; not {shown(translation)}")
         translator = self.translator
-        # Tokens as given (a translation cut at the length limit has no <eos>); a text is a whole translation.
-        tokens = translation if isinstance(translation, list) else [*translator.tgt_tokenizer(translation), "<eos>"]
+        # Tokens as given (a translation cut at the length limit has no <eos>); a text as `translation_pieces` has it.
         try:
+            tokens, cut = (translation, 0) if isinstance(translation, list) else \
+                translator.translation_pieces(translation, tgt_lang)
             scored = self.services.detachment(self.name, text, tokens, mask, src_lang, tgt_lang)
         except InputError as error:
             raise AnswerError(str(error)) from None
         verdict = self.services.judge(self.name, text, scored.target_tokens, scored.omissions)
-        return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens,
+        return {"source_tokens": scored.source_tokens, "target_tokens": scored.target_tokens, "cut": cut,
                 **detachment_json(scored, word_scheme(translator.tgt_tokenizer), units),
                 "omissions": omissions_json(scored.omissions), "verdict": verdict_json(verdict)}
 

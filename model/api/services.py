@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 from attention_inspector.model.explain.detachment import ScoredDetachment, training_domain
 from attention_inspector.model.explain.head_stats import best_aligning_head
 from attention_inspector.model.explain.omissions import Omissions
-from attention_inspector.model.explain.verdict import Calibration, Verdict, judged, stop_words
+from attention_inspector.model.explain.verdict import Calibration, Reconstruction, Verdict, judged, stop_words
 from attention_inspector.model.hub.convert_hf import convert
 from attention_inspector.model.hub.hub_checks import ConversionError, checked_hub_id
 from attention_inspector.model.nets.cores import available_cores
@@ -122,29 +125,46 @@ class Services:
                       "translating model's own contrastive conditioning alone"
                       + (f" ({named}, named as its judge, is not loaded)" if named else ""))
 
-    def judge(self, model: str, source: str, target_tokens: list[str], omissions: Omissions | str) -> Verdict | str:
+    def reconstruct(self, model: str, source: str, target_tokens: list[str],
+                    needed: bool = True) -> tuple[Reconstruction | None, str]:
+        """What the evaluator of `model` (`evaluator_of`) makes of its translation `target_tokens` of `source`
+        (`Translator.reconstruction`; without `needed`, its surprisals alone, in this process): where there are
+        workers, its passes shared between them, all at once; or None and why there is none."""
+        translator = self.translators[model]
+        evaluator, lacking = self.evaluator_of(model)
+        if evaluator is None:
+            return None, lacking
+        text = translator.to_text(self.written(model, target_tokens))
+        options = dict(source=source, evaluator=evaluator)
+        try:
+            if self.pool is None or not needed:
+                return self.translators[evaluator].reconstruction(text, **options, needed=needed), ""
+            shares = self.pool.workers
+            with ThreadPoolExecutor(shares) as calls:
+                parts = list(calls.map(lambda k: self.pool.reconstruction(evaluator, text, **options,
+                                                                          needed=(k, shares)), range(shares)))
+            return replace(parts[0], needed=np.fmax.reduce([part.needed for part in parts])), ""
+        except InputError as error:
+            return None, f"{evaluator} cannot judge this translation: {error}"
+
+    def written(self, model: str, target_tokens: list[str]) -> list[str]:
+        """A translation's tokens as written: its <eos> and a multilingual model's language code left out."""
+        languages = self.translators[model].languages
+        return [token for token in target_tokens if token != "<eos>" and not (languages and languages.is_code(token))]
+
+    def judge(self, model: str, source: str, target_tokens: list[str], omissions: Omissions | str,
+              reconstructed: tuple[Reconstruction | None, str] | None = None) -> Verdict | str:
         """The verdict on the translation `target_tokens` (as the model wrote them) of `source` by `model`, whose own
-        contrastive conditioning found `omissions` (or why it could not): judged by its evaluator (`evaluator_of`),
-        in a worker process when there are workers. The translation is judged in words, its <eos> and language code
-        left out."""
+        contrastive conditioning found `omissions` (or why it could not), judged by what its evaluator made of it
+        (`reconstructed`, else `reconstruct`), in words."""
         if isinstance(omissions, str):
             return omissions
         translator = self.translators[model]
-        written = [token for token in target_tokens
-                   if token != "<eos>" and not (translator.languages and translator.languages.is_code(token))]
+        reconstruction, lacking = reconstructed or self.reconstruct(model, source, target_tokens)
         stops = [stop_words(tokenizer.lang) for tokenizer in (translator.src_tokenizer, translator.tgt_tokenizer)]
-        evaluator, lacking = self.evaluator_of(model)
-        reconstruction = None
-        if evaluator is not None:
-            options = dict(source=source, name=evaluator)
-            try:
-                reconstruction = (self.pool._run(evaluator, "reconstruction", translator.to_text(written), options)
-                                  if self.pool is not None else
-                                  self.translators[evaluator].reconstruction(translator.to_text(written), **options))
-            except InputError as error:
-                lacking = f"{evaluator} cannot judge this translation: {error}"
         return judged(omissions, reconstruction, Calibration.of(translator.metrics), stops[0],
-                      words(written, word_scheme(translator.tgt_tokenizer))[0], stops[1], [lacking] if lacking else [])
+                      words(self.written(model, target_tokens), word_scheme(translator.tgt_tokenizer))[0], stops[1],
+                      [lacking] if lacking else [])
 
     def load_from_hub(self, hub_id: object, progress: Callable[[str], None] = lambda _: None) -> str:
         """A Hub model converted into this server's checkpoint folder and added to the models (loaded on first use):

@@ -146,19 +146,31 @@ def threshold_of(metrics: dict) -> tuple[float, str]:
 
 def omissions(model: Seq2Seq, source_tokens: list[str], scheme: str, prefix: int, src_ids: list[int],
               tgt_ids: list[int], scored_from: int, metrics: dict, gates: HeadGates | None = None,
-              decoder_shares: np.ndarray | None = None) -> Omissions:
+              decoder_shares: np.ndarray | None = None, only: set[int] | None = None,
+              share: tuple[int, int] | None = None) -> Omissions:
     """The `Omissions` of the translation `tgt_ids` (scored from `scored_from`) of the source `source_tokens` (<eos>
     last; its first `prefix` tokens a language code or prompt; `src_ids` their ids), with the heads of `gates` off;
-    `decoder_shares`: ALTI+'s decoder map of the same translation, where the model has one. A ValueError for a
-    source of one word, whose only span is the whole source."""
+    `decoder_shares`: ALTI+'s decoder map of the same translation, where the model has one; `only`: the words to
+    score (the runs holding them deleted, their scores exact), the others NaN (None: every word); `share` (k, n):
+    only every n-th run from the k-th (a word's score is the largest over the shares', -inf where a share has no
+    run holding it), for n processes to split the passes. A ValueError for a source of one word, whose only span is
+    the whole source."""
     labels, spans = source_words(source_tokens, scheme, prefix)
     runs = deletions(labels)
     if not runs:
         raise ValueError("The source has no word that could be left out but the whole source (one word, or "
                          "punctuation alone): nothing can be said about words left out.")
+    if only is not None:
+        runs = [(first, end) for first, end in runs if any(first <= i < end for i in only)]
+    if share is not None:
+        runs = runs[share[0]::share[1]]
     changes = contrastive_changes(model, src_ids, tgt_ids, [range(spans[first].start, spans[end - 1].stop)
-                                                            for first, end in runs], scored_from, gates)
-    return Omissions(labels, spans, word_scores(changes, runs, labels),
+                                                            for first, end in runs], scored_from, gates) \
+        if runs else np.zeros(0)
+    scores = word_scores(changes, runs, labels)
+    if only is not None:
+        scores[[i not in only for i in range(len(labels))]] = np.nan
+    return Omissions(labels, spans, scores,
                      None if decoder_shares is None else word_contributions(decoder_shares, spans),
                      *threshold_of(metrics))
 

@@ -26,6 +26,7 @@ model's labelled real errors (`python benchmarks/real_errors.py calibrate`, writ
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -73,6 +74,7 @@ class Reconstruction:
     unknown: np.ndarray  # (W,) bool: a piece the evaluator cannot write, so the word is not judged
     translation_words: list[str]  # the translation as the evaluator reads it, in words
     needed: np.ndarray  # (V,) Δ log p of the source with the word deleted from the translation; NaN: not scored
+    cut: int = 0  # the translation's pieces past the evaluator's length limit, not read
 
 
 @dataclass
@@ -159,15 +161,16 @@ class Verdict:
 SAID = {LEFT_OUT: "may have left out", MADE_UP: "may have made up", MISTRANSLATED: "may have mistranslated"}
 
 
-def stop_words(lang: str) -> set[str]:
+@functools.cache
+def stop_words(lang: str) -> frozenset[str]:
     """The stop words of a language (spaCy's rule-based lists; a Hub code such as "deu_Latn" or "de_DE" read by its
     language), or none where spaCy has no list for it."""
     for code in (lang, lang.split("_")[0][:2]):
         try:
-            return set(spacy.util.get_lang_class(code).Defaults.stop_words)
+            return frozenset(spacy.util.get_lang_class(code).Defaults.stop_words)
         except (ImportError, AttributeError):
             continue
-    return set()
+    return frozenset()
 
 
 def content(words: list[str], stop_words: set[str]) -> np.ndarray:
@@ -187,13 +190,22 @@ def matched(words: list[str], others: list[str]) -> list[list[int]]:
     return [sorted({int(j) for j in mapped[start:end] if j >= 0}) for start, end in zip(starts[:-1], starts[1:])]
 
 
+def candidates(words: list[str], reconstruction: Reconstruction, calibration: Calibration,
+               stop_words: set[str]) -> set[int]:
+    """The source content words (by index) the evaluator may call errors: some piece it writes back at
+    `calibration`'s surprisal or more. Only theirs need the translating model's contrastive conditioning."""
+    judged_words = content(words, stop_words)
+    return {i for i, overlapping in enumerate(matched(words, reconstruction.source_words))
+            if judged_words[i] and any(reconstruction.surprisal[j] >= calibration.surprisal for j in overlapping)}
+
+
 def judged(omissions: Omissions, reconstruction: Reconstruction | None, calibration: Calibration,
            source_stop: set[str], translation_words: list[str], translation_stop: set[str],
            lacking: list[str] | None = None) -> Verdict:
     """The verdict on a translation of the source words of `omissions` (the translating model's contrastive
     conditioning), judged by `reconstruction` (None: no evaluator, so the model's own contrastive conditioning alone
     finds words left out, by its own threshold, and nothing is said of words made up or mistranslated)."""
-    words = omissions.words
+    words, lacking = omissions.words, list(lacking or [])
     evidence = [{"judged": bool(judge), "contrastive": None if np.isnan(score) else float(score)}
                 for judge, score in zip(content(words, source_stop), omissions.contrastive)]
     translated = [{"judged": bool(judge)} for judge in content(translation_words, translation_stop)]
@@ -201,7 +213,10 @@ def judged(omissions: Omissions, reconstruction: Reconstruction | None, calibrat
         for said, flag in zip(evidence, omissions.flagged):
             said["flagged by its own threshold"] = bool(flag)
         return Verdict(words, [], evidence, translation_words, [], translated, calibration, None,
-                       list(lacking or [])).under(calibration)
+                       lacking).under(calibration)
+    if reconstruction.cut:
+        lacking.append(f"{reconstruction.evaluator} read the translation up to its length limit: its last "
+                       f"{reconstruction.cut} pieces were not read, so their words are not judged")
     for said, overlapping in zip(evidence, matched(words, reconstruction.source_words)):
         said["surprisal"] = max((float(reconstruction.surprisal[j]) for j in overlapping), default=None)
         said["unknown"] = any(bool(reconstruction.unknown[j]) for j in overlapping)
@@ -213,7 +228,7 @@ def judged(omissions: Omissions, reconstruction: Reconstruction | None, calibrat
         said["repeats"] = said["judged"] and word.lower() in seen
         seen.update([word.lower()] * said["judged"])
     return Verdict(words, [], evidence, translation_words, [], translated, calibration, reconstruction.evaluator,
-                   list(lacking or [])).under(calibration)
+                   lacking).under(calibration)
 
 
 def source_kind(said: dict, calibration: Calibration) -> str | None:

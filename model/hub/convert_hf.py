@@ -1,7 +1,8 @@
 """Convert a Hugging Face translation model into this project's Transformer, so that every view, measure and
 intervention works on it.
 
-    python -m model.hub.convert_hf Helsinki-NLP/opus-mt-en-de --out checkpoints/opus-mt-en-de
+    python -m model.hub.convert_hf Helsinki-NLP/opus-mt-en-de --out checkpoints/opus-mt-en-de \
+        --reverse opus-mt-de-en
     python -m model.hub.convert_hf ./nllb-folder --out checkpoints/nllb --src-lang eng_Latn --tgt-lang deu_Latn
 
 SOURCE is a Hub id (downloaded where the Hub can be reached) or a folder as `save_pretrained` writes it. The
@@ -41,7 +42,8 @@ from attention_inspector.model.hub.vocabulary import (HubTokens, hub_tokens, jso
 from attention_inspector.model.hub.weights import hub_weights, model_config, state_dict, t5_state_dict
 from attention_inspector.model.nets.transformer import ModelConfig, Transformer
 from attention_inspector.model.serving.checkpoint import (METRICS, WEIGHTS, CheckpointError, assembled,
-                                                          checkpoint_parts, save_weights, unique_state_dict, write_json)
+                                                          checkpoint_parts, read_json, save_weights, unique_state_dict,
+                                                          write_json)
 
 HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "README.md",
              "tokenizer.json", "tokenizer_config.json", "source.spm", "target.spm", "vocab.json",
@@ -215,11 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=sorted(STORED_DTYPES),
                    help="store the weights as this type (float16 or bfloat16 halve the file; the model computes in "
                         "float32 either way); default: as the Hub model stores them")
+    p.add_argument("--reverse", help="the checkpoint (its folder's name, beside --out) of the reverse direction, which "
+                                      "judges this model's translations (model/explain/verdict.py): a Marian pair's "
+                                      "other model, converted the same way")
     args = p.parse_args(argv)
     started = time.perf_counter()
     try:
         out = convert(args.source, args.out, args.src_lang, args.tgt_lang, int(args.max_gb * 1024 ** 3),
                       dtype=STORED_DTYPES.get(args.dtype))
+        if args.reverse:  # named in metrics.json, where the verdict looks for its judge
+            write_json(out / METRICS, read_json(out / METRICS) | {"verdict": {"evaluator": Path(args.reverse).name}})
         metrics = checkpoint_parts(out).metrics  # it loads (the step decoder's layout is the app's to make)
     except (ConversionError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -4,6 +4,7 @@ model/serving/traced.py)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import reprlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from attention_inspector.model.explain.detachment import (NO_SOURCE_SHARE, Detac
 from attention_inspector.model.explain.estimates import patching_estimate, staged_patching
 from attention_inspector.model.explain.neurons import HeadVectors, checked_head, head_vectors
 from attention_inspector.model.explain.omissions import Omissions, omissions, source_words
-from attention_inspector.model.explain.verdict import Reconstruction
+from attention_inspector.model.explain.verdict import Reconstruction, content, stop_words
 from attention_inspector.model.explain.patching import Patching, patch_heads
 from attention_inspector.model.nets.decoding import (beam_search, beam_trace, chosen_log_probs, greedy_decode,
                                                      output_limit, teacher_forced, teacher_forced_log_probs)
@@ -76,6 +77,29 @@ def checked_strings(values: object, what: str) -> list[str]:
 
 
 MAX_BEAM_SIZE = 16
+UNKNOWN = "<unk>"  # how a translation shows a token the model wrote but cannot spell
+CUT_SHARE = 4  # a translation given as text at most a quarter past the length limit is scored up to the limit
+
+
+def fitted(pieces: list[str], vocab: Vocab, scheme: str, limit: int) -> tuple[list[str], int]:
+    """A translation's `pieces` (as a tokenizer split its text) within a model's `limit`, and how many are cut off
+    past it: where they reach the limit, each word in the fewest pieces `vocab` has where that is fewer; cut at the
+    limit where they are a little longer (a translation cut mid-word at the limit reads back as a whole word, in
+    more pieces than the model wrote). An InputError for a text far longer than anything the model writes."""
+    if len(pieces) >= limit:
+        split = [pieces[span.start:span.stop] for span in words(pieces, scheme)[1]]
+        pieces = [piece for word in split for piece in min([word, spelled(word, vocab) or word], key=len)]
+    if len(pieces) > limit + limit // CUT_SHARE:
+        raise InputError(f"The translation has {len(pieces)} pieces, even each word in the fewest this model has; "
+                         f"it takes at most {limit}. Give its tokens as /trace spells them.")
+    return pieces[:limit], max(0, len(pieces) - limit)
+
+
+def with_unknowns(text: str, tokenizer) -> list[str]:
+    """`text` in `tokenizer`'s tokens, each "<unk>" in it (a translation's token the model could not spell, as
+    `to_text` shows it) kept as the one token it was, not split into "<", "unk", ">"."""
+    return [token for part in re.split(f"({re.escape(UNKNOWN)})", text)
+            for token in ([UNKNOWN] if part == UNKNOWN else tokenizer(part) if part.strip() else [])]
 
 
 @dataclass
@@ -308,26 +332,34 @@ class Translator:
         return dataclasses.replace(scored, omissions=self.omissions(tokens, target, gates, contributions))
 
     def omissions(self, tokens: list[str], target: list[str], gates: HeadGates | None = None,
-                  contributions: Contributions | None = None) -> Omissions | str:
+                  contributions: Contributions | None = None, only: set[int] | None = None,
+                  share: tuple[int, int] | None = None) -> Omissions | str:
         """The source words that the translation `target` (its language code first, a multilingual model's) of the
         source `tokens` left out (model/explain/omissions.py), with the heads of `gates` off and, where the model has
-        them, ALTI+'s `contributions` of the same translation; or why none can be looked for."""
+        them, ALTI+'s `contributions` of the same translation (`only`: the words to score, by index; `share`: a share
+        of the passes, `omissions`); or why none can be looked for."""
         given_first = int(self.languages is not None and self.languages.is_code(target[0]))
         try:
             return omissions(self.model, tokens + ["<eos>"], word_scheme(self.src_tokenizer),
                              self.prefix_length(tokens), self.encode_source(tokens), self.tgt_vocab.encode(target),
                              given_first, self.metrics, gates,
-                             None if contributions is None else contributions.decoder)
+                             None if contributions is None else contributions.decoder, only, share)
         except ValueError as error:
             return str(error)
 
-    def reconstruction(self, translation: str, source: str, name: str) -> Reconstruction:
-        """This model, as the evaluator named `name` of a translation into its source language, reading the
+    def reconstruction(self, translation: str, source: str, evaluator: str,
+                       needed: bool | tuple[int, int] = True) -> Reconstruction:
+        """This model, as the evaluator named `evaluator` of a translation into its source language, reading the
         `translation` and writing the `source` back (model/explain/verdict.py): each source word's worst piece's
         surprisal, teacher-forced, the words it cannot write, and per translation word the change in the source's
-        log-probability when the word is deleted (contrastive conditioning, a pass per span)."""
-        tokens = self.source_tokens(translation)
-        pieces = self.in_pieces(self.tgt_tokenizer(checked_text(source)))
+        log-probability when the word is deleted (contrastive conditioning, a pass per span; `needed`: False, none
+        (NaN), or (k, n) a share of the passes, `omissions`); a translation past its length limit read up to it
+        (`fitted`)."""
+        prefix = self.source_prefix()
+        tokens, cut = fitted(with_unknowns(checked_text(translation), self.src_tokenizer), self.src_vocab,
+                             word_scheme(self.src_tokenizer), self.max_src_tokens - len(prefix))
+        tokens = prefix + tokens
+        pieces = self.in_pieces(with_unknowns(checked_text(source), self.tgt_tokenizer))
         if not pieces:
             raise InputError("The source is empty: there is nothing to write back.")
         written = [piece if piece in self.tgt_vocab else "<unk>" for piece in pieces] + ["<eos>"]
@@ -336,12 +368,12 @@ class Translator:
         labels, spans = words(written[:-1], word_scheme(self.tgt_tokenizer))
         surprisal = np.array([-log_probabilities[list(span)].min() for span in spans])
         unknown = np.array([any(written[i] == "<unk>" for i in span) for span in spans], dtype=bool)
-        needed = self.omissions(tokens, written)
-        if isinstance(needed, str):  # a translation of one word: nothing to delete from it
-            translation_words = source_words(tokens + ["<eos>"], word_scheme(self.src_tokenizer), 0)[0]
-            return Reconstruction(name, labels, surprisal, unknown, translation_words,
-                                  np.full(len(translation_words), np.nan))
-        return Reconstruction(name, labels, surprisal, unknown, needed.words, needed.contrastive)
+        translation_words = source_words(tokens + ["<eos>"], word_scheme(self.src_tokenizer), len(prefix))[0]
+        judged = content(translation_words, stop_words(self.src_tokenizer.lang))
+        deleted = "not asked" if needed is False else self.omissions(  # the content words' alone: only they are judged
+            tokens, written, only=set(np.flatnonzero(judged).tolist()), share=None if needed is True else needed)
+        changes = np.full(len(translation_words), np.nan) if isinstance(deleted, str) else deleted.contrastive
+        return Reconstruction(evaluator, labels, surprisal, unknown, translation_words, changes, cut)
 
     def prefix_length(self, tokens: list[str]) -> int:
         """How many of the source `tokens` are a prefix the model reads before the text: a language code, or T5's
@@ -527,7 +559,7 @@ class Translator:
     def source_tokens(self, text: str, src_lang: str | None = None, tgt_lang: str | None = None) -> list[str]:
         """The tokens the encoder will read (before <eos>: a multilingual model's language code first), or an
         InputError saying why `text` cannot be read."""
-        tokens = self.src_tokenizer(checked_text(text))
+        tokens = with_unknowns(checked_text(text), self.src_tokenizer)
         if not tokens:
             raise InputError("Type a sentence to translate: the input is empty.")
         tokens = self.source_prefix(src_lang, tgt_lang) + tokens
@@ -558,6 +590,15 @@ class Translator:
             return self.languages.target_prefix(tgt_lang or None) + tokens
         except ValueError as error:
             raise InputError(str(error)) from None
+
+    def translation_pieces(self, text: str, tgt_lang: str | None = None) -> tuple[list[str], int]:
+        """A translation given as text (the page's, or one made anywhere) in the target pieces the model scores,
+        <eos> last unless it reaches the length limit (as the model's own translation cut there), and how many
+        pieces past the limit are cut off (`fitted`)."""
+        limit = self.model.config.max_len - 1 - len(self.with_target_prefix([], tgt_lang))
+        pieces, cut = fitted(with_unknowns(checked_text(text), self.tgt_tokenizer), self.tgt_vocab,
+                             word_scheme(self.tgt_tokenizer), limit)
+        return pieces + ["<eos>"] * (len(pieces) < limit), cut
 
     def in_pieces(self, tokens: list[str]) -> list[str]:
         """Target tokens as the model writes them: a word it lacks but writes in pieces (or lower-cased, or as

@@ -209,8 +209,14 @@ class TracePool:
         ALTI+ run on a core of their own, not on the web server's threads beside every other user's request."""
         return self._run(name, "detachment", text, options)
 
+    def reconstruction(self, name: str, text: str, **options):
+        """`Translator.reconstruction(text, **options)` of translator `name`, the evaluator of another's translation
+        (model/explain/verdict.py), in a worker: a share of its passes, where the pool splits them."""
+        return self._run(name, "reconstruction", text, options)
+
     def _run(self, name: str, method: str, text: str, options: dict):
-        """`method` ("trace" or "detachment") of translator `name`, in the worker holding the fewest requests."""
+        """`method` ("trace", "detachment" or "reconstruction") of translator `name`, in the worker holding the
+        fewest requests."""
         request_id = next(self._request_ids)
         with self._lock:
             worker = min(self._workers, key=lambda w: len(w.pending))
