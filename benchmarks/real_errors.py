@@ -43,14 +43,18 @@ from attention_inspector.model.training.evaluate import DEFAULT_DATA  # noqa: E4
 import attention_inspector  # noqa: E402
 
 FOLDER = ROOT / "benchmarks" / "real_errors"
-HALVES = ("tune", "held-out")
+HALVES = ("tune", "held-out", "fresh")
+FRESH_FROM = 200  # lines from here were labelled after the verdict was first fixed: a second held-out set
 SEVERITIES = ("none", "minor", "major", "critical")
 
 
 def half(line: int) -> str:
     """The half sentence `line` belongs to. Multi30k's test captions alternate short and long (9.4 and 14.0 words
     on average over the first 200, even and odd lines), so each pair of lines 2k, 2k+1 is split between the halves,
-    which of the two goes to tuning drawn at random (seed 0): both halves have the same mix."""
+    which of the two goes to tuning drawn at random (seed 0): both halves have the same mix. Lines from `FRESH_FROM`
+    on are "fresh": labelled once the verdict had been calibrated and measured on the first 200, never tuned on."""
+    if line >= FRESH_FROM:
+        return HALVES[2]
     draws = random.Random(0)
     flips = [draws.random() < 0.5 for _ in range(line // 2 + 1)]
     return HALVES[(line + flips[line // 2]) % 2]
@@ -61,17 +65,17 @@ def words(nlp, text: str) -> list[str]:
     return [token.text for token in nlp(text) if not token.is_space]
 
 
-def translate(model: str, count: int, data: str) -> Path:
-    """The first `count` test sentences and the model's greedy translations, to label; the file written."""
+def translate(model: str, count: int, data: str, start: int = 0) -> Path:
+    """`count` test sentences from line `start` and the model's greedy translations, to label; the file written."""
     translator = attention_inspector.load(model).translator
     src, tgt = translator.src_tokenizer.lang, translator.tgt_tokenizer.lang
-    pairs = load_pairs(data, "test", src, tgt).select(range(count))
+    pairs = load_pairs(data, "test", src, tgt).select(range(start, start + count))
     sources, references = list(pairs["src"]), list(pairs["tgt"])
     hypotheses = translator.translate_tokens(translator.src_tokenizer.tokenize_all(sources), beam_size=1)
     source_nlp, target_nlp = spacy.blank(src), spacy.blank(tgt)
-    out = FOLDER / f"{model}.to-label.jsonl"
+    out = FOLDER / f"{model}{f'.{start}' * bool(start)}.to-label.jsonl"
     with out.open("w", encoding="utf-8") as file:
-        for line, (source, hypothesis, reference) in enumerate(zip(sources, hypotheses, references)):
+        for line, (source, hypothesis, reference) in enumerate(zip(sources, hypotheses, references), start):
             translation = translator.to_text(hypothesis)
             file.write(json.dumps({
                 "id": f"{model}/test/{line}", "half": half(line), "source": source,
@@ -335,6 +339,7 @@ def main() -> None:
     parser.add_argument("command", choices=("translate", "keep", "check", "signals", "calibrate", "evaluate"))
     parser.add_argument("--model", required=True, help="a shipped checkpoint's name (en-de, de-en)")
     parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--start", type=int, default=0, help="translate: the first test line")
     parser.add_argument("--data", default=DEFAULT_DATA, help="Multi30k folder")
     parser.add_argument("--half", default="tune", choices=HALVES,
                         help="signals, evaluate: the half measured (the held-out half only once a detector is "
@@ -344,7 +349,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="calibrate: the checkpoint folder whose metrics.json it writes")
     args = parser.parse_args()
     if args.command == "translate":
-        print(f"written {translate(args.model, args.count, args.data)}")
+        print(f"written {translate(args.model, args.count, args.data, args.start)}")
     elif args.command == "keep":
         print(f"written {keep(args.model)}")
     elif args.command == "calibrate":
