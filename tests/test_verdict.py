@@ -104,6 +104,8 @@ def test_the_line_names_at_most_three_phrases_and_counts_the_rest():
     verdict = judged(omissions, None, CALIBRATION, set(), [], set())
     verdict.source_kinds = kinds_source
     assert verdict.plain() == "May have left out: “a”, “b”, “c” and 1 more; may have mistranslated: 1 more"
+    verdict.source_kinds = [LEFT_OUT] * 7 + [None, None]  # one phrase of seven words: the line shows three of them
+    assert verdict.plain() == "May have left out: “a , b…”" and verdict.phrases(LEFT_OUT) == ["a , b , c , d"]
 
 
 def test_words_of_two_tokenizers_are_matched_by_their_characters():

@@ -18,8 +18,7 @@ import numpy as np
 
 from attention_inspector.model.api.services import Services
 from attention_inspector.model.explain.detachment import COMBINED, LOG_PROBABILITY, SOURCE_SHARE, ScoredDetachment
-from attention_inspector.model.explain.verdict import (LEFT_OUT, MADE_UP, MISTRANSLATED, SAID,
-                                                       Verdict)
+from attention_inspector.model.explain.verdict import LEFT_OUT, MADE_UP, MISTRANSLATED, SAID, Verdict
 from attention_inspector.model.keys import GRADIENTS, KIND_LABELS, KINDS, MEASURE_LABELS, WEIGHTS, choices
 from attention_inspector.model.text.words import WHOLE, summed, words
 from attention_inspector.ui.neurons import neuron_identity, neuron_part
@@ -264,11 +263,9 @@ def verdict_parts(verdict: Verdict) -> list[list[str]]:
     """The verdict's plain line as [text, hover] parts: each named phrase hovering its words' evidence."""
     parts = []
     for kind, runs, more in verdict.named():
-        words = verdict.translation_words if kind == MADE_UP else verdict.source_words
         parts.append([f"{SAID[kind]}: ", ""])
         for n, run in enumerate(runs):
-            parts += [[", ", ""]] * bool(n) + [["“" + " ".join(words[i] for i in run) + "”",
-                                                 phrase_said(verdict, kind, run)]]
+            parts += [[", ", ""]] * bool(n) + [[verdict.shown(kind, run), phrase_said(verdict, kind, run)]]
         parts += [[" and " * bool(runs) + f"{more} more", ""]] * bool(more)
         parts.append(["; ", ""])
     if verdict.unjudged:

@@ -36,6 +36,7 @@ from attention_inspector.model.explain.omissions import Omissions, worded
 
 LEFT_OUT, MISTRANSLATED, MADE_UP, UNJUDGED = "left out", "mistranslated", "made up", "unjudged"
 MOST_NAMED = 3  # phrases the plain line names; the rest are counted (the source line marks every one)
+MOST_WORDS = 3  # words of a phrase the plain line shows, for a phone's three lines ("a red dog…")
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,11 @@ class Verdict:
                 count += len(shown)
         return named
 
+    def shown(self, kind: str, run: list[int]) -> str:
+        """A phrase as the plain line names it: quoted, its first `MOST_WORDS` words (the rest marked below)."""
+        words = self.translation_words if kind == MADE_UP else self.source_words
+        return "“" + " ".join(words[i] for i in run[:MOST_WORDS]) + "…" * (len(run) > MOST_WORDS) + "”"
+
     @property
     def left_out(self) -> list[int]:
         """The source words judged left out or mistranslated (what the page marks on the source)."""
@@ -144,12 +150,11 @@ class Verdict:
         return [word for word, kind in zip(self.source_words, self.source_kinds) if kind == UNJUDGED]
 
     def plain(self) -> str:
-        """The line under the translation: at most `MOST_NAMED` phrases, left out first, then made up, then
+        """The line under the translation: at most `MOST_NAMED` phrases (`shown`), left out first, then made up, then
         mistranslated, and the words not judged; "" where nothing was found."""
         parts = []
         for kind, runs, more in self.named():
-            words = self.translation_words if kind == MADE_UP else self.source_words
-            parts.append(f"{SAID[kind]}: " + ", ".join("“" + " ".join(words[i] for i in run) + "”" for run in runs)
+            parts.append(f"{SAID[kind]}: " + ", ".join(self.shown(kind, run) for run in runs)
                          + (" and " * bool(runs) + f"{more} more" if more else ""))
         if self.unjudged:
             parts.append(f"not judged ({self.evaluator} does not know them): " + ", ".join(self.unjudged[:MOST_NAMED])
