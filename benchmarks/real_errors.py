@@ -18,8 +18,10 @@ without a letter or digit left out) for being left out, against the reader's lab
 unless --half says otherwise): ROC-AUC, the precision where recall first reaches 0.6, and the best F1. The signals:
 the reverse model's surprisal of each source word given the translation (`{tgt}-{src}` reads the translation and
 scores the source: the sum over the word's pieces, and its worst piece), that surprisal less the word's given a
-translation of "." (how much the translation tells of the word), and the translating model's own contrastive
-conditioning (the verdict's signal today). Nothing is calibrated here.
+translation of "." (how much the translation tells of the word), the translating model's own contrastive
+conditioning and ALTI+ total contribution, and two alignments read from attention: the attention the translation's
+steps pay each source word, and how sharply the reverse model attends to one word of the translation as it writes
+each source word. Nothing is calibrated here.
 """
 
 from __future__ import annotations
@@ -155,19 +157,31 @@ def word_signals(row: dict, translator, evaluator) -> dict[str, np.ndarray] | No
     from attention_inspector.model.text.words import scheme
     from attention_inspector.model.text.words import words as joined
 
+    from attention_inspector.model.nets.decoding import teacher_forced
+
     pieces = evaluator.tgt_tokenizer(row["source"])
     given, empty = evaluator.score(row["translation"], pieces), evaluator.score(".", pieces)
     labels, spans = joined(given.target_tokens, scheme(evaluator.tgt_tokenizer))
-    omissions = translator.detachment(row["source"], translator.trace(row["source"]).target_tokens,
-                                      with_omissions=True).omissions
+    traced = translator.trace(row["source"])
+    omissions = translator.detachment(row["source"], traced.target_tokens, with_omissions=True).omissions
     if len(labels) != len(row["source_words"]) or len(omissions.words) != len(row["source_words"]):
         return None
     surprisal = np.array([-given.log_probabilities[list(span)].sum() for span in spans])
+    # Alignments: how much the translation's steps attend to each source word (the last layer's heads averaged, the
+    # <eos> step left out), and how sharply the reverse model, writing each source word, attends to one word of
+    # the translation (the mean over its pieces of the largest weight, <eos> left out); low where it was left out.
+    covered = traced.trace.cross_attention[-1].mean(0)[:len(traced.target_tokens) - 1]  # (T - 1, S)
+    _, reverse = teacher_forced(evaluator.model, evaluator.encode_source(evaluator.source_tokens(row["translation"])),
+                                evaluator.tgt_vocab.encode(given.target_tokens), need_weights=True)
+    peaks = reverse.cross[-1, 0].mean(0).float().cpu().numpy()[:, :-1].max(-1)  # (source pieces,)
     return {"reverse surprisal": surprisal,
             "reverse worst piece": np.array([-given.log_probabilities[list(span)].min() for span in spans]),
             "reverse surprisal less empty": surprisal + np.array([empty.log_probabilities[list(span)].sum()
                                                                   for span in spans]),
-            "own contrastive": np.nan_to_num(omissions.contrastive, nan=-np.inf)}
+            "own contrastive": np.nan_to_num(omissions.contrastive, nan=-np.inf),
+            "own ALTI+ contribution, low": -omissions.contributions,
+            "own attention received, low": -np.array([covered[:, list(span)].sum() for span in omissions.spans]),
+            "reverse attention peak, low": -np.array([peaks[list(span)].mean() for span in spans])}
 
 
 def ranked(labels: np.ndarray, scores: np.ndarray, recall: float = 0.6) -> dict[str, float]:
