@@ -24,6 +24,7 @@ from attention_inspector.model.hub.hub_checks import ConversionError, checked_hu
 from attention_inspector.model.nets.cores import available_cores
 from attention_inspector.model.nets.devices import chosen_device
 from attention_inspector.model.serving.catalog import DEFAULT_BUDGET, Card, Catalog
+from attention_inspector.model.serving.checkpoint import judge_names
 from attention_inspector.model.serving.traced import TracedTranslation
 from attention_inspector.model.serving.translator import InputError, Translator
 from attention_inspector.model.serving.workers import TracePool, can_fork
@@ -111,13 +112,12 @@ class Services:
         return self.translators[model].detachment(text, **options)
 
     def evaluator_of(self, model: str) -> tuple[str | None, str | None]:
-        """The checkpoint that judges `model`'s translations (model/explain/verdict.py): the one its metrics.json
-        names under "verdict" (a converted Marian's `--reverse`), else one named for the other direction
-        ("de-en" for "en-de"); or None and which checks that leaves out, and why."""
+        """The loaded checkpoint that judges `model`'s translations (model/explain/verdict.py), by `judge_names`; or
+        None and which checks that leaves out, and why."""
         translator = self.translators[model]
         named = translator.metrics.get("verdict", {}).get("evaluator")
         source, target = translator.src_tokenizer.lang, translator.tgt_tokenizer.lang
-        for name in ([named] if named else []) + [f"{target}-{source}"]:
+        for name in judge_names(translator):
             if name in self.translators and name != model:
                 return name, None
         return None, (f"no model here translates {target} into {source} to judge this translation, so words "

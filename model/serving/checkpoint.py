@@ -379,11 +379,16 @@ def load_all(root: str | Path) -> tuple[dict[str, Translator], dict[str, str]]:
     return loaded, failed
 
 
-def judge_folder(folder: Path, translator) -> Path | None:
-    """The checkpoint beside `folder` that judges its translator's translations (model/explain/verdict.py): the one
-    its metrics.json names under "verdict", else one named for the other direction ("de-en" beside "en-de"); None
-    where there is neither."""
+def judge_names(translator) -> list[str]:
+    """The names of the checkpoints that may judge a translator's translations (model/explain/verdict.py), first
+    found first: the one its metrics.json names under "verdict" (a converted Marian's `--reverse`), then one named
+    for the other direction ("de-en" for "en-de")."""
     named = translator.metrics.get("verdict", {}).get("evaluator")
-    other = f"{translator.tgt_tokenizer.lang}-{translator.src_tokenizer.lang}"
-    return next((folder.parent / name for name in [named, other]
-                 if name and name != folder.name and (folder.parent / name / CONFIG).is_file()), None)
+    return [*([named] if named else []), f"{translator.tgt_tokenizer.lang}-{translator.src_tokenizer.lang}"]
+
+
+def judge_folder(folder: Path, translator) -> Path | None:
+    """The checkpoint beside `folder` that judges its translator's translations (`judge_names`); None where there is
+    none."""
+    return next((folder.parent / name for name in judge_names(translator)
+                 if name != folder.name and (folder.parent / name / CONFIG).is_file()), None)

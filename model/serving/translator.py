@@ -4,7 +4,6 @@ model/serving/traced.py)."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import reprlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from attention_inspector.model.text.batching import pad, token_batches
 from attention_inspector.model.text.hub_tokenizer import Languages
 from attention_inspector.model.text.vocab import EOS_ID, PAD_ID, SOS_ID, UNK_ID, Tokenizer, Truecaser, Vocab
 from attention_inspector.model.serving.traced import TracedBeam, TracedScore, TracedTranslation
-from attention_inspector.model.text.words import spelled, words
+from attention_inspector.model.text.words import fitted, spelled, with_unknowns, words
 from attention_inspector.model.text.words import scheme as word_scheme
 
 MAX_INPUT_CHARS = 2000
@@ -77,31 +76,6 @@ def checked_strings(values: object, what: str) -> list[str]:
 
 
 MAX_BEAM_SIZE = 16
-UNKNOWN = "<unk>"  # how a translation shows a token the model wrote but cannot spell
-CUT_SHARE = 4  # a translation given as text at most a quarter past the length limit is scored up to the limit
-
-
-def fitted(pieces: list[str], vocab: Vocab, scheme: str, limit: int) -> tuple[list[str], int]:
-    """A translation's `pieces` (as a tokenizer split its text) within a model's `limit`, and how many are cut off
-    past it: where they reach the limit, each word in the fewest pieces `vocab` has where that is fewer; cut at the
-    limit where they are a little longer (a translation cut mid-word at the limit reads back as a whole word, in
-    more pieces than the model wrote). An InputError for a text far longer than anything the model writes."""
-    if len(pieces) >= limit:
-        split = [pieces[span.start:span.stop] for span in words(pieces, scheme)[1]]
-        pieces = [piece for word in split for piece in min([word, spelled(word, vocab) or word], key=len)]
-    if len(pieces) > limit + limit // CUT_SHARE:
-        raise InputError(f"The translation has {len(pieces)} pieces, even each word in the fewest this model has; "
-                         f"it takes at most {limit}. Give its tokens as /trace spells them.")
-    return pieces[:limit], max(0, len(pieces) - limit)
-
-
-def with_unknowns(text: str, tokenizer) -> list[str]:
-    """`text` in `tokenizer`'s tokens, each "<unk>" in it (a translation's token the model could not spell, as
-    `to_text` shows it) kept as the one token it was, not split into "<", "unk", ">"."""
-    return [token for part in re.split(f"({re.escape(UNKNOWN)})", text)
-            for token in ([UNKNOWN] if part == UNKNOWN else tokenizer(part) if part.strip() else [])]
-
-
 @dataclass
 class Translator:
     """Everything needed to translate with one checkpoint; read-only once built, so users can share it."""
@@ -356,8 +330,7 @@ class Translator:
         (NaN), or (k, n) a share of the passes, `omissions`); a translation past its length limit read up to it
         (`fitted`)."""
         prefix = self.source_prefix()
-        tokens, cut = fitted(with_unknowns(checked_text(translation), self.src_tokenizer), self.src_vocab,
-                             word_scheme(self.src_tokenizer), self.max_src_tokens - len(prefix))
+        tokens, cut = self.read_back(translation, self.src_tokenizer, self.src_vocab, self.max_src_tokens - len(prefix))
         tokens = prefix + tokens
         pieces = self.in_pieces(with_unknowns(checked_text(source), self.tgt_tokenizer))
         if not pieces:
@@ -596,9 +569,16 @@ class Translator:
         <eos> last unless it reaches the length limit (as the model's own translation cut there), and how many
         pieces past the limit are cut off (`fitted`)."""
         limit = self.model.config.max_len - 1 - len(self.with_target_prefix([], tgt_lang))
-        pieces, cut = fitted(with_unknowns(checked_text(text), self.tgt_tokenizer), self.tgt_vocab,
-                             word_scheme(self.tgt_tokenizer), limit)
+        pieces, cut = self.read_back(text, self.tgt_tokenizer, self.tgt_vocab, limit)
         return pieces + ["<eos>"] * (len(pieces) < limit), cut
+
+    @staticmethod
+    def read_back(text: str, tokenizer, vocab: Vocab, limit: int) -> tuple[list[str], int]:
+        """`fitted`: a translation's text in `tokenizer`'s pieces within `limit`, or an InputError saying why not."""
+        try:
+            return fitted(checked_text(text), tokenizer, vocab, limit)
+        except ValueError as error:
+            raise InputError(str(error)) from None
 
     def in_pieces(self, tokens: list[str]) -> list[str]:
         """Target tokens as the model writes them: a word it lacks but writes in pieces (or lower-cased, or as

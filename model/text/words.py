@@ -126,3 +126,29 @@ def spelled(pieces: list[str], vocab: Container[str]) -> list[str]:
                     (fewest[end] is None or len(fewest[start]) + 1 < len(fewest[end])):
                 fewest[end] = fewest[start] + [piece(start, end)]
     return fewest[-1] or []
+
+
+UNKNOWN = "<unk>"  # how a translation shows a token the model wrote but cannot spell
+CUT_SHARE = 4  # a translation given as text at most a quarter past the length limit is read up to the limit
+
+
+def with_unknowns(text: str, tokenizer) -> list[str]:
+    """`text` in `tokenizer`'s tokens, each "<unk>" in it (a translation's token the model could not spell, as a
+    translation's text shows it) kept as the one token it was, not split into "<", "unk", ">"."""
+    return [token for part in re.split(f"({re.escape(UNKNOWN)})", text)
+            for token in ([UNKNOWN] if part == UNKNOWN else tokenizer(part) if part.strip() else [])]
+
+
+def fitted(text: str, tokenizer, vocab: Container[str], limit: int) -> tuple[list[str], int]:
+    """A translation's `text` in `tokenizer`'s pieces (`with_unknowns`) within a model's `limit`, and how many are
+    cut off past it: where they reach the limit, each word in the fewest pieces `vocab` has where that is fewer; cut
+    at the limit where they are a little longer (a translation cut mid-word at the limit reads back as a whole word,
+    in more pieces than the model wrote). A ValueError for a text far longer than anything the model writes."""
+    pieces = with_unknowns(text, tokenizer)
+    if len(pieces) >= limit:
+        split = [pieces[span.start:span.stop] for span in words(pieces, scheme(tokenizer))[1]]
+        pieces = [piece for word in split for piece in min([word, spelled(word, vocab) or word], key=len)]
+    if len(pieces) > limit + limit // CUT_SHARE:
+        raise ValueError(f"The translation has {len(pieces)} pieces, even each word in the fewest this model has; "
+                         f"it takes at most {limit}. Give its tokens as /trace spells them.")
+    return pieces[:limit], max(0, len(pieces) - limit)
